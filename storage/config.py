@@ -1,0 +1,221 @@
+"""Typed configuration with Kafka's key names and defaults.
+
+A :class:`ConfigDef` lists the keys a component understands. ``ConfigDef.parse`` accepts
+Kafka's dotted keys (``linger.ms``) or the Python keyword form (``linger_ms``), converts
+and validates each value, fills in Kafka's defaults and rejects unknown keys with a hint
+at the nearest known one. The result is an immutable :class:`Config` readable both ways:
+``cfg["segment.bytes"]`` and ``cfg.segment_bytes``.
+
+``LOG_CONFIG`` is the topic-level configuration of one partition log (Kafka's topic
+configs); the actor and client layers define their own ``ConfigDef`` with the same
+machinery.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from storage.errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _to_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(str(part) for part in value)
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "int": _to_int,
+    "long": _to_int,
+    "double": float,
+    "string": str,
+    "boolean": _to_bool,
+    "list": _to_list,
+    "any": lambda value: value,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One configuration key: its type, default, allowed range or values, and a doc line."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+
+    def convert(self, value: Any) -> Any:
+        """Convert ``value`` to this key's type and check it, or raise InvalidConfigError."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise InvalidConfigError(f"{self.name} must not be null")
+        try:
+            converted = _CONVERTERS[self.type](value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidConfigError(f"{self.name}={value!r}: {exc}") from None
+        if self.min is not None and converted < self.min:
+            raise InvalidConfigError(f"{self.name}={converted!r} is below the minimum {self.min}")
+        if self.max is not None and converted > self.max:
+            raise InvalidConfigError(f"{self.name}={converted!r} is above the maximum {self.max}")
+        if self.choices is not None:
+            items = converted if self.type == "list" else (converted,)
+            for item in items:
+                if item not in self.choices:
+                    raise InvalidConfigError(
+                        f"{self.name}={value!r} is not one of {', '.join(map(str, self.choices))}"
+                    )
+        return converted
+
+
+class Config(Mapping[str, Any]):
+    """An immutable, validated set of values keyed by Kafka's dotted names."""
+
+    __slots__ = ("_values", "_definition")
+
+    def __init__(self, values: dict[str, Any], definition: ConfigDef) -> None:
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_definition", definition)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[self._definition.canonical(key)]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[self._definition.canonical(name)]
+        except InvalidConfigError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is immutable; use with_overrides()")
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+    def __reduce__(self):  # keep pickling simple for Ray
+        return (self._definition.parse, (dict(self._values),))
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+        """A new Config with some keys changed (validated like the originals)."""
+        merged = dict(self._values)
+        merged.update(overrides or {})
+        merged.update(kwargs)
+        return self._definition.parse(merged)
+
+    def non_default(self) -> dict[str, Any]:
+        """The keys whose value differs from Kafka's default."""
+        return {k: v for k, v in self._values.items() if v != self._definition.keys[k].default}
+
+
+class ConfigDef:
+    """The set of keys a component understands."""
+
+    def __init__(self, name: str, keys: Iterable[ConfigKey]) -> None:
+        self.name = name
+        self.keys: dict[str, ConfigKey] = {key.name: key for key in keys}
+        self._python_names = {key.name.replace(".", "_"): key.name for key in self.keys.values()}
+
+    def canonical(self, key: str) -> str:
+        """The dotted Kafka name for ``key`` (dotted or keyword form), or InvalidConfigError."""
+        if key in self.keys:
+            return key
+        if key in self._python_names:
+            return self._python_names[key]
+        near = difflib.get_close_matches(key.replace("_", "."), list(self.keys), n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InvalidConfigError(f"unknown {self.name} config {key!r}{hint}")
+
+    def parse(self, values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+        """Validate ``values`` (and keyword overrides) and fill in the defaults."""
+        given: dict[str, Any] = {}
+        for key, value in {**(values or {}), **kwargs}.items():
+            given[self.canonical(key)] = value
+        result = {}
+        for name, key in self.keys.items():
+            result[name] = key.convert(given[name]) if name in given else key.default
+        return Config(result, self)
+
+    def defaults(self) -> Config:
+        """The configuration with every key at Kafka's default."""
+        return self.parse({})
+
+
+# Topic-level configuration of a partition log, with Kafka's names and defaults.
+LOG_CONFIG = ConfigDef(
+    "topic",
+    [
+        ConfigKey("segment.bytes", "int", 1024**3, "Roll a new segment past this many bytes.", min=14),
+        ConfigKey("segment.ms", "long", 7 * 24 * 3600 * 1000, "Roll a segment this old (by first timestamp).", min=1),
+        ConfigKey("segment.index.bytes", "int", 10 * 1024 * 1024, "Preallocated size of each index file.", min=8),
+        ConfigKey("segment.jitter.ms", "long", 0, "Random jitter subtracted from segment.ms.", min=0),
+        ConfigKey("index.interval.bytes", "int", 4096, "Bytes between two offset index entries.", min=0),
+        ConfigKey("flush.messages", "long", LONG_MAX, "fsync after this many messages.", min=1),
+        ConfigKey("flush.ms", "long", LONG_MAX, "fsync when the last flush is this old.", min=0),
+        ConfigKey("retention.ms", "long", 7 * 24 * 3600 * 1000, "Delete segments older than this (-1: never).", min=-1),
+        ConfigKey("retention.bytes", "long", -1, "Delete old segments past this size (-1: no limit).", min=-1),
+        ConfigKey("max.message.bytes", "int", 1048588, "Largest record batch accepted.", min=0),
+        ConfigKey(
+            "message.timestamp.type",
+            "string",
+            "CreateTime",
+            "CreateTime keeps the producer's timestamp; LogAppendTime stamps on append.",
+            choices=("CreateTime", "LogAppendTime"),
+        ),
+        ConfigKey(
+            "cleanup.policy", "list", ("delete",), "delete, compact, or both.", choices=("delete", "compact")
+        ),
+        ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, "Clean when dirty/total passes this.", min=0, max=1),
+        ConfigKey("min.compaction.lag.ms", "long", 0, "Records younger than this are not compacted.", min=0),
+        ConfigKey("max.compaction.lag.ms", "long", LONG_MAX, "Records older than this make the log cleanable.", min=1),
+        ConfigKey("delete.retention.ms", "long", 24 * 3600 * 1000, "Keep tombstones this long after cleaning.", min=0),
+        ConfigKey("file.delete.delay.ms", "long", 60000, "Wait before deleting a removed segment's files.", min=0),
+        ConfigKey("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all write.", min=1),
+        ConfigKey("unclean.leader.election.enable", "boolean", False, "Allow a leader from outside the ISR."),
+        ConfigKey(
+            "compression.type",
+            "string",
+            "producer",
+            "Codec kept on disk; 'producer' keeps the producer's.",
+            choices=("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"),
+        ),
+        ConfigKey("preallocate", "boolean", False, "Preallocate segment files."),
+        ConfigKey("message.downconversion.enable", "boolean", True, "Kept for compatibility; always v2 here."),
+    ],
+)
+
+
+def log_config(overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+    """A topic-level log configuration: Kafka's defaults with ``overrides`` applied."""
+    return LOG_CONFIG.parse(overrides, **kwargs)
