@@ -1,0 +1,633 @@
+"""The log of one partition: a directory of segments with appends, reads, recovery and retention.
+
+As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
+
+- appends validate each batch header and CRC, copy the request once, patch offsets (and
+  LogAppendTime) in place and write the same bytes; nothing per record;
+- reads return whole batches from the one holding the fetch offset;
+- the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
+  holding a snapshot never sees a half-updated list; writers serialise on a lock;
+- recovery on open: a clean-shutdown marker skips the scan; otherwise the segments from
+  the recovery point on are scanned batch by batch and the log is cut at the first
+  invalid batch (later segments are deleted);
+- retention deletes whole segments by time (largest timestamp, KIP-32), size and log
+  start offset, renaming their files ``.deleted`` before removing them;
+- one owner per directory, enforced by an advisory file lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage import batch_header
+from storage.batch_header import MAGIC_OFFSET, BatchHeader, check_batches, read_header
+from storage.checkpoint import fsync_dir, read_offset, write_offset
+from storage.config import Config, log_config
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+from storage.file_lock import FileLock
+from storage.segment import DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
+LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
+MAX_TIMESTAMP = -3  # ListOffsets (KIP-734): the record with the largest timestamp
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did. ``headers`` are the appended batches' headers after offset assignment;
+    their ``position`` is within the appended buffer."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    max_timestamp: int
+    batch_count: int
+    size_bytes: int
+    headers: list[BatchHeader]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """The result of a read: whole batches starting with the one that holds ``fetch_offset``.
+
+    ``first_offset`` is the base offset of the first batch returned (at or below
+    ``fetch_offset``), or ``fetch_offset`` when ``records`` is empty.
+    """
+
+    records: bytes
+    fetch_offset: int
+    first_offset: int
+    log_start_offset: int
+    log_end_offset: int
+    segment_base_offset: int = -1
+    position: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """A ListOffsets answer: an offset and the timestamp found there (-1 for earliest/latest)."""
+
+    timestamp: int
+    offset: int
+
+
+_View = tuple[tuple[LogSegment, ...], tuple[int, ...]]
+
+
+class Log:
+    """The segmented log of one partition directory, owned exclusively by this object."""
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        time_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.dir = Path(dir)
+        self.config: Config = config if isinstance(config, Config) else log_config(config)
+        self._time = time_ms or (lambda: time.time_ns() // 1_000_000)
+        self._write_lock = threading.RLock()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self._offline = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._file_lock = FileLock(self.dir)
+        self._file_lock.acquire()
+        try:
+            self._load()
+        except BaseException:
+            self._file_lock.release()
+            raise
+
+    # -- loading and recovery -------------------------------------------------------------
+
+    def _load(self) -> None:
+        clean = (self.dir / CLEAN_SHUTDOWN_FILE).exists()
+        for path in self.dir.iterdir():
+            # Files of segments deleted before a restart, and temporaries of interrupted writes.
+            if path.name.endswith((DELETED_SUFFIX, ".tmp")):
+                path.unlink(missing_ok=True)
+        bases = sorted(int(p.stem) for p in self.dir.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
+        for path in self.dir.iterdir():
+            if path.suffix in INDEX_SUFFIXES and path.stem.isdigit() and int(path.stem) not in bases:
+                path.unlink()  # an index without its log is useless
+        now = self._time()
+        segments = [LogSegment(self.dir, b, self.config, created_ms=now, active=False) for b in bases]
+        start_checkpoint = read_offset(self.dir / LOG_START_OFFSET_FILE)
+        recovery_point = read_offset(self.dir / RECOVERY_POINT_FILE) or 0
+        first_to_scan = len(segments)
+        if not clean and segments:
+            first_to_scan = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+            log.info("%s: unclean shutdown, recovering from offset %d", self.dir, recovery_point)
+        kept: list[LogSegment] = []
+        for n, segment in enumerate(segments):
+            if n >= first_to_scan or segment.needs_recovery:
+                segment.make_active()  # room to rebuild the indexes
+                truncated = segment.recover()
+                segment.flush()
+                if truncated and n + 1 < len(segments):
+                    log.warning("%s: deleting %d segments after a corrupt batch", self.dir, len(segments) - n - 1)
+                    kept.append(segment)
+                    for later in segments[n + 1 :]:
+                        later.delete()
+                    break
+            kept.append(segment)
+        if not kept:
+            kept.append(LogSegment(self.dir, max(start_checkpoint or 0, 0), self.config, created_ms=now))
+        for segment in kept[:-1]:
+            segment.on_becoming_inactive()
+        kept[-1].make_active()
+        self._set_segments(tuple(kept))
+        self._log_end_offset = kept[-1].next_offset
+        self._log_start_offset = max(start_checkpoint or 0, kept[0].base_offset)
+        self._recovery_point = self._log_end_offset
+        self._last_flush_ms = now
+        if self._log_start_offset > self._log_end_offset:
+            self._truncate_fully_locked(self._log_start_offset)
+        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        # From here on a crash must trigger recovery on the next open.
+        (self.dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
+        # One attribute assignment: a reader sees the old or the new pair, never a mix.
+        self._view: _View = (segments, tuple(s.base_offset for s in segments))
+
+    # -- properties -----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a reader may fetch."""
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to be assigned."""
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are fsynced and need no scan after a crash."""
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """An immutable snapshot of the segments, oldest first."""
+        return self._view[0]
+
+    @property
+    def active_segment(self) -> LogSegment:
+        """The segment taking appends."""
+        return self._view[0][-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes in all segments' ``.log`` files."""
+        return sum(s.size for s in self._view[0])
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    # -- append ---------------------------------------------------------------------------
+
+    def append(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = -1, assign_offsets: bool = True
+    ) -> LogAppendInfo:
+        """Append complete record batches and return where they went.
+
+        As leader (``assign_offsets=True``) batches get consecutive offsets from the log end
+        and ``leader_epoch``; batches larger than max.message.bytes are rejected. As
+        follower (``assign_offsets=False``) the leader's offsets are kept and must start at
+        or after the log end. Invalid input raises (CorruptRecordError, RecordTooLargeError,
+        InvalidRequestError) and leaves the log untouched; an I/O error raises
+        KafkaStorageError and leaves the log as it was before the call.
+        """
+        if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < batch_header.CURRENT_MAGIC:
+            from storage.legacy import upconvert  # magic 0/1 message sets; imported only when met
+
+            records = upconvert(records)
+        # The one copy: offsets, epoch and LogAppendTime are patched into it in place.
+        buf = bytearray(records)
+        max_batch = self.config.max_message_bytes if assign_offsets else 2**31 - 1
+        headers = check_batches(buf, max_batch, producer_batches=assign_offsets)
+        if len(buf) > self.config.segment_bytes:
+            raise RecordListTooLargeError(f"{len(buf)} bytes do not fit in a segment of {self.config.segment_bytes}")
+        with self._write_lock:
+            self._check_writable()
+            log_append_time = -1
+            if assign_offsets:
+                first_offset = self._log_end_offset
+                next_offset = batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
+                if self.config.message_timestamp_type == "LogAppendTime":
+                    log_append_time = self._time()
+                    batch_header.set_log_append_time(buf, headers, log_append_time)
+                headers = [read_header(buf, h.position) for h in headers]
+            else:
+                first_offset, next_offset = headers[0].base_offset, headers[-1].next_offset
+                self._check_follower_offsets(headers)
+            max_timestamp = max(h.max_timestamp for h in headers)
+            segment = self._maybe_roll(len(buf), max_timestamp, next_offset - 1, first_offset)
+            try:
+                segment.append(buf, headers)
+            except KafkaStorageError:
+                raise
+            except OSError as exc:  # the partial write could not be undone: stop taking writes
+                self._offline = True
+                raise KafkaStorageError(f"{self.dir} went offline: {exc}") from exc
+            self._log_end_offset = next_offset
+            self._maybe_flush()
+            return LogAppendInfo(
+                first_offset=first_offset,
+                last_offset=next_offset - 1,
+                log_append_time=log_append_time,
+                log_start_offset=self._log_start_offset,
+                max_timestamp=max_timestamp,
+                batch_count=len(headers),
+                size_bytes=len(buf),
+                headers=headers,
+            )
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.dir} is closed")
+        if self._offline:
+            raise KafkaStorageError(f"log {self.dir} is offline after an I/O error")
+
+    def _check_follower_offsets(self, headers: list[BatchHeader]) -> None:
+        if headers[0].base_offset < self._log_end_offset:
+            raise InvalidRequestError(
+                f"follower append at offset {headers[0].base_offset} is below the log end {self._log_end_offset}"
+            )
+        expected = headers[0].base_offset
+        for h in headers:
+            if h.base_offset < expected:
+                raise CorruptRecordError(f"batch offsets go backwards: {h.base_offset} after {expected - 1}")
+            expected = h.next_offset
+
+    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int, first_offset: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(size, max_timestamp, last_offset, self._time(), self.config.segment_bytes):
+            return self._roll_locked(max(first_offset, self._log_end_offset))
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op when the active one is empty)."""
+        with self._write_lock:
+            self._check_writable()
+            return self._roll_locked(self._log_end_offset)
+
+    def _roll_locked(self, base_offset: int) -> LogSegment:
+        old = self.active_segment
+        if old.size == 0:
+            if old.base_offset == base_offset:
+                return old
+            # An empty active segment at another offset (a follower jumping ahead): replace it.
+            segments = self.segments[:-1]
+            old.delete()
+        else:
+            segments = self.segments
+            old.on_becoming_inactive()
+        try:
+            new = LogSegment(self.dir, base_offset, self.config, created_ms=self._time(), active=True)
+        except OSError as exc:
+            raise KafkaStorageError(f"could not roll {self.dir}: {exc}") from exc
+        self._set_segments((*segments, new))
+        log.info("%s: rolled new segment at offset %d", self.dir, base_offset)
+        if old.size:
+            # As Kafka, the finished segment is made durable now; the log is recoverable up to it.
+            self._flush_locked(base_offset)
+        return new
+
+    # -- flush ----------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync the segments holding offsets below ``offset`` (default: everything) and checkpoint."""
+        with self._write_lock:
+            self._flush_locked(self._log_end_offset if offset is None else min(offset, self._log_end_offset))
+
+    def maybe_flush(self) -> None:
+        """Flush if flush.messages or flush.ms says so (call periodically for flush.ms)."""
+        with self._write_lock:
+            if not self._closed:
+                self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        unflushed = self._log_end_offset - self._recovery_point
+        if unflushed <= 0:
+            return
+        if unflushed >= self.config.flush_messages or self._time() - self._last_flush_ms >= self.config.flush_ms:
+            self._flush_locked(self._log_end_offset)
+
+    def _flush_locked(self, offset: int) -> None:
+        if offset <= self._recovery_point:
+            return
+        try:
+            for segment in self.segments:
+                if segment.base_offset < offset and segment.next_offset > self._recovery_point:
+                    segment.flush()
+            write_offset(self.dir / RECOVERY_POINT_FILE, offset)
+        except OSError as exc:
+            raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
+        self._recovery_point = offset
+        self._last_flush_ms = self._time()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``offset``, about ``max_bytes`` at most.
+
+        Batches whose base offset is >= ``max_offset`` (the high watermark) are left out.
+        With ``min_one_batch`` the first batch is returned even if larger than
+        ``max_bytes``. Raises OffsetOutOfRangeError outside [log start, log end]; at the
+        log end the records are empty.
+        """
+        segments, bases = self._view
+        start, end = self._log_start_offset, self._log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.dir.name}")
+        empty = FetchDataInfo(b"", offset, offset, start, end)
+        if offset == end or (max_offset is not None and offset >= max_offset):
+            return empty
+        n = max(0, bisect.bisect_right(bases, offset) - 1)
+        while n < len(segments):
+            segment = segments[n]
+            try:
+                max_position = self._position_limit(segment, max_offset)
+                result = segment.read(offset, max_bytes, max_position, min_one_batch)
+            except (OSError, ValueError) as exc:  # the segment was deleted under this snapshot
+                if offset < self._log_start_offset:
+                    raise OffsetOutOfRangeError(f"offset {offset} was deleted while being read") from exc
+                raise KafkaStorageError(f"read of {segment.log_path} failed: {exc}") from exc
+            if result is not None:
+                first, records = result
+                if not records:
+                    return empty
+                return FetchDataInfo(
+                    records, offset, first.base_offset, start, end, segment.base_offset, first.position
+                )
+            n += 1  # the offset lies past this segment's last batch
+        return empty
+
+    @staticmethod
+    def _position_limit(segment: LogSegment, max_offset: int | None) -> int | None:
+        """File position of the first batch in ``segment`` whose base offset is >= ``max_offset``."""
+        if max_offset is None or max_offset >= segment.next_offset:
+            return None
+        header = segment.translate_offset(max_offset)
+        if header is None:
+            return None
+        return header.position if header.base_offset >= max_offset else header.position + header.size
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """ListOffsets: the first offset whose record timestamp is >= ``timestamp``.
+
+        EARLIEST_TIMESTAMP / LATEST_TIMESTAMP give the log start / end offset,
+        MAX_TIMESTAMP the record with the largest timestamp. None when no record is that
+        recent.
+        """
+        start, end = self._log_start_offset, self._log_end_offset
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, end)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, start)
+        segments = [s for s in self.segments if s.next_offset > start and s.size > 0]
+        if timestamp == MAX_TIMESTAMP:
+            if not segments:
+                return None
+            best = max(segments, key=lambda s: s.max_timestamp_so_far)
+            if best.max_timestamp_so_far < 0:
+                return None
+            found = best.find_offset_by_timestamp(best.max_timestamp_so_far, start)
+            return TimestampOffset(*found) if found else None
+        for segment in segments:
+            # Segments are in offset order; the first whose largest timestamp reaches the target holds it.
+            if segment.max_timestamp_so_far >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, start)
+                if found is not None:
+                    return TimestampOffset(*found)
+        return None
+
+    # -- truncation and log start ---------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from ``offset`` on (a follower diverged); return whether anything was removed.
+
+        The batch holding ``offset`` goes whole, so the new log end is the first offset of
+        that batch (followers truncate at batch boundaries, where the two agree).
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
+        with self._write_lock:
+            self._check_writable()
+            if offset >= self._log_end_offset:
+                return False
+            segments = self.segments
+            if offset < segments[0].base_offset:
+                self._truncate_fully_locked(offset)
+                return True
+            keep = tuple(s for s in segments if s.base_offset <= offset)
+            dropped = [s for s in segments if s.base_offset > offset]
+            active = keep[-1]
+            try:
+                active.truncate_to(offset)
+                active.make_active()
+            except OSError as exc:
+                self._offline = True
+                raise KafkaStorageError(f"truncation of {self.dir} failed: {exc}") from exc
+            self._set_segments(keep)
+            self._schedule_delete(dropped)
+            self._log_end_offset = active.next_offset
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._recovery_point = min(self._recovery_point, self._log_end_offset)
+            self._write_checkpoints()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset``."""
+        with self._write_lock:
+            self._check_writable()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        old = self.segments
+        for segment in old:
+            segment.rename_to_deleted()
+        new = LogSegment(self.dir, offset, self.config, created_ms=self._time(), active=True)
+        self._set_segments((new,))
+        self._schedule_delete(list(old), renamed=True)
+        self._log_end_offset = self._log_start_offset = self._recovery_point = offset
+        self._write_checkpoints()
+
+    def delete_records(self, offset: int, *, high_watermark: int | None = None) -> int:
+        """Advance the log start offset to ``offset`` (DeleteRecords); return the new log start.
+
+        The offset must not pass the high watermark (default: the log end). The new start
+        is checkpointed so it survives a restart, and segments wholly below it are deleted.
+        """
+        with self._write_lock:
+            self._check_writable()
+            limit = self._log_end_offset if high_watermark is None else high_watermark
+            if offset > limit or offset < 0:
+                raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: the limit is {limit}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                write_offset(self.dir / LOG_START_OFFSET_FILE, offset)
+                self._delete_log_start_breached(limit)
+            return self._log_start_offset
+
+    def _write_checkpoints(self) -> None:
+        write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
+        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def delete_old_segments(self, *, high_watermark: int | None = None) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; return segments deleted.
+
+        Whole segments only, oldest first, never past ``high_watermark`` (default: the log
+        end). If every segment expires, a new empty active segment is rolled first.
+        """
+        with self._write_lock:
+            self._check_writable()
+            self.delete_pending_files()
+            limit = self._log_end_offset if high_watermark is None else high_watermark
+            deleted = self._delete_log_start_breached(limit)
+            if "delete" in self.config.cleanup_policy:
+                deleted += self._delete_retention_ms_breached(limit)
+                deleted += self._delete_retention_size_breached(limit)
+            return deleted
+
+    def _delete_retention_ms_breached(self, limit: int) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        now = self._time()
+        return self._delete_while(lambda s, nxt: now - s.largest_timestamp > retention, limit, "retention.ms")
+
+    def _delete_retention_size_breached(self, limit: int) -> int:
+        retention = self.config.retention_bytes
+        excess = self.size_in_bytes - retention
+        if retention < 0 or excess <= 0:
+            return 0
+
+        def breached(segment: LogSegment, _next: LogSegment | None) -> bool:
+            nonlocal excess
+            if excess - segment.size < 0:
+                return False
+            excess -= segment.size
+            return True
+
+        return self._delete_while(breached, limit, "retention.bytes")
+
+    def _delete_log_start_breached(self, limit: int) -> int:
+        start, end = self._log_start_offset, self._log_end_offset
+
+        def breached(segment: LogSegment, nxt: LogSegment | None) -> bool:
+            return nxt.base_offset <= start if nxt is not None else start >= end
+
+        return self._delete_while(breached, limit, "log start offset")
+
+    def _delete_while(self, predicate: Callable[[LogSegment, LogSegment | None], bool], limit: int, reason: str) -> int:
+        segments = self.segments
+        deletable: list[LogSegment] = []
+        for n, segment in enumerate(segments):
+            nxt = segments[n + 1] if n + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self._log_end_offset
+            if nxt is None and segment.size == 0:
+                break
+            if upper > limit or not predicate(segment, nxt):
+                break
+            deletable.append(segment)
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            self._roll_locked(self._log_end_offset)  # keep an active segment to append to
+        remaining = tuple(s for s in self.segments if s not in deletable)
+        self._set_segments(remaining)
+        self._schedule_delete(deletable)
+        log.info("%s: deleting %d segments by %s", self.dir, len(deletable), reason)
+        if remaining[0].base_offset > self._log_start_offset:
+            self._log_start_offset = remaining[0].base_offset
+            write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
+        return len(deletable)
+
+    def _schedule_delete(self, segments: list[LogSegment], renamed: bool = False) -> None:
+        """Rename the files ``.deleted`` now; remove them after file.delete.delay.ms.
+
+        The delay lets readers holding an older snapshot finish with the open files.
+        """
+        deadline = self._time() + self.config.file_delete_delay_ms
+        for segment in segments:
+            if not renamed:
+                segment.rename_to_deleted()
+            self._pending_deletes.append((deadline, segment))
+        if self.config.file_delete_delay_ms == 0:
+            self.delete_pending_files()
+
+    def delete_pending_files(self, force: bool = False) -> None:
+        """Remove the files of deleted segments whose file.delete.delay.ms has passed."""
+        now = self._time()
+        due = [entry for entry in self._pending_deletes if force or entry[0] <= now]
+        for entry in due:
+            self._pending_deletes.remove(entry)
+            entry[1].delete()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, trim the indexes, write the clean-shutdown marker and release the directory."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if not self._offline:
+                    self._flush_locked(self._log_end_offset)
+                    self._write_checkpoints()
+                for segment in self.segments:
+                    segment.close()
+                self.delete_pending_files(force=True)
+                if not self._offline:
+                    with open(self.dir / CLEAN_SHUTDOWN_FILE, "wb") as marker:
+                        os.fsync(marker.fileno())
+                    fsync_dir(self.dir)
+            finally:
+                self._file_lock.release()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({str(self.dir)!r}, start={self._log_start_offset}, end={self._log_end_offset}, "
+            f"segments={len(self.segments)})"
+        )

@@ -1,0 +1,468 @@
+"""One log segment: a ``.log`` file of record batches plus its offset and time indexes.
+
+As Kafka's ``LogSegment``. The segment appends batches that the log has validated and
+given offsets, keeps a sparse index entry per ``index.interval.bytes`` (per batch, never
+per record), serves reads of whole batches, scans and truncates itself on recovery, and
+knows when it must roll. Positions are int32, as in Kafka's index format.
+
+Files: ``<20-digit base offset>.log``, ``.index``, ``.timeindex``; ``.txnindex`` is
+reserved for aborted transactions.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from storage.abstract_index import CorruptIndexError
+from storage.batch_header import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    scan_valid_prefix,
+)
+from storage.errors import KafkaStorageError
+from storage.offset_index import OffsetIndex
+from storage.time_index import TimeIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+INT32_MAX = 2**31 - 1
+RECOVERY_CHUNK = 8 * 1024 * 1024  # bytes read per step when scanning a segment
+_READ_AHEAD = 4096  # bytes read per step when walking batch headers
+
+
+def filename_prefix(offset: int) -> str:
+    """The 20-digit zero-padded name Kafka gives a segment's files."""
+    return f"{offset:020d}"
+
+
+def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """``os.write`` until every byte is written (a write may be short)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write returned 0 bytes")
+        view = view[written:]
+
+
+class LogSegment:
+    """A ``.log`` file and its indexes, for offsets from ``base_offset`` on."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        base_offset: int,
+        config: Any,
+        *,
+        created_ms: int,
+        active: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.created_ms = created_ms
+        self._index_interval = config.index_interval_bytes
+        self._segment_ms = config.segment_ms - config.segment_jitter_ms
+        prefix = self.directory / filename_prefix(base_offset)
+        self.log_path = prefix.with_suffix(LOG_SUFFIX)
+        index_path, time_index_path = prefix.with_suffix(INDEX_SUFFIX), prefix.with_suffix(TIME_INDEX_SUFFIX)
+        # A segment whose index files are missing must rebuild them from its batches.
+        self.indexes_missing = self.log_path.exists() and not (index_path.exists() and time_index_path.exists())
+        # O_APPEND: after a truncation the next write lands at the new end by itself.
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes, writable=active)
+        self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes, writable=active)
+        self.closed = False
+        self._bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = base_offset
+        self._next_offset = base_offset
+        self._rolling_based_timestamp: int | None = None
+        # Set when the indexes are missing or fail their sanity check: the log must call recover().
+        self.needs_recovery = self.indexes_missing
+        if not self.needs_recovery:
+            try:
+                # The offset index is checked before it is trusted to find the tail.
+                self.offset_index.sanity_check(self._size)
+                self._load_tail_state()
+                self.time_index.sanity_check(self._next_offset)
+            except CorruptIndexError as exc:
+                log.warning("%s: %s; rebuilding the indexes", self.log_path, exc)
+                self.needs_recovery = True
+        if self.needs_recovery:
+            self.offset_index.reset()
+            self.time_index.reset()
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes in the ``.log`` file."""
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """Offset just past the last batch (``base_offset`` when empty)."""
+        return self._next_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest batch timestamp, or the file's mtime when no batch has one (as Kafka)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """maxTimestamp of the first batch (segment.ms counts from it, KIP-32), or None."""
+        if self._rolling_based_timestamp is None and self._size >= HEADER_SIZE:
+            self._rolling_based_timestamp = self._header_at(0).max_timestamp
+        return self._rolling_based_timestamp
+
+    # -- append ---------------------------------------------------------------------------
+
+    def append(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Append validated batches whose offsets are assigned; ``headers`` positions are in ``buf``.
+
+        On an I/O error the file is cut back to its old size, no index entry is added and
+        KafkaStorageError is raised: the segment stays as it was before the call.
+        """
+        start = self._size
+        try:
+            write_fully(self._fd, buf)
+        except OSError as exc:
+            self._undo_partial_write(start)
+            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        if start == 0:
+            self._rolling_based_timestamp = headers[0].max_timestamp
+        self._index_batches(headers, start - headers[0].position)
+        self._size = start + len(buf)
+        self._next_offset = headers[-1].next_offset
+
+    def _undo_partial_write(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            log.exception("could not cut %s back to %d bytes after a failed write", self.log_path, size)
+            raise
+
+    def _index_batches(self, headers: Sequence[BatchHeader], shift: int) -> None:
+        """Sparse index entries for batches at ``header.position + shift`` in the file."""
+        interval = self._index_interval
+        since = self._bytes_since_last_index_entry
+        for h in headers:
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp = h.last_offset
+            if since > interval:
+                self.offset_index.append(h.last_offset, h.position + shift)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                since = 0
+            since += h.batch_length + LOG_OVERHEAD
+        self._bytes_since_last_index_entry = since
+
+    def should_roll(self, size_in_bytes: int, max_timestamp: int, last_offset: int, now_ms: int, max_size: int) -> bool:
+        """Whether an append of these batches must go to a new segment (Kafka's shouldRoll)."""
+        if self._size == 0:
+            return False
+        if self._size > max_size - size_in_bytes:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        if last_offset - self.base_offset > INT32_MAX or self._size + size_in_bytes > INT32_MAX:
+            return True
+        first = self.rolling_based_timestamp
+        waited = max_timestamp - first if first is not None and first >= 0 else now_ms - self.created_ms
+        return waited > self._segment_ms
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _header_at(self, position: int) -> BatchHeader:
+        return BatchHeader(position, *HEADER.unpack_from(os.pread(self._fd, HEADER_SIZE, position)))
+
+    def headers_from(self, position: int, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches from ``position`` up to ``end`` (file positions), in order."""
+        end = self._size if end is None else min(end, self._size)
+        buf, buf_start = b"", position
+        while position + HEADER_SIZE <= end:
+            rel = position - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf, buf_start, rel = (
+                    os.pread(self._fd, max(HEADER_SIZE, min(_READ_AHEAD, end - position)), position),
+                    position,
+                    0,
+                )
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = BatchHeader(position, *HEADER.unpack_from(buf, rel))
+            if header.batch_length < MIN_BATCH_LENGTH:
+                return
+            yield header
+            position += header.batch_length + LOG_OVERHEAD
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
+        """Header of the first batch whose last offset is >= ``offset``, or None past the end."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self.headers_from(max(position, start_position)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def _batch_end_before(self, start: int, bound: int) -> int:
+        """The last batch boundary in [start, bound]; bound is at or before the file end."""
+        if bound >= self._size:
+            return self._size
+        _, position = self.offset_index.lookup_by_position(bound)
+        end = max(position, start)
+        for header in self.headers_from(end, bound):
+            if header.position + header.batch_length + LOG_OVERHEAD > bound:
+                break
+            end = header.position + header.batch_length + LOG_OVERHEAD
+        return end
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_batch: bool = False
+    ) -> tuple[BatchHeader, bytes] | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
+
+        ``max_position`` bounds the read (a batch boundary). With ``min_one_batch`` the first
+        batch is returned whole even when larger than ``max_size``. Returns the first
+        batch's header and the bytes, or None when the offset is past this segment.
+        """
+        first = self.translate_offset(start_offset)
+        if first is None:
+            return None
+        limit = self._size if max_position is None else min(max_position, self._size)
+        start = first.position
+        if start >= limit:
+            return first, b""
+        end = self._batch_end_before(start, min(limit, start + max_size))
+        if end == start and min_one_batch:
+            end = min(start + first.batch_length + LOG_OVERHEAD, limit)
+        return first, os.pread(self._fd, end - start, start) if end > start else b""
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        """Raw bytes of the ``.log`` file."""
+        return os.pread(self._fd, size, position)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record at or after ``starting_offset`` with timestamp >= target.
+
+        As Kafka: the time index gives the offset to start from, the offset index its
+        position, then batch headers are walked until one's maxTimestamp reaches the target
+        and its records are searched.
+        """
+        _, offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(offset, starting_offset))
+        for header in self.headers_from(position):
+            if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
+                return _search_batch(header, self.read_bytes(header.position, header.size), timestamp, starting_offset)
+        return None
+
+    # -- recovery and truncation ----------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild the indexes from the batches and cut the file at the first invalid one.
+
+        A batch is invalid when it runs past the file end, fails its CRC or header checks,
+        or does not follow its predecessor's offsets. Returns the bytes cut off.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = -1, self.base_offset
+        self._rolling_based_timestamp = None
+        self._next_offset = self.base_offset
+        size = os.fstat(self._fd).st_size
+        position, chunk = 0, RECOVERY_CHUNK
+        while position < size:
+            buf = os.pread(self._fd, min(chunk, size - position), position)
+            headers, valid = scan_valid_prefix(buf)
+            ordered = self._take_ordered(headers)
+            if ordered:
+                if position == 0:
+                    self._rolling_based_timestamp = ordered[0].max_timestamp
+                self._index_batches(ordered, position)
+                self._next_offset = ordered[-1].next_offset
+            if len(ordered) < len(headers):
+                valid = ordered[-1].position + ordered[-1].size if ordered else 0
+                position += valid
+                break
+            position += valid
+            if valid < len(buf):
+                # A batch cut by the chunk end: read again from it with room for all of it.
+                if len(buf) - valid >= LOG_OVERHEAD:
+                    needed = int.from_bytes(buf[valid + 8 : valid + 12], "big", signed=True) + LOG_OVERHEAD
+                    if needed >= HEADER_SIZE and position + needed <= size and len(buf) - valid < needed:
+                        chunk = max(chunk, needed)
+                        continue
+                elif position + LOG_OVERHEAD <= size and len(buf) == chunk:
+                    continue
+                break
+        truncated = size - position
+        if truncated:
+            log.warning("%s: cutting %d invalid bytes at position %d", self.log_path, truncated, position)
+            os.ftruncate(self._fd, position)
+        self._size = position
+        return truncated
+
+    def _take_ordered(self, headers: list[BatchHeader]) -> list[BatchHeader]:
+        """The headers up to the first whose offsets go backwards (garbage that passed its CRC)."""
+        expected = self._next_offset
+        for n, header in enumerate(headers):
+            if header.base_offset < expected or header.last_offset - self.base_offset > INT32_MAX:
+                return headers[:n]
+            expected = header.next_offset
+        return headers
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding ``offset`` and all after it; return the bytes removed."""
+        first = self.translate_offset(offset)
+        if first is None:
+            return 0
+        position = first.position
+        removed = self._size - position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to(first.base_offset)
+        os.ftruncate(self._fd, position)
+        self._size = position
+        if position == 0:
+            self._rolling_based_timestamp = None
+        self._load_tail_state()
+        return removed
+
+    def _load_tail_state(self) -> None:
+        """Next offset, largest timestamp and bytes since the last index entry, from the last entry on."""
+        last_offset, position = self.offset_index.last_entry
+        timestamp, ts_offset = self.time_index.last_entry
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = timestamp, ts_offset
+        self._next_offset = last_offset + 1 if self.offset_index.entries else self.base_offset
+        self._bytes_since_last_index_entry = self._size - position
+        for header in self.headers_from(position):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            self._next_offset = header.next_offset
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def on_becoming_inactive(self) -> None:
+        """On roll: record the final largest timestamp and trim the indexes (as Kafka)."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def make_active(self) -> None:
+        """Preallocate the indexes again: this segment takes appends."""
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    def flush(self) -> None:
+        """fsync the log file and write the index pages out."""
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Record the final timestamp entry, trim the indexes and close the files."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.max_timestamp_so_far >= 0 and self.time_index._mmap is not None:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+
+    def close_without_trim(self) -> None:
+        """Release the file handles without touching the files (a segment about to be deleted)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.offset_index._unmap()
+        self.time_index._unmap()
+        os.close(self._fd)
+
+    def paths(self) -> list[Path]:
+        """The segment's files that exist."""
+        prefix = self.directory / filename_prefix(self.base_offset)
+        candidates = [self.log_path, self.offset_index.path, self.time_index.path, prefix.with_suffix(TXN_INDEX_SUFFIX)]
+        return [p for p in candidates if p.exists()]
+
+    def rename_to_deleted(self) -> list[Path]:
+        """Rename every file with the ``.deleted`` suffix; open handles keep working."""
+        renamed = []
+        for path in self.paths():
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            os.replace(path, target)
+            renamed.append(target)
+        self.log_path = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        self.offset_index.path = self.offset_index.path.with_name(self.offset_index.path.name + DELETED_SUFFIX)
+        self.time_index.path = self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX)
+        return renamed
+
+    def delete(self) -> None:
+        """Close and remove every file of the segment."""
+        self.close_without_trim()
+        for path in self.paths():
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
+
+
+def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_offset: int) -> tuple[int, int]:
+    """(timestamp, offset) of the first record in ``batch`` with timestamp >= target.
+
+    LogAppendTime batches stamp every record with maxTimestamp. Otherwise the records are
+    decoded with the codec (``storage.record_batch``); should it be unavailable, the batch's
+    first eligible offset is returned, which never skips a matching record.
+    """
+    first_eligible = max(header.base_offset, starting_offset)
+    if header.timestamp_type == LOG_APPEND_TIME:
+        return header.max_timestamp, first_eligible
+    for record_offset, record_timestamp in _record_offsets_and_timestamps(batch):
+        if record_timestamp >= timestamp and record_offset >= starting_offset:
+            return record_timestamp, record_offset
+    return header.max_timestamp, first_eligible
+
+
+def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]]:
+    try:
+        from storage.record_batch import RecordBatch  # the codec; imported lazily, written separately
+    except ImportError:
+        return []
+    try:
+        decoded = RecordBatch(batch)
+        return [(record.offset, record.timestamp) for record in decoded]
+    except Exception:  # a codec failure must not fail a timestamp lookup; fall back to the batch
+        log.debug("could not decode batch for a timestamp lookup", exc_info=True)
+        return []
+
+
+__all__ = [
+    "CorruptIndexError",
+    "DELETED_SUFFIX",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "LogSegment",
+    "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
+    "filename_prefix",
+]
