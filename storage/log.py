@@ -147,7 +147,9 @@ class Log:
                 segment.make_active()  # room to rebuild the indexes
                 truncated = segment.recover()
                 segment.flush()
-                if truncated and n + 1 < len(segments):
+                # A recovered segment must end where the next begins; if not, its tail was lost
+                # and everything after it is suspect (a follower refetches it from the leader).
+                if n + 1 < len(segments) and (truncated or segment.next_offset != segments[n + 1].base_offset):
                     log.warning("%s: deleting %d segments after a corrupt batch", self.dir, len(segments) - n - 1)
                     kept.append(segment)
                     for later in segments[n + 1 :]:

@@ -354,10 +354,15 @@ class LogSegment:
         self.max_timestamp_so_far, self.offset_of_max_timestamp = timestamp, ts_offset
         self._next_offset = last_offset + 1 if self.offset_index.entries else self.base_offset
         self._bytes_since_last_index_entry = self._size - position
+        end = position
         for header in self.headers_from(position):
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
             self._next_offset = header.next_offset
+            end = header.position + header.batch_length + LOG_OVERHEAD
+        if end != self._size:
+            # The last batch runs past the file end, or the tail is not batches: a torn file.
+            raise CorruptIndexError(f"batches from position {position} end at {end}, the file at {self._size}")
 
     # -- lifecycle ------------------------------------------------------------------------
 
