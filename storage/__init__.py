@@ -6,6 +6,7 @@ This package imports nothing from Ray or the layers above; it is usable on its o
 from storage.batch_header import BatchHeader
 from storage.config import LOG_CONFIG, Config, ConfigDef, ConfigKey, log_config
 from storage.errors import KafkaError
+from storage.legacy import is_legacy, read_legacy, upconvert
 from storage.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -15,8 +16,27 @@ from storage.log import (
     LogAppendInfo,
     TimestampOffset,
 )
+from storage.record_batch import (
+    Record,
+    RecordBatch,
+    RecordBatchBuilder,
+    RecordColumns,
+    build_control_batch,
+    decode_columns,
+    iter_batches,
+)
 
 __all__ = [
+    "Record",
+    "RecordBatch",
+    "RecordBatchBuilder",
+    "RecordColumns",
+    "build_control_batch",
+    "decode_columns",
+    "iter_batches",
+    "is_legacy",
+    "read_legacy",
+    "upconvert",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",

@@ -48,7 +48,6 @@ from storage.batch_header import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
     check_batch,
@@ -251,37 +250,73 @@ def _locate(data: Buffer, arr: np.ndarray, pos: int, end: int, count: int) -> np
         if pos != end:
             raise CorruptRecordError(f"{end - pos} bytes in a batch of 0 records")
         return np.zeros(0, np.int64)
-    region = end - pos
-    if count >= 8 and region % count == 0:
-        # Records of one size (fixed-size values) are common: guess the stride, then check
-        # every length at once instead of hopping from record to record in Python.
-        stride = region // count
-        starts = pos + np.arange(count, dtype=np.int64) * stride
-        lengths, sizes = decode_varints_np(arr, starts, end)
-        if (lengths + sizes == stride).all():
-            return starts
-    starts_list = [0] * count
-    nxt = _NEXT
-    p = pos
+    chunks: list[np.ndarray] = []
+    p, remaining = pos, count
+    window, python_steps = 64, 32
     try:
-        for i in range(count):
-            starts_list[i] = p
-            b = data[p]
-            if b < 0x80:
-                step = nxt[b]
-                if not step:
-                    raise CorruptRecordError(f"invalid record length at byte {p}")
-                p += step
-            else:
+        while remaining:
+            if remaining >= 16:
+                # Records come in runs of one size (fixed-size values; the size changes
+                # only where an offset delta needs another varint byte): guess that the
+                # run goes on and check a window of guessed starts at once.
                 length, q = decode_varint(data, p)
-                if length <= 0:
+                stride = q - p + length
+                if length <= 0 or p + stride > end:
                     raise CorruptRecordError(f"invalid record length {length} at byte {p}")
-                p = q + length
+                k = min(remaining, window, (end - p) // stride)
+                guess = p + np.arange(k, dtype=np.int64) * stride
+                ok = _stride_matches(arr, guess, stride, end)
+                run = k if ok.all() else int(np.argmin(ok))
+                chunks.append(guess[:run])
+                p += run * stride
+                remaining -= run
+                if run == k:
+                    window *= 4
+                    continue
+                # The run broke early: hop record by record for a while, longer each
+                # time guessing does not pay, so varied sizes cost little extra.
+                window = 64
+                if run < 16:
+                    python_steps *= 2
+            steps = min(remaining, python_steps)
+            hops = [0] * steps
+            nxt = _NEXT
+            for i in range(steps):
+                hops[i] = p
+                b = data[p]
+                if b < 0x80:
+                    step = nxt[b]
+                    if not step:
+                        raise CorruptRecordError(f"invalid record length at byte {p}")
+                    p += step
+                else:
+                    length, q = decode_varint(data, p)
+                    if length <= 0:
+                        raise CorruptRecordError(f"invalid record length {length} at byte {p}")
+                    p = q + length
+                if p > end:
+                    raise CorruptRecordError("record runs past the end of the batch")
+            chunks.append(np.array(hops, dtype=np.int64))
+            remaining -= steps
     except IndexError:
         raise CorruptRecordError("record runs past the end of the batch") from None
     if p != end:
         raise CorruptRecordError(f"records of the batch end at byte {p}, the batch at {end}")
-    return np.array(starts_list, dtype=np.int64)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def _stride_matches(arr: np.ndarray, starts: np.ndarray, stride: int, end: int) -> np.ndarray:
+    """Whether the record at each guessed start has a 1- or 2-byte length giving ``stride``.
+
+    Guessed starts may point into the middle of a record, so this never raises: a guess
+    that does not decode as such a length simply does not match.
+    """
+    b0 = arr[starts].astype(np.int64)
+    b1 = arr[np.minimum(starts + 1, end - 1)].astype(np.int64)
+    two = b0 >= 0x80
+    z = np.where(two, (b0 & 0x7F) | ((b1 & 0x7F) << 7), b0)
+    length = (z >> 1) ^ -(z & 1)
+    return (length + 1 + two == stride) & ~(two & (b1 >= 0x80))
 
 
 class _Fields(NamedTuple):
@@ -330,7 +365,7 @@ def _parse_np(data: Buffer, arr: np.ndarray, starts: np.ndarray, limit: int) -> 
 def _check_offset_deltas(od: np.ndarray | list, last_offset_delta: int) -> None:
     # Offsets inside a batch increase; compaction may leave holes, never disorder.
     if isinstance(od, list):
-        if od and (od[0] < 0 or od[-1] > last_offset_delta or any(b <= a for a, b in zip(od, od[1:]))):
+        if od and (od[0] < 0 or od[-1] > last_offset_delta or any(b <= a for a, b in zip(od, od[1:], strict=False))):
             raise CorruptRecordError(f"offset deltas {od[:3]}... not increasing within 0..{last_offset_delta}")
         return
     if len(od) and (od[0] < 0 or od[-1] > last_offset_delta or (np.diff(od) <= 0).any()):
@@ -519,10 +554,10 @@ class RecordBatch:
 
 def _slices(data: bytes, starts: list[int], lengths: list[int]) -> list[bytes | None]:
     if not lengths or min(lengths) >= 0:
-        return [data[s : s + n] for s, n in zip(starts, lengths)]
+        return [data[s : s + n] for s, n in zip(starts, lengths, strict=False)]
     if max(lengths) < 0:
         return [None] * len(lengths)
-    return [data[s : s + n] if n >= 0 else None for s, n in zip(starts, lengths)]
+    return [data[s : s + n] if n >= 0 else None for s, n in zip(starts, lengths, strict=False)]
 
 
 def iter_batches(buf: Buffer, *, check_crc: bool = True) -> Iterator[RecordBatch]:
@@ -628,7 +663,9 @@ def decode_columns(
                 raise CorruptRecordError(f"batch at byte {h.position} has bytes after 0 records")
             continue
         if h.compression:
-            data = compression.decompress(h.compression, memoryview(buf)[h.position + HEADER_SIZE : h.position + h.size])
+            data = compression.decompress(
+                h.compression, memoryview(buf)[h.position + HEADER_SIZE : h.position + h.size]
+            )
             segments.append((data, 0, len(data), h))
             compressed = True
         else:
@@ -1082,7 +1119,7 @@ def _encode_columns(vcol: _Column, kcol: _Column | None, tsd: np.ndarray, od: np
     if len(bounds) - 1 > max(4, n // 16):
         return _encode_rows_py(vcol, kcol, tsd, od)
     out_parts = []
-    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+    for r0, r1 in zip(bounds[:-1], bounds[1:], strict=False):
         m = r1 - r0
         lw, tw, ow, kw, kb, vw, vb = (int(x) for x in layout[:7, r0])
         width = lw + 1 + tw + ow + kw + kb + vw + vb + 1
@@ -1128,7 +1165,7 @@ def _encode_rows_py(vcol: _Column, kcol: _Column | None, tsd: np.ndarray, od: np
     enc = encode_varint
     parts: list[bytes] = []
     append = parts.append
-    for value, key, t, o in zip(values, keys, tsd.tolist(), od.tolist()):
+    for value, key, t, o in zip(values, keys, tsd.tolist(), od.tolist(), strict=False):
         tsd_b = table[t - base] if -64 <= t < 16384 else enc(t)
         od_b = table[o - base] if o < 16384 else enc(o)
         if key is None:

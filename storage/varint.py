@@ -139,10 +139,18 @@ def decode_varints_np(
     if positions.min() < 0 or positions.max() >= limit:
         raise CorruptRecordError("varint position past the end of the records")
     first = data[positions]
-    if not (first & 0x80).any():
+    cont = first >= 0x80
+    if not cont.any():
         # The common case: every varint is a single byte.
         z = first.astype(np.int64)
         return (z >> 1) ^ -(z & 1), np.ones(len(positions), np.int64)
+    second_pos = positions + 1
+    if second_pos[-1] < limit and second_pos.max() < limit:
+        # Next most common: one or two bytes (lengths of 64..8191 bytes).
+        second = data[second_pos]
+        if not (cont & (second >= 0x80)).any():
+            z = np.where(cont, (first & 0x7F).astype(np.int64) | (second.astype(np.int64) << 7), first)
+            return (z >> 1) ^ -(z & 1), 1 + cont
     idx = positions[:, None] + np.arange(max_bytes, dtype=np.int64)
     np.minimum(idx, limit - 1, out=idx)
     mat = data[idx]
