@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-try:  # the project's own builder, once the codec lands
-    from storage.record_batch import RecordBatchBuilder as _Builder
-except ImportError:  # pragma: no cover - until then kafka-python's
-    _Builder = None
-
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
+try:  # the project's own builder (storage.record_batch, the codec)
+    from storage.record_batch import RecordBatchBuilder
+except ImportError:  # pragma: no cover - fall back to kafka-python's
+    RecordBatchBuilder = None
 
 
 def make_batch(
@@ -23,6 +23,11 @@ def make_batch(
     """One v2 batch holding ``values``, with offsets ``base_offset + i`` and the given timestamps."""
     timestamps = list(timestamps) if timestamps is not None else [1_000 + i for i in range(len(values))]
     keys = list(keys) if keys is not None else [None] * len(values)
+    if RecordBatchBuilder is not None:
+        ours = RecordBatchBuilder(compression, base_offset=base_offset)
+        for key, value, ts in zip(keys, values, timestamps, strict=True):
+            ours.append(value, key=key, timestamp=ts)
+        return bytes(ours.build())
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,

@@ -233,9 +233,18 @@ def test_offset_for_timestamp(open_log):
 def test_offset_for_timestamp_inside_a_batch(open_log):
     log = open_log()
     log.append(make_batch([b"a", b"b", b"c", b"d"], [10, 20, 30, 40]))
-    found = log.offset_for_timestamp(25)
-    # Record-level with the codec; the batch's first offset without it. Never past the match.
-    assert found is not None and found.offset <= 2
+    # Record level: the codec decodes the batch the headers point at.
+    assert log.offset_for_timestamp(25) == TimestampOffset(30, 2)
+    assert log.offset_for_timestamp(40) == TimestampOffset(40, 3)
+    assert log.offset_for_timestamp(5) == TimestampOffset(10, 0)
+
+
+def test_offset_for_timestamp_compressed_batches(open_log):
+    log = open_log(**{"index.interval.bytes": 0})
+    for n in range(5):
+        log.append(make_batch([b"v" * 50] * 4, [n * 100 + d for d in (0, 10, 20, 30)], compression=1))
+    assert log.offset_for_timestamp(215) == TimestampOffset(220, 10)
+    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampOffset(430, 19)
 
 
 def test_follower_append_keeps_offsets(open_log):
