@@ -115,6 +115,8 @@ def _gzip_decode(data: Buffer) -> bytes:
 
 
 def _zstd_decode(data: Buffer) -> bytes:
+    if not len(data):
+        raise CorruptRecordError("empty zstd data")
     parts = []
     rest: Buffer = data
     # Frames written by streaming encoders (zstd-jni's) carry no content size, which
