@@ -34,6 +34,7 @@ class AbstractIndex:
         self.base_offset = base_offset
         self.entry_size = self.entry.size
         self._mmap: mmap.mmap | None = None
+        self._last: tuple[int, ...] | None = None  # fields of the last entry, read once per append
         existed = self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -113,6 +114,13 @@ class AbstractIndex:
         assert self._mmap is not None
         self.entry.pack_into(self._mmap, self._entries * self.entry_size, *fields)
         self._entries += 1
+        self._last = fields
+
+    def _last_fields(self) -> tuple[int, ...] | None:
+        """The raw fields of the last entry, or None when empty."""
+        if self._last is None and self._entries:
+            self._last = self.entry_at(self._entries - 1)
+        return self._last
 
     def _largest_lower_bound(self, key: int, field: int = 0) -> int:
         """Slot of the largest entry whose ``field`` is <= ``key``, or -1 if none."""
@@ -132,6 +140,7 @@ class AbstractIndex:
 
     def _truncate_to_entries(self, n: int) -> None:
         n = max(0, min(n, self._entries))
+        self._last = None
         if self._mmap is not None and n < self._entries:
             # Zero the dropped tail so a later crash cannot resurrect stale entries.
             start = n * self.entry_size

@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from storage import batch_header
-from storage.batch_header import MAGIC_OFFSET, BatchHeader, check_batches, read_header
+from storage.batch_header import HEADER, HEADER_SIZE, MAGIC_OFFSET, BatchHeader, check_batches, read_header
 from storage.checkpoint import fsync_dir, read_offset, write_offset
-from storage.config import Config, log_config
+from storage.config import LONG_MAX, Config, log_config
 from storage.errors import (
     CorruptRecordError,
     InvalidRequestError,
@@ -72,12 +72,14 @@ class FetchDataInfo:
     """The result of a read: whole batches starting with the one that holds ``fetch_offset``.
 
     ``first_offset`` is the base offset of the first batch returned (at or below
-    ``fetch_offset``), or ``fetch_offset`` when ``records`` is empty.
+    ``fetch_offset``) and ``next_offset`` the offset to fetch next (just past the last
+    batch returned); both are ``fetch_offset`` when ``records`` is empty.
     """
 
     records: bytes
     fetch_offset: int
     first_offset: int
+    next_offset: int
     log_start_offset: int
     log_end_offset: int
     segment_base_offset: int = -1
@@ -112,6 +114,12 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         self._offline = False
+        # Read on every append: plain attributes, not Config lookups.
+        self._max_message_bytes: int = self.config.max_message_bytes
+        self._segment_bytes: int = self.config.segment_bytes
+        self._log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        self._flush_messages: int = self.config.flush_messages
+        self._flush_ms_set = self.config.flush_ms < LONG_MAX
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -232,36 +240,44 @@ class Log:
             from storage.legacy import upconvert  # magic 0/1 message sets; imported only when met
 
             records = upconvert(records)
-        # The one copy: offsets, epoch and LogAppendTime are patched into it in place.
-        buf = bytearray(records)
-        max_batch = self.config.max_message_bytes if assign_offsets else 2**31 - 1
-        headers = check_batches(buf, max_batch, producer_batches=assign_offsets)
-        if len(buf) > self.config.segment_bytes:
-            raise RecordListTooLargeError(f"{len(buf)} bytes do not fit in a segment of {self.config.segment_bytes}")
+        view = memoryview(records)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        headers = check_batches(view, self._max_message_bytes if assign_offsets else 2**31 - 1, assign_offsets)
+        size = len(view)
+        if size > self._segment_bytes:
+            raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
         with self._write_lock:
             self._check_writable()
             log_append_time = -1
-            if assign_offsets:
-                first_offset = self._log_end_offset
-                next_offset = batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
-                if self.config.message_timestamp_type == "LogAppendTime":
-                    log_append_time = self._time()
-                    batch_header.set_log_append_time(buf, headers, log_append_time)
-                headers = [read_header(buf, h.position) for h in headers]
-            else:
+            if not assign_offsets:
                 first_offset, next_offset = headers[0].base_offset, headers[-1].next_offset
                 self._check_follower_offsets(headers)
-            max_timestamp = max(h.max_timestamp for h in headers)
-            segment = self._maybe_roll(len(buf), max_timestamp, next_offset - 1, first_offset)
+                parts: list[memoryview | bytearray] = [view]  # the leader's bytes as they are
+            elif self._log_append_time:
+                # The timestamp is covered by the CRC, which spans the body: patch a copy.
+                first_offset = self._log_end_offset
+                buf = bytearray(view)
+                next_offset = batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
+                log_append_time = self._time()
+                batch_header.set_log_append_time(buf, headers, log_append_time)
+                headers = [read_header(buf, h.position) for h in headers]
+                parts = [buf]
+            else:
+                first_offset = self._log_end_offset
+                parts, headers, next_offset = _patch_headers(view, headers, first_offset, leader_epoch)
+            max_timestamp = headers[0].max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
+            segment = self._maybe_roll(size, max_timestamp, next_offset - 1, first_offset)
             try:
-                segment.append(buf, headers)
+                segment.append(parts, size, headers)
             except KafkaStorageError:
                 raise
             except OSError as exc:  # the partial write could not be undone: stop taking writes
                 self._offline = True
                 raise KafkaStorageError(f"{self.dir} went offline: {exc}") from exc
             self._log_end_offset = next_offset
-            self._maybe_flush()
+            if next_offset - self._recovery_point >= self._flush_messages or self._flush_ms_set:
+                self._maybe_flush()
             return LogAppendInfo(
                 first_offset=first_offset,
                 last_offset=next_offset - 1,
@@ -269,7 +285,7 @@ class Log:
                 log_start_offset=self._log_start_offset,
                 max_timestamp=max_timestamp,
                 batch_count=len(headers),
-                size_bytes=len(buf),
+                size_bytes=size,
                 headers=headers,
             )
 
@@ -292,7 +308,7 @@ class Log:
 
     def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int, first_offset: int) -> LogSegment:
         segment = self.active_segment
-        if segment.should_roll(size, max_timestamp, last_offset, self._time(), self.config.segment_bytes):
+        if segment.should_roll(size, max_timestamp, last_offset, self._time, self._segment_bytes):
             return self._roll_locked(max(first_offset, self._log_end_offset))
         return segment
 
@@ -373,7 +389,7 @@ class Log:
         start, end = self._log_start_offset, self._log_end_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.dir.name}")
-        empty = FetchDataInfo(b"", offset, offset, start, end)
+        empty = FetchDataInfo(b"", offset, offset, offset, start, end)
         if offset == end or (max_offset is not None and offset >= max_offset):
             return empty
         n = max(0, bisect.bisect_right(bases, offset) - 1)
@@ -387,11 +403,11 @@ class Log:
                     raise OffsetOutOfRangeError(f"offset {offset} was deleted while being read") from exc
                 raise KafkaStorageError(f"read of {segment.log_path} failed: {exc}") from exc
             if result is not None:
-                first, records = result
+                first, records, next_offset = result
                 if not records:
                     return empty
                 return FetchDataInfo(
-                    records, offset, first.base_offset, start, end, segment.base_offset, first.position
+                    records, offset, first.base_offset, next_offset, start, end, segment.base_offset, first.position
                 )
             n += 1  # the offset lies past this segment's last batch
         return empty
@@ -633,3 +649,40 @@ class Log:
             f"Log({str(self.dir)!r}, start={self._log_start_offset}, end={self._log_end_offset}, "
             f"segments={len(self.segments)})"
         )
+
+
+class _Slot(NamedTuple):
+    """Where a batch header sits in the buffer of patched headers."""
+
+    position: int
+    last_offset_delta: int
+
+
+def _patch_headers(
+    view: memoryview, headers: list[BatchHeader], first_offset: int, leader_epoch: int
+) -> tuple[list[memoryview], list[BatchHeader], int]:
+    """Assign offsets without copying the batches: only their 61-byte headers are copied.
+
+    baseOffset and partitionLeaderEpoch lie in the header and outside the CRC, so the
+    patched headers plus the caller's untouched bodies, written with one ``writev``, are
+    exactly the patched batches. Returns the write parts, the new headers (positions in
+    ``view``) and the next offset.
+    """
+    if len(headers) == 1:  # the common case, without the loops
+        h = headers[0]
+        patched = bytearray(view[:HEADER_SIZE])
+        next_offset = batch_header.assign_offsets(patched, [_Slot(0, h.last_offset_delta)], first_offset, leader_epoch)  # type: ignore[list-item]
+        return [patched, view[HEADER_SIZE:]], [BatchHeader(0, *HEADER.unpack_from(patched))], next_offset
+    patched = bytearray(b"".join([view[h.position : h.position + HEADER_SIZE] for h in headers]))
+    # assign_offsets reads only position and lastOffsetDelta; a NamedTuple is far cheaper
+    # to build than a copy of the frozen header.
+    moved = [_Slot(n * HEADER_SIZE, h.last_offset_delta) for n, h in enumerate(headers)]
+    next_offset = batch_header.assign_offsets(patched, moved, first_offset, leader_epoch)  # type: ignore[arg-type]
+    patched_view = memoryview(patched)
+    parts, new_headers = [], []
+    for n, h in enumerate(headers):
+        at = n * HEADER_SIZE
+        parts.append(patched_view[at : at + HEADER_SIZE])
+        parts.append(view[h.position + HEADER_SIZE : h.position + h.batch_length + batch_header.LOG_OVERHEAD])
+        new_headers.append(BatchHeader(h.position, *HEADER.unpack_from(patched, at)))
+    return parts, new_headers, next_offset

@@ -26,8 +26,9 @@ class OffsetIndex(AbstractIndex):
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); both must be larger than the last entry's."""
         relative = offset - self.base_offset
-        if self._entries:
-            last_offset, last_position = self.entry_at(self._entries - 1)
+        last = self._last_fields()
+        if last is not None:
+            last_offset, last_position = last
             if relative <= last_offset or position <= last_position:
                 raise CorruptIndexError(
                     f"index entry ({offset}, {position}) is not after the last one "
@@ -54,10 +55,10 @@ class OffsetIndex(AbstractIndex):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry, or (base offset, 0) when empty."""
-        if not self._entries:
+        last = self._last_fields()
+        if last is None:
             return self.base_offset, 0
-        relative, position = self.entry_at(self._entries - 1)
-        return self.base_offset + relative, position
+        return self.base_offset + last[0], last[1]
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries whose offset is >= ``offset``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +51,22 @@ def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
-    """``os.write`` until every byte is written (a write may be short)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
+_IOV_MAX = 1024  # POSIX minimum of IOV_MAX; Linux's value
+
+
+def write_fully(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """``os.writev`` the parts until every byte is written (a write may be short)."""
+    views = [memoryview(p) for p in parts]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first : first + _IOV_MAX])
         if written <= 0:
             raise OSError(errno.EIO, "write returned 0 bytes")
-        view = view[written:]
+        while first < len(views) and written >= views[first].nbytes:
+            written -= views[first].nbytes
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
 class LogSegment:
@@ -137,22 +145,26 @@ class LogSegment:
 
     # -- append ---------------------------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Append validated batches whose offsets are assigned; ``headers`` positions are in ``buf``.
+    def append(
+        self, parts: Sequence[bytes | bytearray | memoryview], size: int, headers: Sequence[BatchHeader]
+    ) -> None:
+        """Append validated batches whose offsets are assigned, written from ``parts`` in order.
 
-        On an I/O error the file is cut back to its old size, no index entry is added and
-        KafkaStorageError is raised: the segment stays as it was before the call.
+        ``size`` is the parts' total length and ``headers`` the batches' headers, with
+        positions counted from the start of the first part. On an I/O error the file is
+        cut back to its old size, no index entry is added and KafkaStorageError is raised:
+        the segment stays as it was before the call.
         """
         start = self._size
         try:
-            write_fully(self._fd, buf)
+            write_fully(self._fd, parts)
         except OSError as exc:
             self._undo_partial_write(start)
             raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
         if start == 0:
             self._rolling_based_timestamp = headers[0].max_timestamp
-        self._index_batches(headers, start - headers[0].position)
-        self._size = start + len(buf)
+        self._index_batches(headers, start)
+        self._size = start + size
         self._next_offset = headers[-1].next_offset
 
     def _undo_partial_write(self, size: int) -> None:
@@ -177,8 +189,13 @@ class LogSegment:
             since += h.batch_length + LOG_OVERHEAD
         self._bytes_since_last_index_entry = since
 
-    def should_roll(self, size_in_bytes: int, max_timestamp: int, last_offset: int, now_ms: int, max_size: int) -> bool:
-        """Whether an append of these batches must go to a new segment (Kafka's shouldRoll)."""
+    def should_roll(
+        self, size_in_bytes: int, max_timestamp: int, last_offset: int, now_ms: int | Callable[[], int], max_size: int
+    ) -> bool:
+        """Whether an append of these batches must go to a new segment (Kafka's shouldRoll).
+
+        ``now_ms`` may be a clock, read only when the segment's first batch has no timestamp.
+        """
         if self._size == 0:
             return False
         if self._size > max_size - size_in_bytes:
@@ -188,7 +205,10 @@ class LogSegment:
         if last_offset - self.base_offset > INT32_MAX or self._size + size_in_bytes > INT32_MAX:
             return True
         first = self.rolling_based_timestamp
-        waited = max_timestamp - first if first is not None and first >= 0 else now_ms - self.created_ms
+        if first is not None and first >= 0:
+            waited = max_timestamp - first
+        else:
+            waited = (now_ms() if callable(now_ms) else now_ms) - self.created_ms
         return waited > self._segment_ms
 
     # -- reads ----------------------------------------------------------------------------
@@ -224,26 +244,31 @@ class LogSegment:
                 return header
         return None
 
-    def _batch_end_before(self, start: int, bound: int) -> int:
-        """The last batch boundary in [start, bound]; bound is at or before the file end."""
+    def _batch_end_before(self, start: int, bound: int) -> tuple[int, int]:
+        """The last batch boundary in [start, bound] and the offset a read ending there continues at.
+
+        ``bound`` is at or before the file end. Walks headers from the offset index entry
+        nearest below ``bound``: at most ``index.interval.bytes`` of batches.
+        """
         if bound >= self._size:
-            return self._size
+            return self._size, self._next_offset
         _, position = self.offset_index.lookup_by_position(bound)
         end = max(position, start)
-        for header in self.headers_from(end, bound):
+        for header in self.headers_from(end):
             if header.position + header.batch_length + LOG_OVERHEAD > bound:
-                break
+                return end, header.base_offset
             end = header.position + header.batch_length + LOG_OVERHEAD
-        return end
+        return end, self._next_offset
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_batch: bool = False
-    ) -> tuple[BatchHeader, bytes] | None:
+    ) -> tuple[BatchHeader, bytes, int] | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
 
         ``max_position`` bounds the read (a batch boundary). With ``min_one_batch`` the first
         batch is returned whole even when larger than ``max_size``. Returns the first
-        batch's header and the bytes, or None when the offset is past this segment.
+        batch's header, the bytes and the offset to read next, or None when the offset is
+        past this segment. One ``pread`` of the data; no copy after it.
         """
         first = self.translate_offset(start_offset)
         if first is None:
@@ -251,11 +276,13 @@ class LogSegment:
         limit = self._size if max_position is None else min(max_position, self._size)
         start = first.position
         if start >= limit:
-            return first, b""
-        end = self._batch_end_before(start, min(limit, start + max_size))
-        if end == start and min_one_batch:
-            end = min(start + first.batch_length + LOG_OVERHEAD, limit)
-        return first, os.pread(self._fd, end - start, start) if end > start else b""
+            return first, b"", start_offset
+        end, next_offset = self._batch_end_before(start, min(limit, start + max_size))
+        if end == start:
+            if not min_one_batch:
+                return first, b"", start_offset
+            end, next_offset = start + first.batch_length + LOG_OVERHEAD, first.next_offset
+        return first, os.pread(self._fd, end - start, start), next_offset
 
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the ``.log`` file."""

@@ -29,8 +29,9 @@ class TimeIndex(AbstractIndex):
         ``skip_full_check`` lets the segment write one final entry into the slot kept free
         for it when it rolls, as Kafka does.
         """
-        if self._entries:
-            last_ts, last_rel = self.entry_at(self._entries - 1)
+        last = self._last_fields()
+        if last is not None:
+            last_ts, last_rel = last
             if timestamp <= last_ts:
                 return
             if offset - self.base_offset < last_rel:
@@ -58,10 +59,10 @@ class TimeIndex(AbstractIndex):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, base offset) when empty."""
-        if not self._entries:
+        last = self._last_fields()
+        if last is None:
             return -1, self.base_offset
-        timestamp, relative = self.entry_at(self._entries - 1)
-        return timestamp, self.base_offset + relative
+        return last[0], self.base_offset + last[1]
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries whose offset is >= ``offset``."""

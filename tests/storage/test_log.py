@@ -68,6 +68,7 @@ def _all_offsets(log: Log, start: int | None = None) -> list[tuple[int, int]]:
         records = log.read(offset, 10**6).records
         assert records, f"no records at {offset} below the log end {log.log_end_offset}"
         out.extend(_offsets(records))
+        assert log.read(offset, 10**6).next_offset == out[-1][1] + 1
         offset = out[-1][1] + 1
     return out
 
@@ -141,6 +142,7 @@ def test_read_max_bytes_and_min_one_batch(open_log):
     assert log.read(2, size - 1, min_one_batch=False).records == b""
     result = log.read(4, 2 * size)
     assert result.first_offset == 4 and _offsets(result.records) == [(4, 4), (5, 5)]
+    assert result.next_offset == 6 and result.fetch_offset == 4
 
 
 def test_read_stops_before_max_offset(open_log):
@@ -349,16 +351,19 @@ def test_io_error_on_append_leaves_log_consistent(open_log, monkeypatch):
     log = open_log()
     first = make_batch([b"a", b"b"])
     log.append(first)
-    real_write = os.write
+    real_writev = os.writev
 
-    def failing_write(fd, data):
-        real_write(fd, bytes(data)[: len(data) // 2])  # a torn write, then the disk is full
+    def failing_writev(fd, parts):
+        data = b"".join(bytes(p) for p in parts)
+        os.write(fd, data[: len(data) // 2])  # a torn write, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "write", failing_write)
+    monkeypatch.setattr(os, "writev", failing_writev)
     with pytest.raises(KafkaStorageError):
         log.append(make_batch([b"c" * 1000]))
-    monkeypatch.setattr(os, "write", real_write)
+    with pytest.raises(KafkaStorageError):  # the follower path too
+        log.append(make_batch([b"d" * 1000], base_offset=2), assign_offsets=False)
+    monkeypatch.setattr(os, "writev", real_writev)
     assert log.log_end_offset == 2 and log.size_in_bytes == len(first)
     assert log.active_segment.offset_index.entries == 0
     assert _offsets(log.read(0, 10**6).records) == [(0, 1)]

@@ -15,7 +15,7 @@ def _segment(tmp_path, base=0, **overrides):
 
 def _append(segment, offset, values, timestamps=None):
     data = make_batch(values, timestamps, base_offset=offset)
-    segment.append(data, check_batches(data))
+    segment.append([data], len(data), check_batches(data))
     return data
 
 
@@ -31,18 +31,17 @@ def test_append_and_read_whole_batches(tmp_path):
     segment = _segment(tmp_path)
     batches = [_append(segment, 3 * n, [b"a", b"b", b"c"]) for n in range(5)]
     assert segment.next_offset == 15 and segment.size == sum(map(len, batches))
-    header, data = segment.read(4, 10**6)
-    assert header.base_offset == 3 and data == b"".join(batches[1:])
-    header, data = segment.read(4, len(batches[1]) + len(batches[2]) - 1)
-    assert data == batches[1]  # cut at a batch boundary, never mid-batch
-    header, data = segment.read(4, 10)
-    assert data == b""
-    header, data = segment.read(4, 10, min_one_batch=True)
-    assert data == batches[1]
+    header, data, next_offset = segment.read(4, 10**6)
+    assert header.base_offset == 3 and data == b"".join(batches[1:]) and next_offset == 15
+    header, data, next_offset = segment.read(4, len(batches[1]) + len(batches[2]) - 1)
+    assert data == batches[1] and next_offset == 6  # cut at a batch boundary, never mid-batch
+    assert segment.read(4, 10)[1:] == (b"", 4)
+    header, data, next_offset = segment.read(4, 10, min_one_batch=True)
+    assert data == batches[1] and next_offset == 6
     assert segment.read(15, 100) is None
     position = len(batches[0]) + len(batches[1]) + len(batches[2])
-    _, data = segment.read(0, 10**6, max_position=position)
-    assert data == b"".join(batches[:3])
+    _, data, next_offset = segment.read(0, 10**6, max_position=position)
+    assert data == b"".join(batches[:3]) and next_offset == 9
 
 
 def test_sparse_index_one_entry_per_interval_not_per_batch(tmp_path):
