@@ -1,0 +1,125 @@
+"""Broker (cluster-wide) configuration: Kafka's broker keys and defaults.
+
+Kafka's ``log.*`` broker keys are the defaults of the topic-level keys a topic may
+override; :func:`topic_defaults` maps one onto the other as Kafka's ``LogConfig`` does.
+A few keys are rayqueue's own and say so in their name (``rayqueue.*``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
+
+# broker key -> topic key, as Kafka's LogConfig.TopicConfigSynonyms
+TOPIC_SYNONYMS: dict[str, str] = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "compression.type": "compression.type",
+    "log.preallocate": "preallocate",
+}
+
+
+def _synonym_key(broker_key: str) -> ConfigKey:
+    topic_key = LOG_CONFIG.keys[TOPIC_SYNONYMS[broker_key]]
+    return ConfigKey(
+        broker_key,
+        topic_key.type,
+        topic_key.default,
+        f"Default of the topic config {topic_key.name}.",
+        topic_key.min,
+        topic_key.max,
+        topic_key.choices,
+    )
+
+
+BROKER_CONFIG = ConfigDef(
+    "broker",
+    [
+        ConfigKey("log.dirs", "string", "/tmp/rayqueue-logs", "Root data directory; broker N uses <log.dirs>/broker-N."),
+        ConfigKey("rayqueue.num.brokers", "int", 3, "Logical brokers to run, spread over the Ray nodes.", min=1),
+        ConfigKey("rayqueue.namespace", "string", "rayqueue", "Ray namespace holding this cluster's named actors."),
+        ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", min=1),
+        ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
+        ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),
+        ConfigKey("delete.topic.enable", "boolean", True, "Allow topic deletion."),
+        ConfigKey("log.retention.hours", "int", 168, "Retention in hours, used when log.retention.ms is unset.", min=-1),
+        ConfigKey("log.retention.check.interval.ms", "long", 300000, "How often replicas apply retention.", min=1),
+        ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower this far behind leaves the ISR.", min=1),
+        ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time.", min=0),
+        ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Follower fetch size per partition.", min=0),
+        ConfigKey("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
+        ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often to rebalance leaders.", min=1),
+        ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", min=1),
+        ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.", min=1),
+        *(_synonym_key(key) for key in TOPIC_SYNONYMS),
+    ],
+)
+
+# Kafka leaves log.retention.ms unset and falls back to log.retention.hours; rayqueue marks
+# "unset" with this sentinel default so that an explicit value always wins.
+_UNSET = LONG_MAX - 1
+BROKER_CONFIG.keys["log.retention.ms"] = ConfigKey(
+    "log.retention.ms", "long", _UNSET, "Retention in ms (-1: forever); overrides log.retention.hours.", min=-1
+)
+
+
+def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+    """A broker configuration with Kafka's defaults and the given overrides."""
+    return BROKER_CONFIG.parse(values, **kwargs)
+
+
+def topic_defaults(broker: Config) -> dict[str, Any]:
+    """The topic-level defaults this broker configuration implies."""
+    defaults = {topic_key: broker[broker_key] for broker_key, topic_key in TOPIC_SYNONYMS.items()}
+    if broker["log.retention.ms"] == _UNSET:
+        hours = broker["log.retention.hours"]
+        defaults["retention.ms"] = -1 if hours < 0 else hours * 3600 * 1000
+    return defaults
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Turn TOML's nested tables back into Kafka's dotted keys (``log.dirs = ...``)."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config file into a dict of dotted Kafka keys.
+
+    Top-level keys are broker keys; a ``[topics.<name>]`` table (optional) lists topics to
+    create at launch with ``partitions``, ``replication.factor`` and topic config keys.
+    """
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    topics = data.pop("topics", {})
+    result = flatten(data)
+    if topics:
+        result["topics"] = {name: flatten(spec) for name, spec in topics.items()}
+    return result

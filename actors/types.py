@@ -1,0 +1,113 @@
+"""Small immutable results and metadata exchanged between actors and clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    """A topic name and partition number."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """What a leader answers to a produce: where the first batch landed."""
+
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Whole record batches from ``fetch_offset`` and the partition's offsets."""
+
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    """An offset with the timestamp of its record (-1 when not looked up by time)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerMetadata:
+    """A logical broker: its id, the Ray node it is bound to and its data directory."""
+
+    broker_id: int
+    node_id: str
+    data_dir: str
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """Where a partition lives: replicas, ISR, leader (its actor handle) and epochs."""
+
+    topic: str
+    partition: int
+    leader: int  # broker id, -1 when offline
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader_handle: Any = field(default=None, compare=False, repr=False)
+    partition_epoch: int = 0
+    offline_replicas: tuple[int, ...] = ()
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The partition's TopicPartition."""
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer in-sync replicas than assigned replicas."""
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def offline(self) -> bool:
+        """No live leader."""
+        return self.leader < 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """A topic's partitions, internal flag and non-default configs."""
+
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
+    internal: bool = False
+    configs: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """A metadata snapshot served by the controller and cached by clients."""
+
+    cluster_id: str
+    controller_epoch: int
+    brokers: tuple[BrokerMetadata, ...]
+    topics: dict[str, TopicMetadata]
+
+    def partitions_for(self, topic: str) -> tuple[PartitionMetadata, ...]:
+        """The partitions of ``topic`` (empty when unknown)."""
+        meta = self.topics.get(topic)
+        return meta.partitions if meta else ()

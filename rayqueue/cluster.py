@@ -1,0 +1,187 @@
+"""Launch a rayqueue cluster on Ray, or connect to one that is running.
+
+``launch()`` starts the controller actor, binds the logical brokers to Ray nodes and
+brings up every replica. It runs on the Ray cluster the driver is connected to
+(``ray.init(address=...)`` or ``RAY_ADDRESS``), or starts an embedded local Ray when
+there is none. ``connect()`` attaches any other driver on the same Ray cluster by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.config import BROKER_CONFIG, broker_config, load_toml
+from actors.controller import CONTROLLER_NAME, Controller
+from actors.types import ClusterMetadata
+from storage.config import Config
+from storage.errors import InvalidConfigError, KafkaTimeoutError
+
+logger = logging.getLogger(__name__)
+
+# An embedded Ray on a small machine gets more logical CPUs than cores so that Spark
+# executors and Ray Data tasks never wait forever for a CPU slot (STACK.md).
+EMBEDDED_NUM_CPUS = 8
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray (``address``/RAY_ADDRESS) or start an embedded one; True if started here."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        return False
+    ray.init(
+        num_cpus=num_cpus or EMBEDDED_NUM_CPUS,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
+    return True
+
+
+class Cluster:
+    """A handle to a running rayqueue cluster: its controller and namespace."""
+
+    def __init__(self, namespace: str, controller: Any, config: Config, owns_ray: bool = False) -> None:
+        self.namespace = namespace
+        self.controller = controller
+        self.config = config
+        self._owns_ray = owns_ray
+
+    def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
+        """A fresh metadata snapshot from the controller."""
+        return ray.get(self.controller.get_metadata.remote(topics))
+
+    def describe(self) -> dict[str, Any]:
+        """Cluster id, controller epoch, brokers and counts."""
+        return ray.get(self.controller.describe_cluster.remote())
+
+    def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        """A Producer bound to this cluster."""
+        from rayqueue.producer import Producer
+
+        return Producer(self, config, **kwargs)
+
+    def consumer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        """A Consumer bound to this cluster."""
+        from rayqueue.consumer import Consumer
+
+        return Consumer(self, config, **kwargs)
+
+    def admin(self) -> Any:
+        """An Admin client bound to this cluster."""
+        from rayqueue.admin import Admin
+
+        return Admin(self)
+
+    def shutdown(self, delete_data: bool = False) -> None:
+        """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
+        try:
+            ray.get(self.controller.shutdown.remote(delete_data), timeout=120)
+        except ray.exceptions.RayActorError:
+            pass
+        ray.kill(self.controller, no_restart=True)
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _load_config(config: str | Path | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    if config is None:
+        values: dict[str, Any] = {}
+    elif isinstance(config, (str, Path)):
+        values = load_toml(config)
+    else:
+        values = dict(config)
+    values.pop("topics", None)
+    values.update(overrides)
+    return values
+
+
+def launch(
+    config: str | Path | Mapping[str, Any] | None = None,
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    timeout_s: float = 120.0,
+    **overrides: Any,
+) -> Cluster:
+    """Start a rayqueue cluster and return a handle to it.
+
+    ``config`` is a TOML file (Kafka's broker keys; see configs/local.toml) or a dict;
+    keyword overrides use Kafka's keys in Python form (``log_dirs=...``,
+    ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
+    created. Raises InvalidConfigError if a cluster already runs in the namespace.
+    """
+    values = _load_config(config, overrides)
+    cfg = broker_config(values)
+    owns_ray = ensure_ray(address, num_cpus)
+    namespace = cfg["rayqueue.namespace"]
+    try:
+        ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    except ValueError:
+        pass
+    else:
+        raise InvalidConfigError(f"a rayqueue cluster already runs in namespace {namespace!r}; use rayqueue.connect()")
+    Path(cfg["log.dirs"]).mkdir(parents=True, exist_ok=True)
+    here = ray.get_runtime_context().get_node_id()
+    controller = (
+        ray.remote(Controller)
+        .options(
+            name=CONTROLLER_NAME,
+            namespace=namespace,
+            lifetime="detached",
+            num_cpus=0,
+            max_concurrency=1000,
+            max_restarts=-1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+        )
+        .remote(namespace, {k: v for k, v in cfg.items()})
+    )
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    # The driver's node first, so that one-node clusters and broker 0 stay local.
+    nodes.remove(here)
+    nodes.insert(0, here)
+    ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
+    cluster = Cluster(namespace, controller, cfg, owns_ray)
+    topics = load_toml(config).get("topics", {}) if isinstance(config, (str, Path)) else {}
+    if topics:
+        admin = cluster.admin()
+        existing = set(admin.list_topics())
+        for name, spec in topics.items():
+            if name not in existing:
+                spec = dict(spec)
+                admin.create_topic(
+                    name, spec.pop("partitions", None), spec.pop("replication.factor", None), configs=spec
+                )
+    return cluster
+
+
+def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> Cluster:
+    """Attach to the rayqueue cluster running in Ray namespace ``name``."""
+    ensure_ray(address)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=name)
+            break
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
+            time.sleep(0.2)
+    cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
+    return Cluster(name, controller, cfg)

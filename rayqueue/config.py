@@ -1,0 +1,82 @@
+"""Client configuration: Kafka's producer and consumer keys, defaults and checks."""
+
+from __future__ import annotations
+
+from storage.config import INT_MAX, LONG_MAX, ConfigDef, ConfigKey
+
+PRODUCER_CONFIG = ConfigDef(
+    "producer",
+    [
+        ConfigKey("client.id", "string", "rayqueue-producer", "Name used in logs."),
+        ConfigKey("acks", "string", "all", "0, 1, or all (-1): replicas that must have a batch.", choices=("0", "1", "all", "-1")),
+        ConfigKey("batch.size", "int", 16384, "Target bytes per partition batch.", min=0),
+        ConfigKey("linger.ms", "long", 5, "Wait this long for a batch to fill before sending.", min=0),
+        ConfigKey(
+            "compression.type",
+            "string",
+            "none",
+            "Codec for batches.",
+            choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        ),
+        ConfigKey("buffer.memory", "long", 32 * 1024 * 1024, "Bytes of records waiting to be sent.", min=0),
+        ConfigKey("max.block.ms", "long", 60000, "How long send() blocks when the buffer is full.", min=0),
+        ConfigKey("max.request.size", "int", 1048576, "Largest batch (request) sent.", min=0),
+        ConfigKey("retries", "int", INT_MAX, "Retries of retriable errors, within delivery.timeout.ms.", min=0),
+        ConfigKey("retry.backoff.ms", "long", 100, "Pause before a retry.", min=0),
+        ConfigKey("delivery.timeout.ms", "int", 120000, "Upper bound from send() to success or failure.", min=0),
+        ConfigKey("request.timeout.ms", "int", 30000, "How long to wait for one produce call.", min=0),
+        ConfigKey(
+            "max.in.flight.requests.per.connection", "int", 5, "Unacknowledged batches per partition.", min=1
+        ),
+        ConfigKey("metadata.max.age.ms", "long", 300000, "Refresh metadata at least this often.", min=0),
+        ConfigKey("partitioner", "any", None, "callable(topic, key_bytes, num_partitions) -> partition.", nullable=True),
+        ConfigKey("partitioner.ignore.keys", "boolean", False, "Use sticky partitioning even for keyed records."),
+        ConfigKey("key.serializer", "any", None, "callable(value) -> bytes for keys.", nullable=True),
+        ConfigKey("value.serializer", "any", None, "callable(value) -> bytes for values.", nullable=True),
+    ],
+)
+
+CONSUMER_CONFIG = ConfigDef(
+    "consumer",
+    [
+        ConfigKey("client.id", "string", "rayqueue-consumer", "Name used in logs."),
+        ConfigKey("group.id", "string", None, "Consumer group; None for assign-only use.", nullable=True),
+        ConfigKey("group.instance.id", "string", None, "Static membership id.", nullable=True),
+        ConfigKey(
+            "auto.offset.reset", "string", "latest", "Where to start without a valid offset.", choices=("earliest", "latest", "none")
+        ),
+        ConfigKey("enable.auto.commit", "boolean", True, "Commit positions every auto.commit.interval.ms."),
+        ConfigKey("auto.commit.interval.ms", "int", 5000, "Auto-commit period.", min=0),
+        ConfigKey("max.poll.records", "int", 500, "Most records one poll() returns.", min=1),
+        ConfigKey("fetch.min.bytes", "int", 1, "A fetch waits for at least this many bytes.", min=0),
+        ConfigKey("fetch.max.wait.ms", "int", 500, "Longest a fetch waits for fetch.min.bytes.", min=0),
+        ConfigKey("max.partition.fetch.bytes", "int", 1048576, "Bytes per partition per fetch.", min=0),
+        ConfigKey("fetch.max.bytes", "int", 52428800, "Bytes per fetch round over all partitions.", min=0),
+        ConfigKey(
+            "isolation.level",
+            "string",
+            "read_uncommitted",
+            "read_committed hides aborted transactions.",
+            choices=("read_uncommitted", "read_committed"),
+        ),
+        ConfigKey("session.timeout.ms", "int", 45000, "Member expiry without heartbeats.", min=1),
+        ConfigKey("heartbeat.interval.ms", "int", 3000, "Heartbeat period.", min=1),
+        ConfigKey("max.poll.interval.ms", "int", 300000, "Longest gap between polls before leaving.", min=1),
+        ConfigKey(
+            "partition.assignment.strategy",
+            "list",
+            ("range", "cooperative-sticky"),
+            "Assignors in order of preference.",
+        ),
+        ConfigKey("request.timeout.ms", "int", 30000, "How long to wait for one call.", min=0),
+        ConfigKey("default.api.timeout.ms", "int", 60000, "Timeout of blocking calls without one.", min=0),
+        ConfigKey("retry.backoff.ms", "long", 100, "Pause before a retry.", min=0),
+        ConfigKey("check.crcs", "boolean", True, "Verify batch CRCs on fetch."),
+        ConfigKey("metadata.max.age.ms", "long", 300000, "Refresh metadata at least this often.", min=0),
+        ConfigKey("exclude.internal.topics", "boolean", True, "Regex subscriptions skip internal topics."),
+        ConfigKey("key.deserializer", "any", None, "callable(bytes) -> key.", nullable=True),
+        ConfigKey("value.deserializer", "any", None, "callable(bytes) -> value.", nullable=True),
+    ],
+)
+
+__all__ = ["CONSUMER_CONFIG", "PRODUCER_CONFIG", "LONG_MAX"]

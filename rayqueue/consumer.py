@@ -1,0 +1,417 @@
+"""The Consumer: Kafka's consumer API over partition leader actors (assign mode).
+
+Each assigned partition keeps one fetch in flight to its leader (a long-poll actor call),
+so fetches of several partitions proceed in parallel and the next fetch is already under
+way while the application works through the previous one. Fetched batches are decoded on
+the client (the broker hands out the stored bytes as they are).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import ray
+
+from actors.types import OffsetAndTimestamp, TopicPartition
+from rayqueue.config import CONSUMER_CONFIG
+from rayqueue.metadata import MetadataCache
+from rayqueue.producer import _as_kafka_error
+from storage.batch_header import batch_boundaries, read_header
+from storage.errors import (
+    InvalidConfigError,
+    KafkaError,
+    OffsetOutOfRangeError,
+)
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.record_batch import decode_columns
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumerRecord(NamedTuple):
+    """One record as the application sees it (Kafka's ConsumerRecord).
+
+    A named tuple rather than a dataclass: the consumer creates millions per second and
+    tuple creation is several times cheaper; it is just as immutable.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: tuple[tuple[str, bytes | None], ...]
+    leader_epoch: int
+
+
+class ConsumerRecords:
+    """The records of one poll, grouped by partition (Kafka's ConsumerRecords)."""
+
+    def __init__(self, by_partition: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        self._by_partition = by_partition
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        for records in self._by_partition.values():
+            yield from records
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._by_partition.values())
+
+    def __bool__(self) -> bool:
+        return any(self._by_partition.values())
+
+    def count(self) -> int:
+        """Number of records."""
+        return len(self)
+
+    def partitions(self) -> set[TopicPartition]:
+        """Partitions with records in this poll."""
+        return {tp for tp, r in self._by_partition.items() if r}
+
+    def records(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        """The records of one partition, in offset order."""
+        return self._by_partition.get(tp, [])
+
+
+@dataclass
+class _PartitionState:
+    position: int | None = None  # next offset to hand to the application
+    fetch_position: int | None = None  # next offset to fetch
+    paused: bool = False
+    buffer: collections.deque = field(default_factory=collections.deque)  # lists of ConsumerRecord
+    in_flight: Any = None  # ObjectRef of the pending fetch
+    fetch_generation: int = 0  # bumped by seek: a fetch of an older generation is dropped
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    retry_at: float = 0.0
+    error: KafkaError | None = None
+
+
+class Consumer:
+    """A Kafka-style consumer. Create with ``rayqueue.Consumer(cluster, **config)``."""
+
+    def __init__(self, cluster: Any = None, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        from rayqueue.cluster import connect
+
+        self.config = CONSUMER_CONFIG.parse(config, **kwargs)
+        cfg = self.config
+        if cfg["group.id"] is not None:
+            raise InvalidConfigError("group.id: consumer groups are not available in this build; use assign()")
+        self._cluster = cluster if cluster is not None else connect()
+        self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"])
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._max_poll_records = cfg["max.poll.records"]
+        self._fetch_args = (cfg["max.partition.fetch.bytes"], cfg["fetch.max.wait.ms"], cfg["fetch.min.bytes"])
+        self._isolation = 1 if cfg["isolation.level"] == "read_committed" else 0
+        self._reset = cfg["auto.offset.reset"]
+        self._backoff = cfg["retry.backoff.ms"] / 1000
+        self._timeout = cfg["default.api.timeout.ms"] / 1000
+        self._key_deserializer: Callable[[bytes], Any] | None = cfg["key.deserializer"]
+        self._value_deserializer: Callable[[bytes], Any] | None = cfg["value.deserializer"]
+        self._check_crcs = cfg["check.crcs"]
+        self._closed = False
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replacing any previous assignment)."""
+        wanted = [TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions]
+        for tp in wanted:
+            if not 0 <= tp.partition < self._metadata.num_partitions(tp.topic):
+                raise KafkaError(f"unknown partition {tp}")
+        self._states = {tp: self._states.get(tp, _PartitionState()) for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned to this consumer."""
+        return set(self._states)
+
+    def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
+        """All partitions of ``topic``."""
+        return [TopicPartition(topic, p) for p in range(self._metadata.num_partitions(topic))]
+
+    def topics(self, pattern: str | None = None) -> list[str]:
+        """Topic names on the cluster (optionally matching a regex)."""
+        names = ray.get(self._cluster.controller.list_topics.remote())
+        return [n for n in names if pattern is None or re.fullmatch(pattern, n)]
+
+    # -- polling --------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> ConsumerRecords:
+        """Records fetched since the last poll, waiting up to ``timeout_ms`` for some."""
+        limit = max_records or self._max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._resolve_positions()
+            batch = self._drain(limit)
+            self._send_fetches()
+            if batch:
+                return ConsumerRecords(batch)
+            self._raise_partition_error()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ConsumerRecords({})
+            self._wait_for_fetches(remaining)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Iterate records forever (break out of the loop to stop)."""
+        while not self._closed:
+            for records in self._drain(1 << 30, as_lists=True):
+                yield from records
+            self._resolve_positions()
+            self._send_fetches()
+            if not any(s.buffer for s in self._states.values()):
+                self._raise_partition_error()
+                self._wait_for_fetches(1.0)
+
+    # -- positions ------------------------------------------------------------------------
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record poll() will return for ``tp``."""
+        state = self._state(tp)
+        if state.position is None:
+            self._resolve_positions([tp])
+        return state.position
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make the next poll() start at ``offset`` for ``tp``."""
+        if offset < 0:
+            raise InvalidConfigError(f"seek offset must be >= 0, got {offset}")
+        state = self._state(tp)
+        state.position = state.fetch_position = offset
+        state.buffer.clear()
+        state.fetch_generation += 1
+        state.in_flight = None
+        state.error = None
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Seek to the log start offset of each partition (all assigned by default)."""
+        for tp, offset in self.beginning_offsets(partitions or list(self._states)).items():
+            self.seek(tp, offset)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Seek to the high watermark of each partition (all assigned by default)."""
+        for tp, offset in self.end_offsets(partitions or list(self._states)).items():
+            self.seek(tp, offset)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The log start offset of each partition."""
+        return {tp: r.offset for tp, r in self._list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions}).items()}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark (the offset after the last readable record) of each partition."""
+        return {tp: r.offset for tp, r in self._list_offsets({tp: LATEST_TIMESTAMP for tp in partitions}).items()}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset whose timestamp is >= the given one, per partition (None if none)."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise InvalidConfigError(f"timestamp for {tp} must be >= 0, got {ts}")
+        found = self._list_offsets(dict(timestamps))
+        return {tp: (r if r.offset >= 0 else None) for tp, r in found.items()}
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching and returning records of these partitions."""
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Resume paused partitions."""
+        for tp in partitions:
+            self._state(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
+        return {tp for tp, s in self._states.items() if s.paused}
+
+    def close(self) -> None:
+        """Stop fetching; pending fetches are dropped."""
+        self._closed = True
+        self._states.clear()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        try:
+            return self._states[tp]
+        except KeyError:
+            raise KafkaError(f"{tp} is not assigned to this consumer") from None
+
+    def _list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                refs = {}
+                for tp, ts in specs.items():
+                    leader = self._metadata.leader(tp)
+                    refs[tp] = leader.leader_handle.list_offsets.remote(ts, leader.leader_epoch)
+                return {tp: ray.get(ref) for tp, ref in refs.items()}
+            except Exception as exc:  # noqa: BLE001
+                error = _as_kafka_error(exc)
+                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
+                    raise error from None
+                for tp in specs:
+                    self._metadata.invalidate(tp.topic)
+                time.sleep(self._backoff)
+
+    def _resolve_positions(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        missing = [tp for tp in (partitions or self._states) if self._states[tp].position is None]
+        if not missing:
+            return
+        if self._reset == "none":
+            raise OffsetOutOfRangeError(f"no position for {missing} and auto.offset.reset=none")
+        target = EARLIEST_TIMESTAMP if self._reset == "earliest" else LATEST_TIMESTAMP
+        for tp, found in self._list_offsets({tp: target for tp in missing}).items():
+            state = self._states[tp]
+            state.position = state.fetch_position = found.offset
+
+    def _send_fetches(self) -> None:
+        now = time.monotonic()
+        for tp, state in self._states.items():
+            if state.in_flight is not None or state.paused or state.position is None or state.retry_at > now:
+                continue
+            if len(state.buffer) >= 2:  # enough decoded data waiting; do not run ahead further
+                continue
+            try:
+                leader = self._metadata.leader(tp)
+            except KafkaError as exc:
+                self._on_fetch_error(tp, state, exc)
+                continue
+            ref = leader.leader_handle.fetch.remote(
+                state.fetch_position, *self._fetch_args, self._isolation, leader.leader_epoch
+            )
+            state.in_flight = (ref, state.fetch_generation)
+
+    def _wait_for_fetches(self, timeout: float) -> None:
+        pending = {s.in_flight[0]: tp for tp, s in self._states.items() if s.in_flight is not None}
+        if not pending:
+            # Nothing to wait on (all paused or backing off): sleep out the shorter of the two.
+            time.sleep(min(timeout, self._backoff))
+            return
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+        ready += ray.wait([r for r in pending if r not in ready], num_returns=len(pending) - len(ready), timeout=0)[0]
+        for ref in ready:
+            tp = pending[ref]
+            state = self._states.get(tp)
+            if state is None or state.in_flight is None or state.in_flight[0] is not ref:
+                continue
+            generation = state.in_flight[1]
+            state.in_flight = None
+            try:
+                result = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001
+                if generation == state.fetch_generation:
+                    self._on_fetch_error(tp, state, _as_kafka_error(exc))
+                continue
+            if generation != state.fetch_generation:
+                continue  # a seek happened while this fetch was under way
+            self._on_fetch(tp, state, result)
+
+    def _on_fetch(self, tp: TopicPartition, state: _PartitionState, result: Any) -> None:
+        state.high_watermark = result.high_watermark
+        state.log_start_offset = result.log_start_offset
+        if not result.records:
+            return
+        records, next_offset = self._decode(tp, result.records, state.fetch_position, result.leader_epoch)
+        if records:
+            state.buffer.append(records)
+        state.fetch_position = max(state.fetch_position, next_offset)
+
+    def _on_fetch_error(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
+        if isinstance(error, OffsetOutOfRangeError):
+            if self._reset == "none":
+                state.error = error
+                return
+            target = EARLIEST_TIMESTAMP if self._reset == "earliest" else LATEST_TIMESTAMP
+            offset = self._list_offsets({tp: target})[tp].offset
+            logger.info("%s: offset %s out of range; reset to %d (%s)", tp, state.fetch_position, offset, self._reset)
+            self.seek(tp, offset)
+            return
+        if isinstance(error, KafkaError) and error.retriable:
+            self._metadata.invalidate(tp.topic)
+            state.retry_at = time.monotonic() + self._backoff
+            return
+        state.error = error if isinstance(error, KafkaError) else KafkaError(str(error))
+
+    def _decode(self, tp: TopicPartition, data: bytes, start: int, leader_epoch: int) -> tuple[list[ConsumerRecord], int]:
+        """ConsumerRecords from ``start`` on, and the offset after the last batch.
+
+        Columns are decoded vectorized; the only per-record work is building the tuple
+        (and the user's deserializers, if any).
+        """
+        bounds = batch_boundaries(data)
+        if not bounds:
+            return [], start
+        next_offset = read_header(data, bounds[-1][0]).next_offset
+        cols = decode_columns(data, headers=True, check_crc=self._check_crcs, min_offset=start)
+        n = len(cols)
+        if n == 0:
+            return [], next_offset
+        keys = cols.key.to_pylist()
+        values = cols.value.to_pylist()
+        if self._key_deserializer is not None:
+            keys = [None if k is None else self._key_deserializer(k) for k in keys]
+        if self._value_deserializer is not None:
+            values = [None if v is None else self._value_deserializer(v) for v in values]
+        if cols.headers is None or len(cols.headers.values) == 0:
+            headers: Iterable[Any] = itertools.repeat(())
+        else:
+            headers = [tuple((h["key"], h["value"]) for h in hs) for hs in cols.headers.to_pylist()]
+        rows = zip(
+            itertools.repeat(tp.topic, n),
+            itertools.repeat(tp.partition, n),
+            cols.offset.tolist(),
+            cols.timestamp.tolist(),
+            cols.timestamp_type.tolist(),
+            keys,
+            values,
+            headers,
+            itertools.repeat(leader_epoch, n),
+            strict=False,  # the repeat()s are endless; the columns all have n entries
+        )
+        return list(map(ConsumerRecord._make, rows)), next_offset
+
+    def _raise_partition_error(self) -> None:
+        for state in self._states.values():
+            if state.error is not None:
+                error, state.error = state.error, None
+                raise error
+
+    def _drain(self, limit: int, as_lists: bool = False) -> Any:
+        """Take up to ``limit`` buffered records, advancing positions."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        chunks = []
+        for tp, state in self._states.items():
+            if state.paused:
+                continue
+            while state.buffer and limit > 0:
+                records = state.buffer[0]
+                if len(records) <= limit:
+                    state.buffer.popleft()
+                    taken = records
+                else:
+                    taken = records[:limit]
+                    state.buffer[0] = records[limit:]
+                limit -= len(taken)
+                state.position = taken[-1].offset + 1
+                if as_lists:
+                    chunks.append(taken)
+                else:
+                    out.setdefault(tp, []).extend(taken)
+            if limit <= 0:
+                break
+        return chunks if as_lists else out

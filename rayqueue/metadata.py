@@ -1,0 +1,73 @@
+"""The client's metadata cache: partition leaders (actor handles) and their epochs.
+
+Producers and consumers talk to partition leaders directly; the controller is asked only
+when the cache is missing a topic, is older than ``metadata.max.age.ms``, or a leader
+answers NotLeaderOrFollower / FencedLeaderEpoch / UnknownTopicOrPartition or has died.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import ray
+
+from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
+from storage.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
+
+
+class MetadataCache:
+    """Thread-safe cache of topic metadata fetched from the controller."""
+
+    def __init__(self, controller: Any, max_age_ms: int = 300000, auto_create: bool = False) -> None:
+        self._controller = controller
+        self._max_age = max_age_ms / 1000
+        self._auto_create = auto_create
+        self._topics: dict[str, TopicMetadata] = {}
+        self._fetched_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.cluster_id = ""
+
+    def topic(self, topic: str) -> TopicMetadata:
+        """Metadata of ``topic``, refreshed when stale; UnknownTopicOrPartitionError if absent."""
+        meta = self._topics.get(topic)
+        if meta is None or time.monotonic() - self._fetched_at[topic] > self._max_age:
+            self.refresh([topic])
+            meta = self._topics.get(topic)
+            if meta is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        return meta
+
+    def num_partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        return len(self.topic(topic).partitions)
+
+    def leader(self, tp: TopicPartition) -> PartitionMetadata:
+        """The partition's metadata with a live leader handle, or a retriable error."""
+        partitions = self.topic(tp.topic).partitions
+        if not 0 <= tp.partition < len(partitions):
+            raise UnknownTopicOrPartitionError(f"unknown partition {tp}")
+        meta = partitions[tp.partition]
+        if meta.leader_handle is None:
+            raise LeaderNotAvailableError(f"{tp} has no leader right now")
+        return meta
+
+    def refresh(self, topics: list[str] | None = None) -> None:
+        """Ask the controller for fresh metadata of ``topics`` (all cached ones by default)."""
+        names = list(topics if topics is not None else self._topics)
+        snapshot = ray.get(self._controller.get_metadata.remote(names, self._auto_create))
+        now = time.monotonic()
+        with self._lock:
+            self.cluster_id = snapshot.cluster_id
+            for name in names:
+                if name in snapshot.topics:
+                    self._topics[name] = snapshot.topics[name]
+                    self._fetched_at[name] = now
+                else:
+                    self._topics.pop(name, None)
+
+    def invalidate(self, topic: str) -> None:
+        """Forget ``topic`` so that the next lookup asks the controller."""
+        with self._lock:
+            self._topics.pop(topic, None)

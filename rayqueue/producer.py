@@ -1,0 +1,601 @@
+"""The Producer: Kafka's producer semantics over partition leader actors.
+
+``send()`` appends a record to its partition's open batch (the accumulator) and returns
+a future at once. A background sender thread ships batches that are full (``batch.size``)
+or old enough (``linger.ms``) to the partition leader, several batches per actor call up
+to ``max.request.size`` since an actor call costs about a millisecond. Results come back
+through Ray futures; retriable errors refresh metadata and resend within
+``delivery.timeout.ms``. ``send_many()`` is the bulk path: it encodes whole batches from
+a list or Arrow array in one go.
+
+Ordering: batches of one partition are sent in order, and a partition whose batch failed
+is muted until its in-flight calls have all answered, then resent in order. Failures of
+a replica actor are sticky (it died, or lost leadership), so this keeps per-partition
+order across retries.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from actors.types import TopicPartition
+from rayqueue.config import PRODUCER_CONFIG
+from rayqueue.metadata import MetadataCache
+from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from storage import RecordBatchBuilder
+from storage.errors import (
+    InvalidConfigError,
+    KafkaError,
+    KafkaTimeoutError,
+    NetworkError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+
+logger = logging.getLogger(__name__)
+
+_ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record landed (Kafka's RecordMetadata)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The record's TopicPartition."""
+        return TopicPartition(self.topic, self.partition)
+
+
+class _BatchResult:
+    """The shared outcome of one batch; every record future is a view on it."""
+
+    __slots__ = ("tp", "event", "base_offset", "log_append_time", "error", "callbacks", "timestamps")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.event = threading.Event()
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.callbacks: list[tuple[Callable[..., Any], int]] | None = None
+        self.timestamps: list[int] | None = None
+
+    def done(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
+        self.event.set()
+        for callback, delta in self.callbacks or ():
+            try:
+                if error is None:
+                    callback(self.metadata(delta), None)
+                else:
+                    callback(None, error)
+            except Exception:  # a user callback must not kill the sender
+                logger.exception("producer callback failed")
+
+    def metadata(self, delta: int) -> RecordMetadata:
+        timestamp = self.log_append_time
+        if timestamp < 0 and self.timestamps is not None:
+            timestamp = self.timestamps[delta]
+        return RecordMetadata(self.tp.topic, self.tp.partition, self.base_offset + delta, timestamp)
+
+
+class FutureRecordMetadata:
+    """The future of one record: a (batch, index) view, cheap to create (as Kafka's)."""
+
+    __slots__ = ("_batch", "_delta")
+
+    def __init__(self, batch: _BatchResult, delta: int) -> None:
+        self._batch = batch
+        self._delta = delta
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the record's batch; return its RecordMetadata or raise its error."""
+        if not self._batch.event.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
+        if self._batch.error is not None:
+            raise self._batch.error
+        return self._batch.metadata(self._delta)
+
+    def done(self) -> bool:
+        """Whether the batch has an outcome."""
+        return self._batch.event.is_set()
+
+    def exception(self) -> BaseException | None:
+        """The batch's error, if it failed (None while pending or on success)."""
+        return self._batch.error
+
+    def add_callback(self, callback: Callable[[RecordMetadata | None, BaseException | None], Any]) -> None:
+        """Call ``callback(metadata, None)`` on success or ``callback(None, error)`` on failure."""
+        batch = self._batch
+        if batch.event.is_set():
+            batch.callbacks = [(callback, self._delta)]
+            batch.done(batch.base_offset, batch.log_append_time, batch.error)
+            return
+        if batch.callbacks is None:
+            batch.callbacks = []
+        batch.callbacks.append((callback, self._delta))
+
+
+class _Batch:
+    """A batch being filled, then sent (possibly more than once)."""
+
+    __slots__ = ("tp", "builder", "records", "result", "data", "created", "size", "seq", "attempts")
+
+    _sequence = itertools.count()
+
+    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder | None, data: bytes | None = None) -> None:
+        self.tp = tp
+        self.builder = builder
+        self.records = 0
+        self.result = _BatchResult(tp)
+        self.data = data
+        self.created = time.monotonic()
+        self.size = len(data) if data is not None else 0
+        self.seq = next(self._sequence)
+        self.attempts = 0
+
+
+class Producer:
+    """A thread-safe Kafka-style producer. Create with ``rayqueue.Producer(cluster, **config)``."""
+
+    def __init__(self, cluster: Any = None, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        from rayqueue.cluster import connect
+
+        self.config = PRODUCER_CONFIG.parse(config, **kwargs)
+        self._cluster = cluster if cluster is not None else connect()
+        cfg = self.config
+        self._acks = _ACKS[cfg["acks"]]
+        self._batch_size = cfg["batch.size"]
+        self._linger = cfg["linger.ms"] / 1000
+        self._compression = cfg["compression.type"]
+        self._max_request = cfg["max.request.size"]
+        self._buffer_memory = cfg["buffer.memory"]
+        self._max_block = cfg["max.block.ms"] / 1000
+        self._delivery_timeout = cfg["delivery.timeout.ms"] / 1000
+        self._request_timeout_ms = cfg["request.timeout.ms"]
+        self._retries = cfg["retries"]
+        self._backoff = cfg["retry.backoff.ms"] / 1000
+        self._max_in_flight = cfg["max.in.flight.requests.per.connection"]
+        self._key_serializer = cfg["key.serializer"]
+        self._value_serializer = cfg["value.serializer"]
+        self._user_partitioner = cfg["partitioner"]
+        self._ignore_keys = cfg["partitioner.ignore.keys"]
+        self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"], auto_create=True)
+        self._sticky = StickyPartitioner()
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._space = threading.Condition(self._lock)
+        self._open: dict[TopicPartition, _Batch] = {}
+        self._ready: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._muted: set[TopicPartition] = set()
+        self._completions: collections.deque[tuple[list[_Batch], Any]] = collections.deque()
+        self._unfinished: set[_Batch] = set()  # queued or in flight: what flush() waits for
+        self._buffered = 0
+        self._closed = False
+        self._sender = threading.Thread(target=self._run_sender, name=f"{cfg['client.id']}-sender", daemon=True)
+        self._sender.start()
+
+    # -- the user API ---------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        callback: Callable[[RecordMetadata | None, BaseException | None], Any] | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns a future of its RecordMetadata."""
+        if self._closed:
+            raise KafkaError("producer is closed")
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        if partition is None:
+            partition = self._partition(topic, key, value)
+        elif not 0 <= partition < self._metadata.num_partitions(topic):
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        tp = TopicPartition(topic, partition)
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
+        with self._lock:
+            if self._buffered + size > self._buffer_memory:
+                self._wait_for_space(size)
+            batch = self._open.get(tp)
+            if batch is None:
+                batch = self._new_open_batch(tp)
+            delta = batch.builder.append(value, key, timestamp, headers or ())
+            batch.result.timestamps.append(timestamp)
+            batch.records += 1
+            self._buffered += size
+            batch.size += size
+            if batch.size >= self._batch_size:
+                self._close_batch(batch)
+                if key is None:
+                    self._sticky.on_new_batch(topic, self._metadata.num_partitions(topic), partition)
+        future = FutureRecordMetadata(batch.result, delta)
+        if callback is not None:
+            future.add_callback(callback)
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None] | Any,
+        keys: Sequence[bytes | None] | Any | None = None,
+        partition: int | None = None,
+        timestamps: Sequence[int] | None = None,
+    ) -> BulkSendResult:
+        """Produce many values at once (a list of bytes or an Arrow binary array).
+
+        Records are grouped by partition (``partition``, else murmur2 of each key, else
+        sticky chunks of ``batch.size`` spread over the partitions) and encoded as whole
+        batches without per-record futures. Returns a BulkSendResult to wait on.
+        """
+        if self._closed:
+            raise KafkaError("producer is closed")
+        values = _as_list(values)
+        keys = _as_list(keys) if keys is not None else None
+        n = len(values)
+        if keys is not None and len(keys) != n:
+            raise InvalidConfigError("keys and values must have the same length")
+        timestamps = list(timestamps) if timestamps is not None else None
+        if timestamps is None:
+            now = int(time.time() * 1000)
+        num_partitions = self._metadata.num_partitions(topic)
+        groups = self._group_by_partition(topic, values, keys, partition, num_partitions)
+        results = []
+        for p, index in groups:
+            part_values = values if index is None else [values[i] for i in index]
+            part_keys = None if keys is None else (keys if index is None else [keys[i] for i in index])
+            part_ts = None
+            if timestamps is not None:
+                part_ts = timestamps if index is None else [timestamps[i] for i in index]
+            results.extend(self._enqueue_columns(TopicPartition(topic, p), part_values, part_keys, part_ts, now if timestamps is None else None))
+        return BulkSendResult(results)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued and wait until it is acknowledged (or failed)."""
+        with self._lock:
+            for batch in list(self._open.values()):
+                self._close_batch(batch)
+            pending = [b.result for b in self._unfinished]
+            self._wakeup.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.event.wait(remaining):
+                raise KafkaTimeoutError(f"flush did not finish within {timeout}s")
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partition ids of ``topic`` (creating it when auto-creation is on)."""
+        return list(range(self._metadata.num_partitions(topic)))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and stop the sender thread."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._wakeup.notify_all()
+            self._sender.join(timeout=10)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- accumulator ----------------------------------------------------------------------
+
+    def _partition(self, topic: str, key: bytes | None, value: bytes | None) -> int:
+        num_partitions = self._metadata.num_partitions(topic)
+        if self._user_partitioner is not None:
+            return int(self._user_partitioner(topic, key, num_partitions))
+        if key is None or self._ignore_keys:
+            return self._sticky.partition(topic, num_partitions)
+        return partition_for_key(key, num_partitions)
+
+    def _new_open_batch(self, tp: TopicPartition) -> _Batch:
+        batch = _Batch(tp, RecordBatchBuilder(self._compression))
+        batch.result.timestamps = []
+        self._open[tp] = batch
+        return batch
+
+    def _close_batch(self, batch: _Batch) -> None:
+        """Move an open batch to the ready queue (called with the lock held)."""
+        if self._open.get(batch.tp) is batch:
+            del self._open[batch.tp]
+        if batch.records == 0:
+            return
+        batch.data = batch.builder.build()
+        batch.builder = None
+        if len(batch.data) > self._max_request:
+            self._buffered -= batch.size
+            batch.result.done(-1, -1, RecordTooLargeError(f"batch of {len(batch.data)} bytes > max.request.size"))
+            return
+        self._ready[batch.tp].append(batch)
+        self._unfinished.add(batch)
+        self._wakeup.notify_all()
+
+    def _wait_for_space(self, size: int) -> None:
+        deadline = time.monotonic() + self._max_block
+        self._wakeup.notify_all()
+        while self._buffered + size > self._buffer_memory:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer.memory={self._buffer_memory} full for max.block.ms={self._max_block * 1000:.0f}"
+                )
+            self._space.wait(remaining)
+
+    def _group_by_partition(
+        self, topic: str, values: list, keys: list | None, partition: int | None, num_partitions: int
+    ) -> list[tuple[int, list[int] | None]]:
+        if partition is not None:
+            if not 0 <= partition < num_partitions:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+            return [(partition, None)]
+        if keys is not None and not self._ignore_keys and self._user_partitioner is None:
+            parts = partitions_for_keys([k if k is not None else b"" for k in keys], num_partitions)
+            null_keys = [i for i, k in enumerate(keys) if k is None]
+            sticky = self._sticky.partition(topic, num_partitions)
+            for i in null_keys:
+                parts[i] = sticky
+            groups: dict[int, list[int]] = collections.defaultdict(list)
+            for i, p in enumerate(parts.tolist()):
+                groups[p].append(i)
+            return sorted(groups.items())
+        if self._user_partitioner is not None:
+            groups = collections.defaultdict(list)
+            for i in range(len(values)):
+                groups[int(self._user_partitioner(topic, keys[i] if keys else None, num_partitions))].append(i)
+            return sorted(groups.items())
+        # Null keys: one partition per request-sized chunk, moving on like the sticky partitioner.
+        average = max(1, sum(len(v) for v in values[:100] if v is not None) // max(1, min(len(values), 100)))
+        chunk = max(1, self._max_request // (average + 16) // 2)
+        out = []
+        current = self._sticky.partition(topic, num_partitions)
+        for start in range(0, len(values), chunk):
+            out.append((current, list(range(start, min(start + chunk, len(values))))))
+            current = self._sticky.on_new_batch(topic, num_partitions, current)
+        return out
+
+    def _enqueue_columns(
+        self, tp: TopicPartition, values: list, keys: list | None, timestamps: list | None, now: int | None
+    ) -> list[tuple[_BatchResult, int]]:
+        """Encode records into batches of about batch.size and queue them; (result, count) each."""
+        per_batch = max(1, self._batch_size * 4 // max(1, _average_size(values) + 16))
+        out = []
+        for start in range(0, len(values), per_batch):
+            stop = min(start + per_batch, len(values))
+            chunk_ts = timestamps[start:stop] if timestamps is not None else [now] * (stop - start)
+            data = RecordBatchBuilder.from_columns(
+                values[start:stop],
+                keys[start:stop] if keys is not None else None,
+                chunk_ts,
+                compression=self._compression,
+            )
+            batch = _Batch(tp, None, data)
+            batch.records = stop - start
+            batch.result.timestamps = chunk_ts
+            with self._lock:
+                if self._buffered + batch.size > self._buffer_memory:
+                    self._wait_for_space(batch.size)
+                self._buffered += batch.size
+                # Keep order with records queued by send(): close the open batch first.
+                open_batch = self._open.get(tp)
+                if open_batch is not None:
+                    self._close_batch(open_batch)
+                if len(data) > self._max_request:
+                    self._buffered -= batch.size
+                    batch.result.done(-1, -1, RecordTooLargeError(f"batch of {len(data)} bytes > max.request.size"))
+                else:
+                    self._ready[tp].append(batch)
+                    self._unfinished.add(batch)
+                    self._wakeup.notify_all()
+            out.append((batch.result, batch.records))
+        return out
+
+    # -- the sender thread ----------------------------------------------------------------
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._lock:
+                while not self._has_work():
+                    if self._closed and not self._completions and not any(self._in_flight.values()):
+                        return
+                    self._wakeup.wait(self._next_linger_wait())
+                    self._expire_lingering()
+                self._expire_lingering()
+                completions = list(self._completions)
+                self._completions.clear()
+                requests = self._drain()
+            for batches, outcome in completions:
+                self._complete(batches, outcome)
+            for tp, batches in requests:
+                self._send(tp, batches)
+
+    def _has_work(self) -> bool:
+        if self._completions:
+            return True
+        now = time.monotonic()
+        if any(now - b.created >= self._linger for b in self._open.values()):
+            return True
+        return any(q and tp not in self._muted and self._in_flight[tp] < self._max_in_flight for tp, q in self._ready.items())
+
+    def _next_linger_wait(self) -> float | None:
+        if not self._open:
+            return 0.5 if self._closed is False else 0.05
+        oldest = min(b.created for b in self._open.values())
+        return max(0.0005, oldest + self._linger - time.monotonic())
+
+    def _expire_lingering(self) -> None:
+        now = time.monotonic()
+        for batch in [b for b in self._open.values() if now - b.created >= self._linger]:
+            self._close_batch(batch)
+
+    def _drain(self) -> list[tuple[TopicPartition, list[_Batch]]]:
+        """Take ready batches, several per partition up to max.request.size per call."""
+        requests = []
+        for tp, queue in self._ready.items():
+            while queue and tp not in self._muted and self._in_flight[tp] < self._max_in_flight:
+                batches, size = [], 0
+                while queue and (not batches or size + len(queue[0].data) <= self._max_request):
+                    batch = queue.popleft()
+                    batches.append(batch)
+                    size += len(batch.data)
+                self._in_flight[tp] += 1
+                requests.append((tp, batches))
+        return requests
+
+    def _send(self, tp: TopicPartition, batches: list[_Batch]) -> None:
+        for batch in batches:
+            batch.attempts += 1
+        try:
+            leader = self._metadata.leader(tp)
+            data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
+            ref = leader.leader_handle.produce.remote(data, self._acks, self._request_timeout_ms, leader.leader_epoch)
+        except Exception as exc:  # metadata errors: treat like a failed call
+            self._push_completion(batches, exc)
+            return
+        ref.future().add_done_callback(lambda fut, b=batches: self._push_completion(b, fut))
+
+    def _push_completion(self, batches: list[_Batch], outcome: Any) -> None:
+        with self._lock:
+            self._completions.append((batches, outcome))
+            self._wakeup.notify_all()
+
+    def _complete(self, batches: list[_Batch], outcome: Any) -> None:
+        tp = batches[0].tp
+        error: BaseException | None
+        if isinstance(outcome, BaseException):
+            error, result = outcome, None
+        else:
+            try:
+                result, error = outcome.result(), None
+            except BaseException as exc:  # noqa: BLE001 - Ray errors are re-raised below
+                result, error = None, exc
+        with self._lock:
+            self._in_flight[tp] -= 1
+        if error is None:
+            offset = result.base_offset
+            for batch in batches:
+                self._finish(batch, offset, result.log_append_time, None)
+                offset += batch.records
+            return
+        error = _as_kafka_error(error)
+        retry = isinstance(error, KafkaError) and error.retriable
+        if retry:
+            self._metadata.invalidate(tp.topic)
+        now = time.monotonic()
+        failed = []
+        with self._lock:
+            for batch in reversed(batches):
+                if retry and now - batch.created <= self._delivery_timeout and batch.attempts <= self._retries:
+                    self._ready[tp].appendleft(batch)
+                else:
+                    failed.append(batch)
+            if retry:
+                # Hold the partition until its other calls answer, then resend in order.
+                self._muted.add(tp)
+                ordered = sorted(self._ready[tp], key=lambda b: b.seq)
+                self._ready[tp] = collections.deque(ordered)
+        for batch in reversed(failed):
+            final = error
+            if retry:
+                final = KafkaTimeoutError(f"{tp}: gave up after {batch.attempts} attempts: {error}")
+            self._finish(batch, -1, -1, final)
+        if retry:
+            threading.Timer(self._backoff, self._unmute, args=(tp,)).start()
+
+    def _unmute(self, tp: TopicPartition) -> None:
+        with self._lock:
+            if self._in_flight[tp] > 0:
+                threading.Timer(self._backoff, self._unmute, args=(tp,)).start()
+                return
+            self._muted.discard(tp)
+            self._wakeup.notify_all()
+
+    def _finish(self, batch: _Batch, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        with self._lock:
+            self._buffered -= batch.size
+            self._unfinished.discard(batch)
+            self._space.notify_all()
+        batch.result.done(base_offset, log_append_time, error)
+
+
+
+class BulkSendResult:
+    """The outcome of ``send_many``: one entry per batch, in order."""
+
+    def __init__(self, batches: list[tuple[_BatchResult, int]]) -> None:
+        self._batches = batches
+
+    def __len__(self) -> int:
+        return sum(count for _, count in self._batches)
+
+    def get(self, timeout: float | None = None) -> list[tuple[TopicPartition, int, int]]:
+        """Wait for every batch; returns (partition, base offset, record count) per batch."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for result, count in self._batches:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.event.wait(remaining):
+                raise KafkaTimeoutError(f"bulk send not acknowledged within {timeout}s")
+            if result.error is not None:
+                raise result.error
+            out.append((result.tp, result.base_offset, count))
+        return out
+
+    def done(self) -> bool:
+        """Whether every batch has an outcome."""
+        return all(result.event.is_set() for result, _ in self._batches)
+
+
+def _as_list(values: Any) -> list:
+    if isinstance(values, list):
+        return values
+    if hasattr(values, "to_pylist"):  # pyarrow arrays and chunked arrays
+        return values.to_pylist()
+    return list(values)
+
+
+def _average_size(values: list) -> int:
+    sample = values[:64]
+    return sum(len(v) for v in sample if v is not None) // max(1, len(sample))
+
+
+def _as_kafka_error(error: BaseException) -> BaseException:
+    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
+    if isinstance(error, KafkaError):
+        return error
+    if isinstance(error, ray.exceptions.RayActorError):
+        return NetworkError(f"partition leader actor unavailable: {type(error).__name__}")
+    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
+        return error.cause
+    return error
+
