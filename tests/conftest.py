@@ -1,0 +1,70 @@
+"""Shared fixtures: one Ray instance and one rayqueue cluster per test session.
+
+Storage tests use none of these and never start Ray.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One embedded Ray for the whole session (8 logical CPUs on this 2-core machine)."""
+    import ray
+
+    ray.init(num_cpus=8, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def cluster(ray_session):
+    """One rayqueue cluster (3 brokers on the local node) for the session."""
+    import rayqueue
+
+    root = tempfile.mkdtemp(prefix="rayqueue-test-")
+    handle = rayqueue.launch(log_dirs=root, log_retention_check_interval_ms=1000)
+    yield handle
+    handle.shutdown(delete_data=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def admin(cluster):
+    """An Admin client on the session cluster."""
+    return cluster.admin()
+
+
+_topic_ids = itertools.count()
+
+
+@pytest.fixture
+def new_topic(admin, request):
+    """Create a uniquely named topic: ``new_topic(partitions=1, **configs) -> name``.
+
+    Topics are deleted at the end of the test so the session cluster stays small.
+    """
+    created: list[str] = []
+
+    def make(partitions: int = 1, replication_factor: int | None = None, **configs) -> str:
+        base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+        name = f"{base}-{next(_topic_ids)}"
+        admin.create_topic(name, partitions, replication_factor, configs={k.replace("_", "."): v for k, v in configs.items()})
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            admin.delete_topic(name)
+        except Exception:  # noqa: BLE001 - a test may have deleted it already
+            pass

@@ -1,0 +1,41 @@
+"""Test helpers: waiting on conditions with deadlines (never bare sleeps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    Exceptions raised by the predicate count as "not yet" until the deadline, then re-raise.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+            error = None
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            error = exc
+        if time.monotonic() > deadline:
+            if error is not None:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}") from error
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
+    """Poll until ``expected`` records arrived (or fail at the deadline)."""
+    records: list = []
+    deadline = time.monotonic() + timeout
+    while len(records) < expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"got {len(records)} of {expected} records within {timeout}s")
+        records.extend(consumer.poll(200))
+    return records
