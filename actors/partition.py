@@ -24,8 +24,8 @@ from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
 from storage import Log, log_config
 from storage.errors import (
     FencedLeaderEpochError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
-    KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
@@ -99,11 +99,11 @@ class PartitionReplica:
         """
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
+        if not isinstance(records, (bytes, bytearray, memoryview)):
+            raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
         self._check_leader(leader_epoch)
         try:
             info = self._log.append(records, leader_epoch=self._leader_epoch)
-        except KafkaError:
-            raise
         except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
         await self._notify()
@@ -182,13 +182,14 @@ class PartitionReplica:
         await asyncio.shield(self._background)
 
     async def _background_loop(self) -> None:
-        next_retention = time.monotonic() + self._retention_check_ms / 1000
+        # The interval is read on every turn: become_leader may change it after the loop starts.
+        last_retention = time.monotonic()
         while not self._closed:
             await asyncio.sleep(0.2)
             try:
                 self._log.maybe_flush()
-                if time.monotonic() >= next_retention:
-                    next_retention = time.monotonic() + self._retention_check_ms / 1000
+                if time.monotonic() - last_retention >= self._retention_check_ms / 1000:
+                    last_retention = time.monotonic()
                     deleted = self._log.delete_old_segments(high_watermark=self.high_watermark)
                     self._log.delete_pending_files()
                     if deleted:

@@ -218,6 +218,10 @@ class Producer:
             timestamp = int(time.time() * 1000)
         tp = TopicPartition(topic, partition)
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
+        if size > self._max_request or size > self._buffer_memory:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max.request.size={self._max_request} or buffer.memory={self._buffer_memory}"
+            )
         with self._lock:
             if self._buffered + size > self._buffer_memory:
                 self._wait_for_space(size)
@@ -398,7 +402,7 @@ class Producer:
                 keys[start:stop] if keys is not None else None,
                 chunk_ts,
                 compression=self._compression,
-            )
+            ).build()
             batch = _Batch(tp, None, data)
             batch.records = stop - start
             batch.result.timestamps = chunk_ts

@@ -1,0 +1,222 @@
+"""The broker's actors called directly: replica data path, fencing, bad input, failures."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
+from rayqueue.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    TopicAlreadyExistsError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+from storage import RecordBatchBuilder, iter_batches
+from tests.helpers import wait_for
+
+
+def batch(values: list[bytes], timestamp: int | None = None) -> bytes:
+    builder = RecordBatchBuilder()
+    for v in values:
+        builder.append(v, timestamp=timestamp)
+    return builder.build()
+
+
+def leader_of(cluster, topic: str, partition: int = 0):
+    meta = cluster.metadata([topic]).topics[topic].partitions[partition]
+    return meta.leader_handle, meta.leader_epoch
+
+
+def test_produce_then_fetch_returns_the_same_bytes(cluster, new_topic):
+    topic = new_topic()
+    leader, epoch = leader_of(cluster, topic)
+    first = batch([b"a", b"b", b"c"])
+    second = batch([b"d"])
+    r1 = ray.get(leader.produce.remote(first, 1, 30000, epoch))
+    r2 = ray.get(leader.produce.remote(second, -1, 30000, epoch))
+    assert (r1.base_offset, r1.last_offset, r2.base_offset) == (0, 2, 3)
+    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert fetched.high_watermark == 4 and fetched.log_start_offset == 0
+    batches = list(iter_batches(fetched.records))
+    assert [b.base_offset for b in batches] == [0, 3]
+    # The broker patched only baseOffset and partitionLeaderEpoch: the rest is the producer's bytes.
+    assert fetched.records[61 : len(first)] == first[61:] and fetched.records[17:21] == first[17:21]
+    assert [r.value for b in batches for r in b] == [b"a", b"b", b"c", b"d"]
+
+
+def test_fetch_long_polls_until_data_arrives(cluster, new_topic):
+    topic = new_topic()
+    leader, epoch = leader_of(cluster, topic)
+    pending = leader.fetch.remote(0, 1 << 20, 60000, 1)
+    ready, _ = ray.wait([pending], timeout=0.5)
+    assert not ready, "fetch at the log end must wait for data"
+    ray.get(leader.produce.remote(batch([b"wake"]), 1, 30000, epoch))
+    # Answered long before its 60 s max wait: the produce woke it.
+    result = ray.get(pending, timeout=20)
+    assert [r.value for b in iter_batches(result.records) for r in b] == [b"wake"]
+
+
+def test_fetch_returns_empty_after_max_wait_without_data(cluster, new_topic):
+    leader, _ = leader_of(cluster, new_topic())
+    result = ray.get(leader.fetch.remote(0, 1 << 20, 100, 1), timeout=20)
+    assert result.records == b"" and result.high_watermark == 0
+
+
+def test_stale_and_future_leader_epochs_are_fenced(cluster, new_topic):
+    topic = new_topic()
+    leader, epoch = leader_of(cluster, topic)
+    broker = ray.get(leader.ping.remote())
+    # What the controller does on an election: the replica moves to a newer epoch.
+    ray.get(leader.become_leader.remote(epoch + 1, [broker], [broker]))
+    with pytest.raises(FencedLeaderEpochError) as fenced:
+        ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch))
+    assert fenced.value.retriable and fenced.value.code == 74
+    with pytest.raises(UnknownLeaderEpochError):
+        ray.get(leader.fetch.remote(0, 1024, 0, 1, 0, epoch + 2))
+    ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch + 1))
+
+
+def test_bad_input_is_refused_and_leaves_the_log_untouched(cluster, new_topic):
+    topic = new_topic(max_message_bytes=2000)
+    leader, epoch = leader_of(cluster, topic)
+    ray.get(leader.produce.remote(batch([b"good"]), 1, 30000, epoch))
+    corrupt = bytearray(batch([b"bad"]))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        ray.get(leader.produce.remote(bytes(corrupt), 1, 30000, epoch))
+    with pytest.raises(CorruptRecordError):
+        ray.get(leader.produce.remote(b"\x00" * 10, 1, 30000, epoch))
+    with pytest.raises(RecordTooLargeError):
+        ray.get(leader.produce.remote(batch([b"x" * 5000]), 1, 30000, epoch))
+    with pytest.raises(InvalidRequiredAcksError):
+        ray.get(leader.produce.remote(batch([b"y"]), 2, 30000, epoch))
+    state = ray.get(leader.describe.remote())
+    assert state["log_end_offset"] == 1
+    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"good"]
+    # The replica survived all of it.
+    assert ray.get(leader.ping.remote()) >= 0
+
+
+def test_fetch_out_of_range(cluster, new_topic):
+    leader, epoch = leader_of(cluster, new_topic())
+    ray.get(leader.produce.remote(batch([b"a", b"b"]), 1, 30000, epoch))
+    with pytest.raises(OffsetOutOfRangeError):
+        ray.get(leader.fetch.remote(5, 1024, 0))
+    assert ray.get(leader.delete_records.remote(1, epoch)) == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        ray.get(leader.fetch.remote(0, 1024, 0))
+
+
+def test_list_offsets_by_time(cluster, new_topic):
+    leader, epoch = leader_of(cluster, new_topic())
+    for ts in (1000, 2000, 3000):
+        ray.get(leader.produce.remote(batch([b"v"], timestamp=ts), 1, 30000, epoch))
+    assert ray.get(leader.list_offsets.remote(-2)).offset == 0
+    assert ray.get(leader.list_offsets.remote(-1)).offset == 3
+    found = ray.get(leader.list_offsets.remote(1500))
+    assert (found.offset, found.timestamp) == (1, 2000)
+    assert ray.get(leader.list_offsets.remote(9999)).offset == -1
+
+
+def test_retention_runs_in_the_background(cluster, new_topic):
+    topic = new_topic(retention_ms=1, segment_bytes=200, file_delete_delay_ms=0)
+    leader, epoch = leader_of(cluster, topic)
+    old = int(time.time() * 1000) - 3600_000
+    for _ in range(5):
+        ray.get(leader.produce.remote(batch([b"x" * 100], timestamp=old), 1, 30000, epoch))
+    # The session cluster checks retention every second; old segments go, offsets stay.
+    wait_for(lambda: ray.get(leader.describe.remote())["log_start_offset"] > 0, 30, what="retention")
+    assert ray.get(leader.describe.remote())["log_end_offset"] == 5
+
+
+def test_topic_names_are_validated_as_kafka_does(admin):
+    for bad in ["", ".", "..", "a/b", "../etc", "x" * 250, "sp ace", "é"]:
+        with pytest.raises(InvalidTopicError):
+            admin.create_topic(bad)
+    validate_topic_name("ok_name-1.2")
+    validate_topic_name("x" * 249)
+
+
+def test_topic_admin_errors(admin, new_topic):
+    topic = new_topic(partitions=2)
+    with pytest.raises(TopicAlreadyExistsError):
+        admin.create_topic(topic)
+    with pytest.raises(InvalidPartitionsError):
+        admin.create_partitions(topic, 1)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_configs("no-such-topic")
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        admin.create_topic(topic + "-x", configs={"retention.msx": 5})
+    assert len(admin.create_partitions(topic, 3).partitions) == 3
+
+
+def test_alter_configs_reaches_the_replicas(cluster, admin, new_topic):
+    topic = new_topic()
+    admin.alter_configs(topic, {"max.message.bytes": 100})
+    assert admin.describe_configs(topic)["max.message.bytes"] == (100, "DYNAMIC_TOPIC_CONFIG")
+    leader, epoch = leader_of(cluster, topic)
+    with pytest.raises(RecordTooLargeError):
+        ray.get(leader.produce.remote(batch([b"z" * 200]), 1, 30000, epoch))
+    admin.alter_configs(topic, delete_configs=["max.message.bytes"])
+    ray.get(leader.produce.remote(batch([b"z" * 200]), 1, 30000, epoch))
+
+
+def test_default_replica_assignment_spreads_leaders_and_replicas():
+    assignment = assign_replicas(6, 3, [0, 1, 2], start=0)
+    assert [r[0] for r in assignment] == [0, 1, 2, 0, 1, 2]
+    assert all(sorted(r) == [0, 1, 2] for r in assignment)
+    # Kafka shifts the followers after each full round of leaders.
+    assert assignment[0] != assignment[3]
+    assert len(new_cluster_id()) == 22
+
+
+def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):
+    topic = new_topic()
+    producer = cluster.producer(linger_ms=1, retry_backoff_ms=50)
+    acked = []
+    for i in range(300):
+        producer.send(topic, f"{i}".encode(), callback=lambda md, err: acked.append(md.offset) if md else None)
+        if i == 150:
+            leader, _ = leader_of(cluster, topic)
+            ray.kill(leader, no_restart=True)
+    producer.flush(120)
+    producer.close()
+    assert len(acked) == 300
+    # The controller restarted the replica (same broker, same data) and made it leader again.
+    meta = wait_for(lambda: cluster.metadata([topic]).topics[topic].partitions[0].leader_handle and cluster.metadata([topic]).topics[topic].partitions[0], 60)
+    assert meta.leader_epoch >= 1
+    fetched = ray.get(meta.leader_handle.fetch.remote(0, 1 << 24, 0))
+    values = [int(r.value) for b in iter_batches(fetched.records) for r in b]
+    assert set(values) == set(range(300))  # at least once: nothing acknowledged is lost
+
+
+def test_controller_restart_keeps_all_metadata(cluster, new_topic):
+    topic = new_topic(partitions=2, retention_ms=123456)
+    before = cluster.describe()
+    controller = cluster.controller
+    ray.kill(controller, no_restart=False)  # Ray restarts it; it replays its metadata log
+    after = wait_for(
+        lambda: (d := cluster.describe())["controller_epoch"] > before["controller_epoch"] and d,
+        60,
+        what="controller restart",
+    )
+    assert after["cluster_id"] == before["cluster_id"]
+    assert after["controller_epoch"] == before["controller_epoch"] + 1
+    assert after["topics"] == before["topics"] and after["partitions"] == before["partitions"]
+    admin = cluster.admin()
+    assert admin.describe_configs(topic)["retention.ms"][0] == 123456
+    meta = admin.describe_topics([topic])[topic]
+    assert [p.leader >= 0 for p in meta.partitions] == [True, True]
+    leader = meta.partitions[1].leader_handle
+    ray.get(leader.produce.remote(batch([b"after restart"]), 1, 30000, meta.partitions[1].leader_epoch))
