@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
 from storage import Log, log_config
 from storage.errors import (
@@ -217,6 +219,7 @@ class PartitionReplica:
             "size_bytes": self._log.size_in_bytes,
             "segments": len(self._log.segments),
             "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
         }
 
     async def ping(self) -> int:

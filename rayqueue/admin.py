@@ -9,7 +9,7 @@ from typing import Any
 import ray
 
 from actors.types import OffsetAndTimestamp, TopicMetadata, TopicPartition
-from rayqueue.metadata import MetadataCache
+from rayqueue.metadata import MetadataCache, call_controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,8 @@ class Admin:
         replica_assignment: list[list[int]] | None = None,
     ) -> TopicMetadata:
         """Create one topic; defaults come from num.partitions / default.replication.factor."""
-        return ray.get(
-            self._controller.create_topic.remote(
-                name, num_partitions, replication_factor, dict(configs or {}), replica_assignment
-            )
+        return call_controller(
+            self._controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}), replica_assignment
         )
 
     def create_topics(self, topics: Iterable[NewTopic]) -> list[TopicMetadata]:
@@ -57,7 +55,7 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its data."""
-        ray.get(self._controller.delete_topic.remote(name))
+        call_controller(self._controller.delete_topic, name)
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete several topics."""
@@ -66,27 +64,27 @@ class Admin:
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names."""
-        return ray.get(self._controller.list_topics.remote(include_internal))
+        return call_controller(self._controller.list_topics, include_internal)
 
     def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicMetadata]:
         """Partitions, leaders, replicas and ISR of each topic."""
         names = list(names) if names is not None else None
-        return ray.get(self._controller.get_metadata.remote(names)).topics
+        return call_controller(self._controller.get_metadata, names).topics
 
     def create_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> TopicMetadata:
         """Grow ``name`` to ``total`` partitions."""
-        return ray.get(self._controller.create_partitions.remote(name, total, assignment))
+        return call_controller(self._controller.create_partitions, name, total, assignment)
 
     def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
         """Each topic config: (value, source)."""
-        return ray.get(self._controller.describe_configs.remote(name))
+        return call_controller(self._controller.describe_configs, name)
 
     def alter_configs(
         self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: Iterable[str] | None = None
     ) -> dict[str, Any]:
         """Set or remove topic config overrides; returns the topic's overrides."""
-        return ray.get(
-            self._controller.alter_configs.remote(name, dict(set_configs or {}), list(delete_configs or []))
+        return call_controller(
+            self._controller.alter_configs, name, dict(set_configs or {}), list(delete_configs or [])
         )
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -107,4 +105,4 @@ class Admin:
 
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""
-        return ray.get(self._controller.describe_cluster.remote())
+        return call_controller(self._controller.describe_cluster)

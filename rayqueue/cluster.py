@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import BROKER_CONFIG, broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
 from actors.types import ClusterMetadata
+from rayqueue.metadata import call_controller
 from storage.config import Config
 from storage.errors import InvalidConfigError, KafkaTimeoutError
 
@@ -59,11 +60,11 @@ class Cluster:
 
     def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
         """A fresh metadata snapshot from the controller."""
-        return ray.get(self.controller.get_metadata.remote(topics))
+        return call_controller(self.controller.get_metadata, topics)
 
     def describe(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""
-        return ray.get(self.controller.describe_cluster.remote())
+        return call_controller(self.controller.describe_cluster)
 
     def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """A Producer bound to this cluster."""

@@ -21,7 +21,7 @@ import ray
 
 from actors.types import OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
-from rayqueue.metadata import MetadataCache
+from rayqueue.metadata import MetadataCache, call_controller
 from rayqueue.producer import _as_kafka_error
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
@@ -140,7 +140,7 @@ class Consumer:
 
     def topics(self, pattern: str | None = None) -> list[str]:
         """Topic names on the cluster (optionally matching a regex)."""
-        names = ray.get(self._cluster.controller.list_topics.remote())
+        names = call_controller(self._cluster.controller.list_topics)
         return [n for n in names if pattern is None or re.fullmatch(pattern, n)]
 
     # -- polling --------------------------------------------------------------------------

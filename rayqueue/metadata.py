@@ -14,7 +14,23 @@ from typing import Any
 import ray
 
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
-from storage.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
+from storage.errors import LeaderNotAvailableError, NetworkError, UnknownTopicOrPartitionError
+
+
+def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:
+    """Call a controller actor method and wait, riding through a controller restart.
+
+    The controller is restartable: while Ray brings it back (its node died, or it was
+    killed) calls fail with RayActorError; they are retried until ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(method.remote(*args))
+        except ray.exceptions.RayActorError as exc:
+            if time.monotonic() > deadline:
+                raise NetworkError(f"controller unavailable for {timeout_s}s: {exc}") from None
+            time.sleep(0.2)
 
 
 class MetadataCache:
@@ -56,7 +72,7 @@ class MetadataCache:
     def refresh(self, topics: list[str] | None = None) -> None:
         """Ask the controller for fresh metadata of ``topics`` (all cached ones by default)."""
         names = list(topics if topics is not None else self._topics)
-        snapshot = ray.get(self._controller.get_metadata.remote(names, self._auto_create))
+        snapshot = call_controller(self._controller.get_metadata, names, self._auto_create)
         now = time.monotonic()
         with self._lock:
             self.cluster_id = snapshot.cluster_id

@@ -35,7 +35,7 @@ def test_records_come_back_in_order_per_partition_across_topics(cluster, new_top
         assert offsets == list(range(len(rs)))  # every offset once, in order
         sends = [int(r.value.split(b":")[1]) for r in rs]
         assert sends == sorted(sends)  # the order they were sent in
-    for i, (topic, future) in sent.items():
+    for topic, future in sent.values():
         md = future.get(10)
         assert md.topic == topic and md.offset >= 0
 
