@@ -58,6 +58,10 @@ class StickyPartitioner:
         self._current: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def current(self, topic: str) -> int | None:
+        """The sticky partition of ``topic``, if one was chosen (no metadata needed)."""
+        return self._current.get(topic)
+
     def partition(self, topic: str, num_partitions: int) -> int:
         """The sticky partition of ``topic`` now."""
         current = self._current.get(topic)

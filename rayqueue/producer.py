@@ -180,7 +180,9 @@ class Producer:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
-        self._open: dict[TopicPartition, _Batch] = {}
+        # Keyed by a plain (topic, partition) tuple: hashed in C on every send().
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._topic_partitions: dict[tuple[str, int], TopicPartition] = {}
         self._ready: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
         self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
         self._muted: set[TopicPartition] = set()
@@ -216,18 +218,18 @@ class Producer:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
         if timestamp is None:
             timestamp = int(time.time() * 1000)
-        tp = TopicPartition(topic, partition)
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
         if size > self._max_request or size > self._buffer_memory:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max.request.size={self._max_request} or buffer.memory={self._buffer_memory}"
             )
+        slot = (topic, partition)
         with self._lock:
             if self._buffered + size > self._buffer_memory:
                 self._wait_for_space(size)
-            batch = self._open.get(tp)
+            batch = self._open.get(slot)
             if batch is None:
-                batch = self._new_open_batch(tp)
+                batch = self._new_open_batch(slot)
             delta = batch.builder.append(value, key, timestamp, headers or ())
             batch.result.timestamps.append(timestamp)
             batch.records += 1
@@ -316,6 +318,10 @@ class Producer:
     # -- accumulator ----------------------------------------------------------------------
 
     def _partition(self, topic: str, key: bytes | None, value: bytes | None) -> int:
+        if (key is None or self._ignore_keys) and self._user_partitioner is None:
+            current = self._sticky.current(topic)
+            if current is not None:  # the common case, without a metadata lookup
+                return current
         num_partitions = self._metadata.num_partitions(topic)
         if self._user_partitioner is not None:
             return int(self._user_partitioner(topic, key, num_partitions))
@@ -323,16 +329,20 @@ class Producer:
             return self._sticky.partition(topic, num_partitions)
         return partition_for_key(key, num_partitions)
 
-    def _new_open_batch(self, tp: TopicPartition) -> _Batch:
+    def _new_open_batch(self, slot: tuple[str, int]) -> _Batch:
+        tp = self._topic_partitions.get(slot)
+        if tp is None:
+            tp = self._topic_partitions[slot] = TopicPartition(*slot)
         batch = _Batch(tp, RecordBatchBuilder(self._compression))
         batch.result.timestamps = []
-        self._open[tp] = batch
+        self._open[slot] = batch
         return batch
 
     def _close_batch(self, batch: _Batch) -> None:
         """Move an open batch to the ready queue (called with the lock held)."""
-        if self._open.get(batch.tp) is batch:
-            del self._open[batch.tp]
+        slot = (batch.tp.topic, batch.tp.partition)
+        if self._open.get(slot) is batch:
+            del self._open[slot]
         if batch.records == 0:
             return
         batch.data = batch.builder.build()
@@ -411,7 +421,7 @@ class Producer:
                     self._wait_for_space(batch.size)
                 self._buffered += batch.size
                 # Keep order with records queued by send(): close the open batch first.
-                open_batch = self._open.get(tp)
+                open_batch = self._open.get((tp.topic, tp.partition))
                 if open_batch is not None:
                     self._close_batch(open_batch)
                 if len(data) > self._max_request:
