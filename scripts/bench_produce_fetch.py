@@ -1,0 +1,186 @@
+"""Produce/fetch throughput against baselines measured in the same run.
+
+One producer, one partition, acks=1, 100-byte and 1 KB values:
+- ``send()`` one record at a time, and the bulk ``send_many()``;
+- one consumer iterating records;
+each as records/s and MB/s, and as a ratio to
+- the Ray transport ceiling: raw actor calls moving the same bytes (1 MB per call,
+  five calls in flight, as the producer sends), and
+- ``ray.util.queue.Queue`` moving the same records (its batch put/get).
+Then the memory (USS) of one idle replica actor and how many partitions the embedded
+default could host on this machine.
+
+Run: ``.venv/bin/python scripts/bench_produce_fetch.py [--records N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import psutil  # noqa: E402
+import ray  # noqa: E402
+from ray.util.queue import Queue  # noqa: E402
+
+import rayqueue  # noqa: E402
+from rayqueue import TopicPartition  # noqa: E402
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class Transport:
+    """The ceiling: an async actor that takes or hands out bytes and does nothing else."""
+
+    def __init__(self) -> None:
+        self._payload = b""
+
+    async def sink(self, data: bytes) -> int:
+        return len(data)
+
+    async def prepare(self, size: int) -> None:
+        self._payload = os.urandom(size)
+
+    async def source(self) -> bytes:
+        return self._payload
+
+
+def transport_ceiling(total_bytes: int, call_bytes: int = 1 << 20) -> tuple[float, float]:
+    """MB/s of raw actor calls sending and receiving ``total_bytes`` in ``call_bytes`` calls."""
+    actor = Transport.remote()
+    ray.get(actor.prepare.remote(call_bytes))
+    payload = os.urandom(call_bytes)
+    calls = max(1, total_bytes // call_bytes)
+    start = time.perf_counter()
+    pending = []
+    for _ in range(calls):
+        pending.append(actor.sink.remote(payload))
+        if len(pending) >= 5:
+            ray.get(pending.pop(0))
+    ray.get(pending)
+    send = calls * call_bytes / (time.perf_counter() - start) / 1e6
+    start = time.perf_counter()
+    pending = [actor.source.remote()]
+    for _ in range(calls - 1):
+        pending.append(actor.source.remote())
+        if len(pending) >= 2:
+            ray.get(pending.pop(0))
+    ray.get(pending)
+    receive = calls * call_bytes / (time.perf_counter() - start) / 1e6
+    ray.kill(actor)
+    return send, receive
+
+
+def queue_baseline(values: list[bytes], chunk: int = 10000) -> tuple[float, float]:
+    """records/s of ray.util.queue.Queue putting and getting the same records in batches."""
+    queue = Queue(maxsize=0)
+    start = time.perf_counter()
+    for i in range(0, len(values), chunk):
+        queue.put_nowait_batch(values[i : i + chunk])
+    put = len(values) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    got = 0
+    while got < len(values):
+        got += len(queue.get_nowait_batch(min(chunk, len(values) - got)))
+    get = len(values) / (time.perf_counter() - start)
+    queue.shutdown()
+    return put, get
+
+
+def produce_one_by_one(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int) -> float:
+    producer = cluster.producer(acks="1", linger_ms=5, batch_size=64 * 1024)
+    send = producer.send
+    start = time.perf_counter()
+    for _ in range(n):
+        send(topic, value)
+    producer.flush()
+    rate = n / (time.perf_counter() - start)
+    producer.close()
+    return rate
+
+
+def produce_bulk(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int) -> float:
+    producer = cluster.producer(acks="1")
+    values = [value] * n
+    start = time.perf_counter()
+    producer.send_many(topic, values, partition=0).get()
+    rate = n / (time.perf_counter() - start)
+    producer.close()
+    return rate
+
+
+def consume(cluster: rayqueue.Cluster, topic: str, n: int) -> float:
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    start = time.perf_counter()
+    seen = 0
+    for _ in consumer:
+        seen += 1
+        if seen == n:
+            break
+    rate = n / (time.perf_counter() - start)
+    consumer.close()
+    return rate
+
+
+def replica_uss_mb(cluster: rayqueue.Cluster, topic: str) -> float:
+    leader = cluster.metadata([topic]).topics[topic].partitions[0].leader_handle
+    pid = ray.get(leader.describe.remote())["pid"]
+    return psutil.Process(pid).memory_full_info().uss / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per 100-byte run")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="rayqueue-bench-")
+    cluster = rayqueue.launch(log_dirs=root)
+    admin = cluster.admin()
+    rows = []
+    try:
+        for size, n in ((100, args.records), (1024, args.records // 5)):
+            value = os.urandom(size)
+            mb = n * size / 1e6
+            ceiling_send, ceiling_receive = transport_ceiling(int(n * (size + 10)))
+            queue_put, queue_get = queue_baseline([value] * n)
+            t1, t2 = f"bench-send-{size}", f"bench-bulk-{size}"
+            admin.create_topic(t1, 1)
+            admin.create_topic(t2, 1)
+            one = produce_one_by_one(cluster, t1, value, n)
+            bulk = produce_bulk(cluster, t2, value, n)
+            read = consume(cluster, t2, n)
+            for name, rate, ceiling, queue in (
+                ("send() one at a time", one, ceiling_send, queue_put),
+                ("send_many() bulk", bulk, ceiling_send, queue_put),
+                ("consumer iterating", read, ceiling_receive, queue_get),
+            ):
+                rows.append((size, name, rate, rate * size / 1e6, rate * size / 1e6 / ceiling, rate / queue))
+            print(
+                f"[{size} B] Ray transport ceiling: send {ceiling_send:.0f} MB/s, receive {ceiling_receive:.0f} MB/s; "
+                f"ray.util.queue.Queue: put {queue_put:,.0f}/s, get {queue_get:,.0f}/s ({mb:.0f} MB moved)"
+            )
+        print()
+        print(f"{'value':>6} {'path':<22} {'records/s':>12} {'MB/s':>8} {'vs Ray ceiling':>15} {'vs Ray Queue':>13}")
+        for size, name, rate, mbs, vs_ceiling, vs_queue in rows:
+            print(f"{size:>5}B {name:<22} {rate:>12,.0f} {mbs:>8.1f} {vs_ceiling:>14.2f}x {vs_queue:>12.1f}x")
+        admin.create_topic("bench-idle", 1)
+        uss = replica_uss_mb(cluster, "bench-idle")
+        available = psutil.virtual_memory().available / 1e6
+        reserve = 4000  # for Ray's own processes, Spark and the clients
+        print()
+        print(f"idle replica actor USS: {uss:.0f} MB")
+        print(
+            f"partitions the embedded default can host here (RF=1, {available / 1000:.1f} GB available, "
+            f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / uss)}"
+        )
+    finally:
+        cluster.shutdown(delete_data=True)
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
