@@ -123,6 +123,12 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: when attribute bit 6 is set, baseTimestamp is the time after which the
+        cleaner may remove the batch's tombstones; None when not set."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
+    @property
     def last_sequence(self) -> int:
         """Sequence number of the batch's last record (wrapping as Kafka does)."""
         if self.base_sequence == NO_SEQUENCE:

@@ -383,6 +383,12 @@ class ProducerFencedError(KafkaError):
     code, retriable = 90, False
 
 
+class InvalidRecordError(KafkaError):
+    """INVALID_RECORD: A record failed the broker's validation (e.g. a null key on a compacted topic)."""
+
+    code, retriable = 87, False
+
+
 class TransactionalIdNotFoundError(KafkaError):
     """TRANSACTIONAL_ID_NOT_FOUND: The transactional id is unknown."""
 

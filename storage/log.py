@@ -12,7 +12,10 @@ As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
   invalid batch (later segments are deleted);
 - retention deletes whole segments by time (largest timestamp, KIP-32), size and log
   start offset, renaming their files ``.deleted`` before removing them;
-- one owner per directory, enforced by an advisory file lock.
+- one owner per directory, enforced by an advisory file lock;
+- compaction (``cleanup.policy`` with ``compact``) is ``storage.cleaner``'s: :meth:`Log.clean`,
+  :meth:`Log.cleanable`, :meth:`Log.dirty_ratio`; the cleaner swaps segments in through
+  :meth:`Log.replace_segments`, and opening a log finishes or undoes an interrupted swap.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,9 +33,20 @@ from typing import Any, NamedTuple
 from storage import batch_header
 from storage.batch_header import HEADER, HEADER_SIZE, MAGIC_OFFSET, BatchHeader, check_batches, read_header
 from storage.checkpoint import fsync_dir, read_offset, write_offset
+from storage.cleaner import (
+    CLEANED_SUFFIX,
+    CLEANER_CHECKPOINT_FILE,
+    DEFAULT_OFFSET_MAP_ENTRIES,
+    SWAP_SUFFIX,
+    CleanerStats,
+    LogCleaner,
+    log_to_clean,
+    recover_interrupted_swap,
+)
 from storage.config import LONG_MAX, Config, log_config
 from storage.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -120,6 +134,10 @@ class Log:
         self._log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         self._flush_messages: int = self.config.flush_messages
         self._flush_ms_set = self.config.flush_ms < LONG_MAX
+        # Kafka's LogValidator refuses keyless records on compacted topics.
+        self._compacted = "compact" in self.config.cleanup_policy
+        self._cleaning = threading.Lock()  # one clean pass at a time
+        self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -137,6 +155,7 @@ class Log:
             # Files of segments deleted before a restart, and temporaries of interrupted writes.
             if path.name.endswith((DELETED_SUFFIX, ".tmp")):
                 path.unlink(missing_ok=True)
+        recover_interrupted_swap(self.dir, self.config)
         bases = sorted(int(p.stem) for p in self.dir.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
         for path in self.dir.iterdir():
             if path.suffix in INDEX_SUFFIXES and path.stem.isdigit() and int(path.stem) not in bases:
@@ -244,6 +263,8 @@ class Log:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         headers = check_batches(view, self._max_message_bytes if assign_offsets else 2**31 - 1, assign_offsets)
+        if self._compacted and assign_offsets:
+            _check_keys(view)
         size = len(view)
         if size > self._segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
@@ -472,6 +493,7 @@ class Log:
             keep = tuple(s for s in segments if s.base_offset <= offset)
             dropped = [s for s in segments if s.base_offset > offset]
             active = keep[-1]
+            self._truncate_cleaner_checkpoint(offset)
             try:
                 active.truncate_to(offset)
                 active.make_active()
@@ -493,6 +515,7 @@ class Log:
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
+        self._truncate_cleaner_checkpoint(offset)
         old = self.segments
         for segment in old:
             segment.rename_to_deleted()
@@ -518,6 +541,14 @@ class Log:
                 write_offset(self.dir / LOG_START_OFFSET_FILE, offset)
                 self._delete_log_start_breached(limit)
             return self._log_start_offset
+
+    def _truncate_cleaner_checkpoint(self, offset: int) -> None:
+        """Offsets from ``offset`` on are going: they are dirty again (Kafka's maybeTruncateCheckpoint)."""
+        self._truncations += 1
+        path = self.dir / CLEANER_CHECKPOINT_FILE
+        checkpoint = read_offset(path)
+        if checkpoint is not None and checkpoint > offset:
+            write_offset(path, offset)
 
     def _write_checkpoints(self) -> None:
         write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
@@ -616,6 +647,82 @@ class Log:
             self._pending_deletes.remove(entry)
             entry[1].delete()
 
+    # -- compaction -----------------------------------------------------------------------
+
+    def dirty_ratio(self, upper_bound_offset: int | None = None, now_ms: int | None = None) -> float:
+        """Bytes after the cleaner checkpoint that a pass could clean / bytes from the log start to there."""
+        return log_to_clean(self, upper_bound_offset, now_ms).dirty_ratio
+
+    def cleanable(self, upper_bound_offset: int | None = None, now_ms: int | None = None) -> bool:
+        """Whether the policy includes compact and min.cleanable.dirty.ratio or max.compaction.lag.ms asks for a pass."""
+        return LogCleaner.is_cleanable(self, upper_bound_offset, now_ms)
+
+    def clean(
+        self,
+        upper_bound_offset: int | None = None,
+        *,
+        now_ms: int | None = None,
+        offset_map_entries: int = DEFAULT_OFFSET_MAP_ENTRIES,
+        force: bool = False,
+    ) -> CleanerStats | None:
+        """Compact the log if :meth:`cleanable` (any dirty data with ``force``); None if nothing was done.
+
+        Nothing at or past ``upper_bound_offset`` (the high watermark or last stable
+        offset; default the active segment) is cleaned. Runs alongside appends and reads.
+        """
+        return LogCleaner(offset_map_entries).clean(self, upper_bound_offset, now_ms=now_ms, force=force)
+
+    def replace_segments(
+        self,
+        new: LogSegment,
+        old: Sequence[LogSegment],
+        *,
+        truncations: int | None = None,
+        step: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Swap ``new`` (files suffixed ``.cleaned``) in for the consecutive segments ``old`` (Kafka's replaceSegments).
+
+        Refused (False, nothing renamed) when ``old`` are no longer consecutive inactive
+        segments of the log, or when the log was truncated since ``truncations`` was read.
+        Crash-safe: ``.cleaned`` -> ``.swap`` (indexes, then the ``.log``: the commit point),
+        the segment tuple replaced, the old files renamed ``.deleted`` (deleted after
+        file.delete.delay.ms, so readers holding the old tuple finish), ``.swap`` -> final
+        names. ``step`` is called between these steps (fault injection in tests).
+        """
+        at = step or _no_step
+        with self._write_lock:
+            self._check_writable()
+            if truncations is not None and truncations != self._truncations:
+                return False
+            current = self.segments
+            first = next((n for n, s in enumerate(current) if s is old[0]), None)
+            if first is None or first + len(old) >= len(current):
+                return False  # gone (retention, truncation), or would include the active segment
+            if any(current[first + n] is not s for n, s in enumerate(old)):
+                return False
+            try:
+                at("swap:start")
+                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX, between=lambda: at("swap:indexes_renamed"))
+                fsync_dir(self.dir)
+                at("swap:committed")
+            except OSError as exc:
+                raise KafkaStorageError(f"swap in {self.dir} failed before committing: {exc}") from exc
+            try:
+                self._set_segments((*current[:first], new, *current[first + len(old) :]))
+                for segment in old:
+                    segment.rename_to_deleted()
+                    at("swap:old_renamed")
+                fsync_dir(self.dir)
+                new.change_file_suffixes(SWAP_SUFFIX, "", between=lambda: at("swap:final_indexes_renamed"))
+                fsync_dir(self.dir)
+                at("swap:done")
+            except OSError as exc:
+                # Committed on disk; reopening completes the swap. Until then, take no writes.
+                self._offline = True
+                raise KafkaStorageError(f"{self.dir} went offline during a segment swap: {exc}") from exc
+            self._schedule_delete(list(old), renamed=True)
+            return True
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -686,3 +793,15 @@ def _patch_headers(
         parts.append(view[h.position + HEADER_SIZE : h.position + h.batch_length + batch_header.LOG_OVERHEAD])
         new_headers.append(BatchHeader(h.position, *HEADER.unpack_from(patched, at)))
     return parts, new_headers, next_offset
+
+
+def _no_step(_name: str) -> None:
+    """The default of replace_segments' fault-injection hook."""
+
+
+def _check_keys(view: memoryview) -> None:
+    """Refuse records without a key (Kafka's LogValidator, for compacted topics)."""
+    from storage.record_batch import decode_columns  # the codec: only compacted topics pay for it
+
+    if decode_columns(view, check_crc=False).key.null_count:
+        raise InvalidRecordError("a compacted topic cannot accept a record without a key")

@@ -37,6 +37,7 @@ from storage.batch_header import (
     CONTROL_MASK,
     CREATE_TIME,
     CURRENT_MAGIC,
+    DELETE_HORIZON_MASK,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -812,6 +813,8 @@ class RecordBatchBuilder:
         "_next_delta",
         "_first_ts",
         "_max_ts",
+        "delete_horizon_ms",
+        "_last_offset_delta",
     )
 
     def __init__(
@@ -827,6 +830,7 @@ class RecordBatchBuilder:
         is_transactional: bool = False,
         is_control: bool = False,
         max_batch_bytes: int | None = None,
+        delete_horizon_ms: int | None = None,
     ) -> None:
         if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
@@ -848,6 +852,12 @@ class RecordBatchBuilder:
         self._next_delta = 0
         self._first_ts: int | None = None
         self._max_ts = NO_TIMESTAMP
+        # KIP-534 (the log cleaner): baseTimestamp holds the delete horizon, flagged by
+        # attribute bit 6, and record timestamp deltas count from it.
+        self.delete_horizon_ms = delete_horizon_ms
+        if delete_horizon_ms is not None:
+            self._first_ts = delete_horizon_ms
+        self._last_offset_delta: int | None = None
 
     def __len__(self) -> int:
         return self._count
@@ -985,6 +995,14 @@ class RecordBatchBuilder:
         self._max_ts = max(self._max_ts, int(ts.max()))
         return first_delta
 
+    def override_last_offset(self, last_offset: int) -> None:
+        """Keep ``last_offset`` as the batch's last offset even if its record is gone (Kafka's
+        overrideLastOffset: a cleaned v2 batch keeps its original offset and sequence range)."""
+        delta = last_offset - self.base_offset
+        if delta < self._next_delta - 1 or delta > _MAX_INT32:
+            raise ValueError(f"last offset {last_offset} is before the batch's records or too far")
+        self._last_offset_delta = delta
+
     @classmethod
     def from_columns(
         cls,
@@ -1015,6 +1033,11 @@ class RecordBatchBuilder:
             attributes |= TRANSACTIONAL_MASK
         if self.is_control:
             attributes |= CONTROL_MASK
+        if self.delete_horizon_ms is not None:
+            attributes |= DELETE_HORIZON_MASK
+        last_delta = self._next_delta - 1
+        if self._last_offset_delta is not None and self._last_offset_delta > last_delta:
+            last_delta = self._last_offset_delta
         head = bytearray(
             HEADER.pack(
                 self.base_offset,
@@ -1023,7 +1046,7 @@ class RecordBatchBuilder:
                 CURRENT_MAGIC,
                 0,
                 attributes,
-                self._next_delta - 1,
+                last_delta,
                 self._first_ts,
                 self._max_ts,
                 self.producer_id,

@@ -80,15 +80,19 @@ class LogSegment:
         *,
         created_ms: int,
         active: bool = True,
+        file_suffix: str = "",
     ) -> None:
+        # file_suffix: "" for a live segment, ".cleaned"/".swap" while the cleaner builds and swaps one in.
         self.directory = Path(directory)
         self.base_offset = base_offset
         self.created_ms = created_ms
         self._index_interval = config.index_interval_bytes
         self._segment_ms = config.segment_ms - config.segment_jitter_ms
         prefix = self.directory / filename_prefix(base_offset)
-        self.log_path = prefix.with_suffix(LOG_SUFFIX)
-        index_path, time_index_path = prefix.with_suffix(INDEX_SUFFIX), prefix.with_suffix(TIME_INDEX_SUFFIX)
+        self.log_path = prefix.with_name(prefix.name + LOG_SUFFIX + file_suffix)
+        index_path = prefix.with_name(prefix.name + INDEX_SUFFIX + file_suffix)
+        time_index_path = prefix.with_name(prefix.name + TIME_INDEX_SUFFIX + file_suffix)
+        self._txn_index_path = prefix.with_name(prefix.name + TXN_INDEX_SUFFIX + file_suffix)
         # A segment whose index files are missing must rebuild them from its batches.
         self.indexes_missing = self.log_path.exists() and not (index_path.exists() and time_index_path.exists())
         # O_APPEND: after a truncation the next write lands at the new end by itself.
@@ -433,21 +437,52 @@ class LogSegment:
 
     def paths(self) -> list[Path]:
         """The segment's files that exist."""
-        prefix = self.directory / filename_prefix(self.base_offset)
-        candidates = [self.log_path, self.offset_index.path, self.time_index.path, prefix.with_suffix(TXN_INDEX_SUFFIX)]
+        candidates = [self.log_path, self.offset_index.path, self.time_index.path, self._txn_index_path]
         return [p for p in candidates if p.exists()]
 
     def rename_to_deleted(self) -> list[Path]:
         """Rename every file with the ``.deleted`` suffix; open handles keep working."""
+        existing = set(self.paths())
         renamed = []
-        for path in self.paths():
+        for attr in ("log_path", "_txn_index_path"):
+            path = getattr(self, attr)
             target = path.with_name(path.name + DELETED_SUFFIX)
-            os.replace(path, target)
-            renamed.append(target)
-        self.log_path = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
-        self.offset_index.path = self.offset_index.path.with_name(self.offset_index.path.name + DELETED_SUFFIX)
-        self.time_index.path = self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX)
+            if path in existing:
+                os.replace(path, target)
+                renamed.append(target)
+            setattr(self, attr, target)
+        for index in (self.offset_index, self.time_index):
+            target = index.path.with_name(index.path.name + DELETED_SUFFIX)
+            if index.path in existing:
+                renamed.append(target)
+            index.rename_to(target)
         return renamed
+
+    def change_file_suffixes(
+        self, old_suffix: str, new_suffix: str, *, between: Callable[[], None] | None = None
+    ) -> None:
+        """Rename every file from ``...<old_suffix>`` to ``...<new_suffix>`` (Kafka's changeFileSuffixes).
+
+        Open handles and mappings keep working. The ``.log`` file is renamed last, so its
+        new name means the whole segment has it; ``between`` runs just before that rename.
+        """
+
+        def renamed(path: Path) -> Path:
+            if not path.name.endswith(old_suffix):
+                raise ValueError(f"{path.name} does not end with {old_suffix!r}")
+            return path.with_name(path.name[: len(path.name) - len(old_suffix)] + new_suffix)
+
+        for index in (self.offset_index, self.time_index):
+            index.rename_to(renamed(index.path))
+        txn = renamed(self._txn_index_path)
+        if self._txn_index_path.exists():
+            os.replace(self._txn_index_path, txn)
+        self._txn_index_path = txn
+        if between is not None:
+            between()
+        target = renamed(self.log_path)
+        os.replace(self.log_path, target)
+        self.log_path = target
 
     def delete(self) -> None:
         """Close and remove every file of the segment."""
