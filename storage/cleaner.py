@@ -526,9 +526,10 @@ class _Pass:
                 # Control batches hold no data; transactional data stays out until aborted
                 # transactions can be told apart (see the module docstring).
                 if not (h.is_control or h.is_transactional):
-                    for record in batch:
-                        if record.key is not None:
-                            put(record.key, record.offset)
+                    offsets, _, keys, _, _ = batch._decode()  # lists: no Record objects on this path
+                    for key, offset in zip(keys, offsets, strict=True):
+                        if key is not None:
+                            put(key, offset)
                 map_end = h.next_offset
             map_end = seg_end  # the whole segment is mapped, a hole at its end included
         return map_end
@@ -643,19 +644,18 @@ class _Pass:
         retain_deletes = horizon is None or self.now < horizon
         kept = []
         tombstones = False
-        records = list(batch)
-        for record in records:
-            key = record.key
-            if key is None or record.offset < get(key):
+        offsets, timestamps, keys, values, headers = batch._decode()
+        for n, key in enumerate(keys):
+            if key is None or offsets[n] < get(key):
                 continue
-            if record.value is None:
+            if values[n] is None:
                 if not retain_deletes:
                     continue
                 tombstones = True
-            kept.append(record)
+            kept.append(n)
         self.counts["messages_written"] += len(kept)
         set_horizon = tombstones and horizon is None
-        if len(kept) == len(records) and not set_horizon:
+        if len(kept) == len(keys) and not set_horizon:
             return bytes(raw)
         if kept:
             if set_horizon:
@@ -671,14 +671,9 @@ class _Pass:
                 is_transactional=h.is_transactional,
                 delete_horizon_ms=horizon,
             )
-            for record in kept:
-                builder.append(
-                    record.value,
-                    record.key,
-                    record.timestamp,
-                    record.headers,
-                    offset_delta=record.offset - h.base_offset,
-                )
+            base = h.base_offset
+            for n in kept:
+                builder.append(values[n], keys[n], timestamps[n], headers[n], offset_delta=offsets[n] - base)
             builder.override_last_offset(h.last_offset)
             return builder.build()
         if is_last or (h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset):
