@@ -1,0 +1,62 @@
+"""The shipped TOML files in configs/: they parse, use only known keys, and launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.config import BROKER_CONFIG, broker_config, load_toml
+from storage.config import LOG_CONFIG
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
+TOPIC_SPEC_KEYS = {"partitions", "replication.factor"}
+
+
+def test_the_shipped_configs_are_there():
+    assert {p.name for p in CONFIGS} >= {"local.toml", "cluster.toml"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_parses_with_only_known_broker_keys(path):
+    values = load_toml(path)
+    topics = values.pop("topics", {})
+    unknown = sorted(set(values) - set(BROKER_CONFIG.keys))
+    assert not unknown, f"{path.name}: not broker keys: {unknown}"
+    # The file's values set what they say (no silent fallback to a default).
+    cfg = broker_config(values)
+    for key, value in values.items():
+        assert cfg[key] == value, key
+    for name, spec in topics.items():
+        assert isinstance(spec.get("partitions", 1), int) and isinstance(spec.get("replication.factor", 1), int), name
+        LOG_CONFIG.parse({k: v for k, v in spec.items() if k not in TOPIC_SPEC_KEYS})
+
+
+def test_topic_tables_are_read_with_kafka_keys(tmp_path):
+    path = tmp_path / "with-topics.toml"
+    path.write_text(
+        'log.dirs = "/tmp/x"\n[topics.events]\npartitions = 4\nreplication.factor = 1\nretention.ms = 1000\n'
+        'cleanup.policy = "compact"\n'
+    )
+    values = load_toml(path)
+    assert values["log.dirs"] == "/tmp/x"
+    assert values["topics"] == {
+        "events": {"partitions": 4, "replication.factor": 1, "retention.ms": 1000, "cleanup.policy": "compact"}
+    }
+
+
+@pytest.mark.parametrize("name", ["local.toml", "cluster.toml"])
+def test_launch_accepts_the_config(cluster, tmp_path, name):
+    """rayqueue.launch takes the file as it is (data dir and namespace moved aside)."""
+    import rayqueue
+
+    path = next(p for p in CONFIGS if p.name == name)
+    namespace = f"rayqueue-config-{path.stem}"
+    # One offsets partition: each is a replica actor, and this test is about the file.
+    handle = rayqueue.launch(path, log_dirs=str(tmp_path), rayqueue_namespace=namespace, offsets_topic_num_partitions=1)
+    try:
+        info = handle.describe()
+        assert len(info["brokers"]) == load_toml(path)["rayqueue.num.brokers"]
+        assert handle.namespace == namespace
+    finally:
+        handle.shutdown(delete_data=True)
