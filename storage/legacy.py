@@ -193,6 +193,8 @@ def upconvert(buf: Buffer) -> bytes:
     out = []
     for records in groups:
         base = records[0].offset
+        if not 0 <= base <= 2**63 - 2**31:
+            raise CorruptRecordError(f"legacy message offset {base} is out of range")
         builder = RecordBatchBuilder(records[0].compression, timestamp_type=records[0].timestamp_type, base_offset=base)
         previous = -1
         for r in records:
