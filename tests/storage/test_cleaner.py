@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -311,7 +310,7 @@ def test_rebuilt_batches_keep_producer_metadata_offsets_and_codec(tmp_path):
         assert (first.producer_id, first.producer_epoch, first.base_sequence) == (42, 3, 100)
         assert first.last_sequence == original[0].last_sequence == 102
         assert first.compression == 1  # gzip again
-        assert replace(cleaned[1], position=0) == read_header(log.read(3, 10**6).records)
+        assert cleaned[1]._replace(position=0) == read_header(log.read(3, 10**6).records)
         assert cleaned[1].crc == original[1].crc  # copied byte for byte
         assert [(r[0], r[1]) for r in read_all(log)] == [(0, b"a"), (1, b"b"), (3, b"c"), (4, b"d"), (5, b"e")]
 
