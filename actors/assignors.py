@@ -153,7 +153,9 @@ class CooperativeStickyAssignor:
         return withhold_moving(target, current)
 
 
-def withhold_moving(target: Mapping[str, Sequence[TopicPartition]], owned: Mapping[str, Sequence[TopicPartition]]) -> Assignment:
+def withhold_moving(
+    target: Mapping[str, Sequence[TopicPartition]], owned: Mapping[str, Sequence[TopicPartition]]
+) -> Assignment:
     """Remove from each member's target the partitions another present member still owns."""
     owner = {tp: m for m, tps in owned.items() if m in target for tp in tps}
     return {m: [tp for tp in tps if owner.get(tp, m) == m] for m, tps in target.items()}
@@ -191,7 +193,9 @@ def sticky_assign(
     return _general(subs, members, partitions, kept)
 
 
-def _constrained(members: list[str], partitions: list[TopicPartition], kept: dict[str, list[TopicPartition]]) -> Assignment:
+def _constrained(
+    members: list[str], partitions: list[TopicPartition], kept: dict[str, list[TopicPartition]]
+) -> Assignment:
     """Identical subscriptions (Kafka's constrained algorithm): exactly ``P % N`` members get
     ``ceil(P/N)``, the rest ``floor(P/N)``; the members that own most keep the larger quota,
     which revokes the fewest partitions."""

@@ -70,8 +70,16 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Follower fetch size per partition.", min=0),
         ConfigKey("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
         ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often to rebalance leaders.", min=1),
-        ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", min=1),
+        # Kafka's default is 50 partitions; here every partition is a replica actor (~60 MB,
+        # ~0.5 s to start), so a local cluster gets 3. Raise it for many busy groups.
+        ConfigKey("offsets.topic.num.partitions", "int", 3, "Partitions of __consumer_offsets.", min=1),
+        # Kafka's default, capped at the broker count (and at 1 while replication is unsupported).
         ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.", min=1),
+        ConfigKey("offsets.retention.minutes", "int", 10080, "Offsets of an empty group live this long.", min=1),
+        ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets expire.", min=1),
+        # Kafka's default is 3000; rayqueue's groups are small and local, so no delay by default.
+        ConfigKey("group.initial.rebalance.delay.ms", "int", 0, "Wait for more members when a group fills.", min=0),
+        ConfigKey("rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
     ],
 )

@@ -111,3 +111,58 @@ class ClusterMetadata:
         """The partitions of ``topic`` (empty when unknown)."""
         meta = self.topics.get(topic)
         return meta.partitions if meta else ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset with its metadata string and commit time (Kafka's OffsetAndMetadata)."""
+
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResult:
+    """A completed join: the generation, this member's id and the group's chosen protocol."""
+
+    generation_id: int
+    member_id: str
+    protocol: str
+    leader_id: str
+    rebalance_protocol: str  # "eager" or "cooperative"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """One member of a group as DescribeGroups shows it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    subscription: tuple[str, ...]
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A consumer group: state, protocol, generation and members (Kafka's ConsumerGroupDescription)."""
+
+    group_id: str
+    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    protocol_type: str
+    protocol: str
+    generation_id: int
+    leader_id: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs of a consumer's group membership."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None

@@ -1,15 +1,18 @@
-"""Admin: topics, configs, records and cluster description (Kafka's Admin client)."""
+"""Admin: topics, configs, records, consumer groups and cluster description (Kafka's Admin client)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from actors.types import OffsetAndTimestamp, TopicMetadata, TopicPartition
+from actors.types import GroupDescription, OffsetAndMetadata, OffsetAndTimestamp, TopicMetadata, TopicPartition
 from rayqueue.metadata import MetadataCache, call_controller
+from storage.errors import InvalidConfigError, InvalidRequestError, KafkaError
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +24,24 @@ class NewTopic:
     replication_factor: int | None = None
     configs: Mapping[str, Any] | None = None
     replica_assignment: list[list[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One consumer group in list_groups()."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's progress on one partition: committed offset (None if never), log end and lag."""
+
+    committed: int | None
+    log_end_offset: int
+    lag: int
 
 
 class Admin:
@@ -43,7 +64,12 @@ class Admin:
     ) -> TopicMetadata:
         """Create one topic; defaults come from num.partitions / default.replication.factor."""
         return call_controller(
-            self._controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}), replica_assignment
+            self._controller.create_topic,
+            name,
+            num_partitions,
+            replication_factor,
+            dict(configs or {}),
+            replica_assignment,
         )
 
     def create_topics(self, topics: Iterable[NewTopic]) -> list[TopicMetadata]:
@@ -106,3 +132,156 @@ class Admin:
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""
         return call_controller(self._controller.describe_cluster)
+
+    # -- consumer groups ------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every consumer group with its state."""
+        return [GroupListing(*g) for g in self._group_call(lambda c: c.list_groups.remote())]
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """State, protocol, generation, members and their assignments (unknown groups show state Dead)."""
+        ids = list(group_ids)
+        return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(ids))}
+
+    def list_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all, or of ``partitions``)."""
+        wanted = list(partitions) if partitions is not None else None
+        return self._group_call(lambda c: c.fetch_offsets.remote(group_id, wanted))
+
+    def group_lag(self, group_id: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, PartitionLag]:
+        """Per partition: committed offset, log end offset (high watermark) and lag = end - committed.
+
+        Covers the partitions the group committed for or is assigned, plus every partition of
+        ``topics``; a partition never committed counts its whole log as lag.
+        """
+        committed = self.list_group_offsets(group_id)
+        partitions = set(committed)
+        for desc in self.describe_groups([group_id]).values():
+            for member in desc.members:
+                partitions.update(member.assignment)
+        for topic in topics or ():
+            partitions.update(TopicPartition(topic, p) for p in range(self._metadata.num_partitions(topic)))
+        ends = self.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(partitions)})
+        out = {}
+        for tp in sorted(partitions):
+            end = ends[tp].offset
+            om = committed.get(tp)
+            out[tp] = PartitionLag(om.offset if om else None, end, max(0, end - (om.offset if om else 0)))
+        return out
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
+        """Set a group's committed offsets; the group must have no members (NonEmptyGroupError)."""
+        payload = {
+            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
+            for tp, om in offsets.items()
+        }
+        self._group_call(lambda c: c.alter_offsets.remote(group_id, payload))
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | str],
+        *,
+        to: str | None = None,
+        timestamp: int | None = None,
+        offset: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Reset an empty group's offsets (``kafka-consumer-groups --reset-offsets``).
+
+        ``partitions`` are TopicPartitions or whole topic names. Exactly one target:
+        ``to="earliest"`` / ``to="latest"``, ``timestamp=`` (first offset at or after it;
+        the log end when there is none) or ``offset=`` (clamped to [log start, log end]).
+        Returns the offsets written; NonEmptyGroupError if the group has members.
+        """
+        if sum(x is not None for x in (to, timestamp, offset)) != 1:
+            raise InvalidConfigError("give exactly one of to=, timestamp=, offset=")
+        if to is not None and to not in ("earliest", "latest"):
+            raise InvalidConfigError(f"to={to!r}: use 'earliest' or 'latest'")
+        tps: list[TopicPartition] = []
+        for item in partitions:
+            if isinstance(item, str):
+                tps.extend(TopicPartition(item, p) for p in range(self._metadata.num_partitions(item)))
+            else:
+                tps.append(item if isinstance(item, TopicPartition) else TopicPartition(*item))
+        earliest = self.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps})
+        latest = self.list_offsets({tp: LATEST_TIMESTAMP for tp in tps})
+        if to == "earliest":
+            target = {tp: earliest[tp].offset for tp in tps}
+        elif to == "latest":
+            target = {tp: latest[tp].offset for tp in tps}
+        elif timestamp is not None:
+            if timestamp < 0:
+                raise InvalidRequestError(f"timestamp must be >= 0, got {timestamp}")
+            found = self.list_offsets({tp: timestamp for tp in tps})
+            target = {tp: found[tp].offset if found[tp].offset >= 0 else latest[tp].offset for tp in tps}
+        else:
+            target = {tp: min(max(offset, earliest[tp].offset), latest[tp].offset) for tp in tps}
+        self.alter_group_offsets(group_id, target)
+        return target
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete empty groups and their offsets; raises the first error (GroupIdNotFoundError,
+        NonEmptyGroupError) after attempting them all."""
+        ids = list(group_ids)
+        results = self._group_call(lambda c: c.delete_groups.remote(ids))
+        for error in results.values():
+            if error is not None:
+                raise error
+
+    def _group_call(self, make_ref: Callable[[Any], Any], timeout_s: float = 60.0) -> Any:
+        """Call the group coordinator, retrying while it (re)loads or Ray restarts it."""
+        coordinator = getattr(self._cluster, "group_coordinator", None)
+        if coordinator is None:
+            raise InvalidConfigError("this cluster has no group coordinator")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return ray.get(make_ref(coordinator))
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+            except ray.exceptions.RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+
+    # -- replication ----------------------------------------------------------------------
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, str | None]:
+        """Preferred leader election; per partition None when leadership moved, else the reason
+        (``ElectionNotNeededError``, ``PreferredLeaderNotAvailableError``). All partitions by default."""
+        wanted = None if partitions is None else [(tp.topic, tp.partition) for tp in partitions]
+        out = call_controller(self._controller.elect_leaders, wanted)
+        return {TopicPartition(t, p): reason for (t, p), reason in out.items()}
+
+    def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int]]) -> None:
+        """Move partitions to new replica lists; the move completes in the background once the
+        new replicas have caught up (see ``list_partition_reassignments``)."""
+        call_controller(
+            self._controller.alter_partition_reassignments,
+            {(tp.topic, tp.partition): list(replicas) for tp, replicas in reassignments.items()},
+        )
+
+    def list_partition_reassignments(self) -> dict[TopicPartition, dict[str, list[int]]]:
+        """Ongoing reassignments: ``replicas``, ``adding`` and ``removing`` broker ids per partition."""
+        out = call_controller(self._controller.list_partition_reassignments)
+        return {TopicPartition(t, p): v for (t, p), v in out.items()}
+
+    def stop_broker(self, broker_id: int) -> None:
+        """Shut a broker down cleanly: its replicas close, leave the ISRs and hand over leadership."""
+        call_controller(self._controller.stop_broker, broker_id)
+
+    def start_broker(self, broker_id: int) -> None:
+        """Start a stopped broker: its replicas recover from disk and catch up with their leaders."""
+        call_controller(self._controller.start_broker, broker_id)
+
+    def add_broker(self, node_id: str, broker_id: int | None = None) -> int:
+        """Register a new broker on a Ray node (hex node id); returns its id."""
+        return call_controller(self._controller.add_broker, node_id, broker_id)
+
+    def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
+        """Actor handles of a partition's live replicas by broker id (for tools and tests)."""
+        return call_controller(self._controller.replica_handles, tp.topic, tp.partition)

@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import BROKER_CONFIG, broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
+from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
 from actors.types import ClusterMetadata
 from rayqueue.metadata import call_controller
 from storage.config import Config
@@ -50,12 +51,20 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
 
 class Cluster:
-    """A handle to a running rayqueue cluster: its controller and namespace."""
+    """A handle to a running rayqueue cluster: its controller, group coordinator and namespace."""
 
-    def __init__(self, namespace: str, controller: Any, config: Config, owns_ray: bool = False) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        controller: Any,
+        config: Config,
+        owns_ray: bool = False,
+        group_coordinator: Any = None,
+    ) -> None:
         self.namespace = namespace
         self.controller = controller
         self.config = config
+        self.group_coordinator = group_coordinator
         self._owns_ray = owns_ray
 
     def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
@@ -86,6 +95,9 @@ class Cluster:
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
+        if self.group_coordinator is not None:
+            # First, so that it writes nothing more to __consumer_offsets while replicas close.
+            ray.kill(self.group_coordinator, no_restart=True)
         try:
             ray.get(self.controller.shutdown.remote(delete_data), timeout=120)
         except ray.exceptions.RayActorError:
@@ -158,7 +170,9 @@ def launch(
     nodes.remove(here)
     nodes.insert(0, here)
     ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
-    cluster = Cluster(namespace, controller, cfg, owns_ray)
+    coordinator = _start_group_coordinator(namespace, cfg, here)
+    ray.get(coordinator.start.remote(), timeout=timeout_s)
+    cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator)
     topics = load_toml(config).get("topics", {}) if isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()
@@ -170,6 +184,23 @@ def launch(
                     name, spec.pop("partitions", None), spec.pop("replication.factor", None), configs=spec
                 )
     return cluster
+
+
+def _start_group_coordinator(namespace: str, cfg: Config, node_id: str) -> Any:
+    """The group coordinator: named, detached, restarted by Ray (it reloads __consumer_offsets)."""
+    return (
+        ray.remote(GroupCoordinator)
+        .options(
+            name=GROUP_COORDINATOR_NAME,
+            namespace=namespace,
+            lifetime="detached",
+            num_cpus=0,
+            max_concurrency=1000,
+            max_restarts=-1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
+        )
+        .remote(namespace, {k: v for k, v in cfg.items()})
+    )
 
 
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> Cluster:
@@ -185,4 +216,8 @@ def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: fl
                 raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
             time.sleep(0.2)
     cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
-    return Cluster(name, controller, cfg)
+    try:
+        coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
+    except ValueError:
+        coordinator = None  # a cluster launched before groups existed; group calls will say so
+    return Cluster(name, controller, cfg, group_coordinator=coordinator)

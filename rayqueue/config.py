@@ -64,9 +64,10 @@ CONSUMER_CONFIG = ConfigDef(
         ConfigKey("max.poll.interval.ms", "int", 300000, "Longest gap between polls before leaving.", min=1),
         ConfigKey(
             "partition.assignment.strategy",
-            "list",
+            "any",
             ("range", "cooperative-sticky"),
-            "Assignors in order of preference.",
+            "Assignors in order of preference: names (range, roundrobin, sticky, cooperative-sticky), "
+            "a comma-separated string of them, or assignor objects (name, assign(...)).",
         ),
         ConfigKey("request.timeout.ms", "int", 30000, "How long to wait for one call.", min=0),
         ConfigKey("default.api.timeout.ms", "int", 60000, "Timeout of blocking calls without one.", min=0),

@@ -1,4 +1,7 @@
-"""The Consumer: Kafka's consumer API over partition leader actors (assign mode).
+"""The Consumer: Kafka's consumer API over partition leader actors.
+
+Assign mode (``assign``) or group mode (``group.id`` + ``subscribe``; membership, rebalances
+and commits live in ``rayqueue.consumer_coordinator``).
 
 Each assigned partition keeps one fetch in flight to its leader (a long-poll actor call),
 so fetches of several partitions proceed in parallel and the next fetch is already under
@@ -21,8 +24,9 @@ from typing import Any, NamedTuple
 
 import ray
 
-from actors.types import OffsetAndTimestamp, TopicPartition
+from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
+from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener, IllegalStateError
 from rayqueue.metadata import MetadataCache, call_controller
 from rayqueue.producer import _as_kafka_error
 from storage.batch_header import batch_boundaries, read_header
@@ -35,6 +39,9 @@ from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.record_batch import decode_columns
 
 logger = logging.getLogger(__name__)
+
+# In group mode poll() waits in slices this long, to act on rebalances between them.
+_GROUP_WAIT_S = 0.1
 
 
 class ConsumerRecord(NamedTuple):
@@ -109,8 +116,6 @@ class Consumer:
 
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         cfg = self.config
-        if cfg["group.id"] is not None:
-            raise InvalidConfigError("group.id: consumer groups are not available in this build; use assign()")
         self._cluster = cluster if cluster is not None else connect()
         self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"])
         self._states: dict[TopicPartition, _PartitionState] = {}
@@ -124,11 +129,109 @@ class Consumer:
         self._value_deserializer: Callable[[bytes], Any] | None = cfg["value.deserializer"]
         self._check_crcs = cfg["check.crcs"]
         self._closed = False
+        self._group: ConsumerCoordinator | None = None
+        if cfg["group.id"] is not None:
+            self._group = ConsumerCoordinator(self, getattr(self._cluster, "group_coordinator", None), cfg)
+        elif cfg["group.instance.id"] is not None:
+            raise InvalidConfigError("group.instance.id needs group.id")
+
+    # -- group membership -----------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        *,
+        pattern: str | re.Pattern | None = None,
+    ) -> None:
+        """Join the consumer group for these topics (or all topics matching a regex).
+
+        ``topics`` is a list of names, a compiled regex, or a string: a name, or a regex
+        when it starts with ``^`` (librdkafka's convention). ``pattern=`` is a regex too.
+        Partitions arrive with the poll that completes the rebalance.
+        """
+        if self._group is None:
+            raise InvalidConfigError("subscribe() needs group.id; use assign() without a group")
+        if self._states and not self._group.subscribed:
+            raise IllegalStateError("subscribe() after assign(); call unsubscribe() first")
+        names: list[str] = []
+        if isinstance(topics, re.Pattern):
+            pattern = topics
+        elif isinstance(topics, str):
+            if topics.startswith("^"):
+                pattern = topics
+            else:
+                names = [topics]
+        elif topics is not None:
+            names = list(topics)
+        if isinstance(pattern, re.Pattern):
+            pattern = pattern.pattern
+        if pattern is not None:
+            re.compile(pattern)  # fail here, not in the coordinator
+        if not names and pattern is None:
+            self.unsubscribe()
+            return
+        self._group.subscribe(names, pattern, listener)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topic names (a regex subscription shows what it matched)."""
+        if self._group is None or not self._group.subscribed:
+            return set()
+        return set(self._group.topics) | {tp.topic for tp in self._states}
+
+    def unsubscribe(self) -> None:
+        """Give up every partition and leave the group."""
+        if self._group is not None:
+            self._group.unsubscribe()
+        self._states = {}
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit offsets (by default the position of every assigned partition) and wait.
+
+        Raises IllegalGenerationError / UnknownMemberIdError when this member was fenced out
+        of the group (its partitions went to another member), RebalanceInProgressError while
+        the group completes a rebalance.
+        """
+        self._require_group().commit_sync(self._commit_offsets(offsets))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None] | None = None,
+    ) -> None:
+        """Commit without waiting; ``callback(offsets, error)`` runs in a later poll()/commit()/close()."""
+        self._require_group().commit_async(self._commit_offsets(offsets), callback)
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's last committed offset of each partition (None if it has none)."""
+        return self._require_group().committed(partitions)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, generation, member id and instance id (what transactions need)."""
+        return self._require_group().group_metadata()
+
+    def _require_group(self) -> ConsumerCoordinator:
+        if self._group is None:
+            raise InvalidConfigError("this consumer has no group.id")
+        return self._group
+
+    def _commit_offsets(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return {tp: OffsetAndMetadata(s.position) for tp, s in self._states.items() if s.position is not None}
+        return {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()}
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        """Group mode: the coordinator's assignment (kept partitions keep their state)."""
+        self._states = {tp: self._states.get(tp) or _PartitionState() for tp in sorted(partitions)}
 
     # -- assignment -----------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing any previous assignment)."""
+        if self._group is not None and self._group.subscribed:
+            raise IllegalStateError("assign() while subscribed; call unsubscribe() first")
         wanted = [TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions]
         for tp in wanted:
             if not 0 <= tp.partition < self._metadata.num_partitions(tp.topic):
@@ -154,7 +257,10 @@ class Consumer:
         """Records fetched since the last poll, waiting up to ``timeout_ms`` for some."""
         limit = max_records or self._max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
+        group = self._group
         while True:
+            if group is not None:
+                group.poll()
             self._resolve_positions()
             batch = self._drain(limit)
             self._send_fetches()
@@ -164,18 +270,26 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return ConsumerRecords({})
-            self._wait_for_fetches(remaining)
+            if group is None:
+                self._wait_for_fetches(remaining)
+            elif not self._states:
+                group.wait(min(remaining, _GROUP_WAIT_S))
+            else:
+                # Short slices, so that a rebalance the heartbeat thread flags is acted on soon.
+                self._wait_for_fetches(min(remaining, _GROUP_WAIT_S))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Iterate records forever (break out of the loop to stop)."""
         while not self._closed:
+            if self._group is not None:
+                self._group.poll()
             for records in self._drain(1 << 30, as_lists=True):
                 yield from records
             self._resolve_positions()
             self._send_fetches()
             if not any(s.buffer for s in self._states.values()):
                 self._raise_partition_error()
-                self._wait_for_fetches(1.0)
+                self._wait_for_fetches(1.0 if self._group is None else _GROUP_WAIT_S)
 
     # -- positions ------------------------------------------------------------------------
 
@@ -238,9 +352,16 @@ class Consumer:
         return {tp for tp, s in self._states.items() if s.paused}
 
     def close(self) -> None:
-        """Stop fetching; pending fetches are dropped."""
-        self._closed = True
-        self._states.clear()
+        """Stop fetching; pending fetches are dropped. In a group: commit (auto-commit), run
+        the listener's revocation and leave the group at once (dynamic members)."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                self._group.close()
+        finally:
+            self._closed = True
+            self._states.clear()
 
     def __enter__(self) -> Consumer:
         return self

@@ -5,6 +5,7 @@ re-exported here; this is the module users import them from.
 """
 
 import storage.errors as _errors
+from rayqueue.consumer_coordinator import IllegalStateError
 from storage.errors import *  # noqa: F403
 
-__all__ = list(_errors.__all__)
+__all__ = [*_errors.__all__, "IllegalStateError"]

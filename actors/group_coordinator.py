@@ -1,0 +1,905 @@
+"""The GroupCoordinator actor: consumer group membership, assignment and committed offsets.
+
+One named, detached, restartable async actor serves every group of the cluster. Nothing
+waits on a lock shared by groups: a join waits on its own future until the group's
+rebalance completes (all known members rejoined, or the rebalance timeout — the largest
+``max.poll.interval.ms`` of the members, as in Kafka — removed the laggards).
+
+Assignment is server-side: when a rebalance completes, the coordinator picks the protocol
+every member supports (each member votes for its most preferred one, as Kafka's
+``GroupMetadata.selectProtocol``), runs that assignor (``actors.assignors``; a
+user-supplied assignor object travels with the join) and hands each member its part in
+``sync_group``. With a cooperative assignor the members keep consuming what they keep.
+
+Durability: offset commits and group metadata are records in the compacted internal
+topic ``__consumer_offsets`` (partition = ``abs(javaHashCode(group)) % partitions``, as
+Kafka). The encoding is compact JSON (documented at ``offset_key``/``group_key``): keys
+are deterministic so compaction keeps the last value per key; a ``None`` value is a
+tombstone. A restarted coordinator replays the topic before serving; until then every
+call raises the retriable CoordinatorLoadInProgressError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from actors.assignors import EAGER, lookup_assignor, protocol_of
+from actors.config import broker_config
+from actors.controller import CONTROLLER_NAME, INTERNAL_TOPICS
+from actors.types import (
+    GroupDescription,
+    JoinGroupResult,
+    MemberDescription,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from storage.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    KafkaError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
+from storage.log import EARLIEST_TIMESTAMP
+from storage.record_batch import RecordBatchBuilder, iter_batches
+
+logger = logging.getLogger(__name__)
+
+GROUP_COORDINATOR_NAME = "group_coordinator"
+OFFSETS_TOPIC = "__consumer_offsets"
+PROTOCOL_TYPE = "consumer"
+
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+# Record key versions, as Kafka's: 0/1 are offset commits, 2 is group metadata.
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+
+_TICK_S = 0.1  # how often expiry and rebalance deadlines are checked
+_WRITE_TIMEOUT_S = 30.0
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition_for(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of a group: Kafka's ``Utils.abs(hash) % n``."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def offset_key(group_id: str, tp: TopicPartition) -> bytes:
+    """Key of an offset commit: JSON ``[1, group, topic, partition]``."""
+    return _dumps([OFFSET_KEY_VERSION, group_id, tp.topic, tp.partition])
+
+
+def group_key(group_id: str) -> bytes:
+    """Key of a group's metadata: JSON ``[2, group]``."""
+    return _dumps([GROUP_KEY_VERSION, group_id])
+
+
+def encode_offset(om: OffsetAndMetadata) -> bytes:
+    """Value of an offset commit: JSON ``{"offset", "metadata", "commit_timestamp", "leader_epoch"}``."""
+    return _dumps(
+        {
+            "offset": om.offset,
+            "metadata": om.metadata,
+            "commit_timestamp": om.commit_timestamp,
+            "leader_epoch": om.leader_epoch,
+        }
+    )
+
+
+def decode_offset(value: bytes) -> OffsetAndMetadata:
+    """Inverse of :func:`encode_offset`."""
+    d = json.loads(value)
+    return OffsetAndMetadata(
+        d["offset"], d.get("metadata", ""), d.get("commit_timestamp", -1), d.get("leader_epoch", -1)
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[str]
+    topics: tuple[str, ...]
+    pattern: str | None
+    owned: list[TopicPartition] = field(default_factory=list)
+    assignment: list[TopicPartition] = field(default_factory=list)
+    session_deadline: float = 0.0
+    poll_deadline: float = 0.0
+    join_future: asyncio.Future | None = None
+
+    def touch(self, poll_age_ms: int = 0) -> None:
+        now = time.monotonic()
+        self.session_deadline = now + self.session_timeout_ms / 1000
+        self.poll_deadline = now + max(0, self.rebalance_timeout_ms - poll_age_ms) / 1000
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "instance_id": self.instance_id,
+            "client_id": self.client_id,
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "protocols": self.protocols,
+            "topics": list(self.topics),
+            "pattern": self.pattern,
+            "assignment": [[tp.topic, tp.partition] for tp in self.assignment],
+        }
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> _Member:
+        m = cls(
+            d["member_id"],
+            d.get("instance_id"),
+            d.get("client_id", ""),
+            d["session_timeout_ms"],
+            d["rebalance_timeout_ms"],
+            list(d.get("protocols", [])),
+            tuple(d.get("topics", ())),
+            d.get("pattern"),
+        )
+        m.assignment = [TopicPartition(t, p) for t, p in d.get("assignment", [])]
+        m.owned = list(m.assignment)
+        m.touch()
+        return m
+
+
+@dataclass
+class _Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol: str = ""
+    rebalance_protocol: str = EAGER
+    leader: str = ""
+    members: dict[str, _Member] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    assignors: dict[str, Any] = field(default_factory=dict)  # user-supplied, by name
+    snapshot: dict[str, int] = field(default_factory=dict)  # topic -> partitions of the current assignment
+    state_timestamp_ms: int = field(default_factory=_now_ms)
+    rebalance_deadline: float = 0.0
+    not_before: float = 0.0  # group.initial.rebalance.delay.ms for a group that was empty
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "protocol_type": PROTOCOL_TYPE,
+            "generation": self.generation,
+            "protocol": self.protocol,
+            "rebalance_protocol": self.rebalance_protocol,
+            "leader": self.leader,
+            "state_timestamp": self.state_timestamp_ms,
+            "snapshot": self.snapshot,
+            "members": [m.to_record() for m in self.members.values()],
+        }
+
+    def load_record(self, d: dict[str, Any]) -> None:
+        self.generation = d["generation"]
+        self.protocol = d.get("protocol", "")
+        self.rebalance_protocol = d.get("rebalance_protocol", EAGER)
+        self.leader = d.get("leader", "")
+        self.state_timestamp_ms = d.get("state_timestamp", _now_ms())
+        self.snapshot = dict(d.get("snapshot", {}))
+        self.members = {}
+        self.static = {}
+        for md in d.get("members", []):
+            m = _Member.from_record(md)
+            self.members[m.member_id] = m
+            if m.instance_id:
+                self.static[m.instance_id] = m.member_id
+        self.state = STABLE if self.members else EMPTY
+
+
+class GroupCoordinator:
+    """Consumer groups of one rayqueue cluster (see the module docstring)."""
+
+    def __init__(self, namespace: str, config: dict[str, Any]) -> None:
+        self._namespace = namespace
+        self._config = broker_config(config)
+        self._groups: dict[str, _Group] = {}
+        self._loaded = False
+        self._load_task: asyncio.Task | None = None
+        self._background: asyncio.Task | None = None
+        self._controller: Any = None
+        self._num_partitions = self._config["offsets.topic.num.partitions"]
+        self._offsets_partitions: dict[int, Any] = {}  # partition -> PartitionMetadata (leader handle)
+        self._topic_ready = False
+        self._write_locks: dict[int, asyncio.Lock] = {}
+        self._topic_lock: asyncio.Lock | None = None
+        self._topic_counts: dict[str, int] = {}
+        self._check_interval_s = self._config["rayqueue.group.metadata.check.interval.ms"] / 1000
+        self._initial_delay_s = self._config["group.initial.rebalance.delay.ms"] / 1000
+        self._retention_ms = self._config["offsets.retention.minutes"] * 60_000
+        self._retention_check_s = self._config["offsets.retention.check.interval.ms"] / 1000
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """Start loading and the background loop (once per actor life, in its event loop)."""
+        if self._load_task is None or (self._load_task.done() and not self._loaded):
+            self._load_task = asyncio.get_running_loop().create_task(self._load())
+        if self._background is None:
+            self._background = asyncio.get_running_loop().create_task(self._background_loop())
+
+    async def start(self) -> int:
+        """Load the groups from ``__consumer_offsets`` (done lazily anyway); returns how many."""
+        self._start()
+        await asyncio.shield(self._load_task)
+        return len(self._groups)
+
+    async def ping(self) -> bool:
+        """Liveness probe; True once loaded."""
+        self._start()
+        return self._loaded
+
+    def _check_loaded(self) -> None:
+        self._start()
+        if not self._loaded:
+            raise CoordinatorLoadInProgressError("the group coordinator is loading __consumer_offsets")
+
+    def _controller_handle(self) -> Any:
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+        return self._controller
+
+    async def _load(self) -> None:
+        """Replay ``__consumer_offsets`` into the cache (a restarted coordinator's first job)."""
+        started = time.monotonic()
+        meta = (await self._controller_handle().get_metadata.remote([OFFSETS_TOPIC])).topics.get(OFFSETS_TOPIC)
+        records = 0
+        if meta is not None:
+            self._num_partitions = len(meta.partitions)
+            self._topic_ready = True
+            for p in range(self._num_partitions):
+                records += await self._load_partition(p)
+        for group in self._groups.values():
+            for m in group.members.values():
+                m.touch()
+        self._loaded = True
+        logger.info(
+            "group coordinator loaded %d groups from %d records in %.2fs",
+            len(self._groups),
+            records,
+            time.monotonic() - started,
+        )
+
+    async def _load_partition(self, p: int) -> int:
+        part = await self._leader(p)
+        start = (await part.leader_handle.list_offsets.remote(EARLIEST_TIMESTAMP, part.leader_epoch)).offset
+        offset, count = start, 0
+        while True:
+            result = await part.leader_handle.fetch.remote(offset, 1 << 20, 0, 1, 0, part.leader_epoch)
+            for batch in iter_batches(result.records):
+                if not batch.is_control:
+                    for record in batch:
+                        if record.offset >= offset:
+                            self._apply(record.key, record.value)
+                            count += 1
+                offset = batch.next_offset
+            if not result.records or offset >= result.high_watermark:
+                return count
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one ``__consumer_offsets`` record to the cache (replay and live writes alike)."""
+        if key is None:
+            return
+        k = json.loads(key)
+        if k[0] == OFFSET_KEY_VERSION:
+            _, group_id, topic, partition = k
+            tp = TopicPartition(topic, partition)
+            if value is None:
+                group = self._groups.get(group_id)
+                if group is not None:
+                    group.offsets.pop(tp, None)
+                    self._drop_if_unused(group)
+            else:
+                self._groups.setdefault(group_id, _Group(group_id)).offsets[tp] = decode_offset(value)
+        elif k[0] == GROUP_KEY_VERSION:
+            group_id = k[1]
+            if value is None:
+                group = self._groups.get(group_id)
+                if group is not None:
+                    group.members.clear()
+                    group.static.clear()
+                    group.state = EMPTY
+                    self._drop_if_unused(group)
+            else:
+                self._groups.setdefault(group_id, _Group(group_id)).load_record(json.loads(value))
+
+    def _drop_if_unused(self, group: _Group) -> None:
+        if not group.members and not group.offsets and group.state == EMPTY:
+            self._groups.pop(group.group_id, None)
+
+    # -- membership -----------------------------------------------------------------------
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocols: list[str],
+        topics: list[str],
+        pattern: str | None = None,
+        owned: list[TopicPartition] | None = None,
+        assignors: dict[str, Any] | None = None,
+    ) -> JoinGroupResult:
+        """Join (or rejoin) a group; returns when the rebalance completes.
+
+        ``member_id`` is "" for a new member (the coordinator names it). ``protocols`` are
+        assignor names in preference order; ``assignors`` carries user-supplied ones by
+        name. ``owned`` is what the member holds now (the cooperative protocol keeps it).
+        """
+        self._check_loaded()
+        _check_group_id(group_id)
+        if not protocols:
+            raise InconsistentGroupProtocolError("a member must support at least one assignor")
+        if pattern is not None or any(t not in self._topic_counts for t in topics):
+            await self._refresh_metadata()
+        group = self._groups.setdefault(group_id, _Group(group_id))
+        if group.members and not self._common_protocols(group, extra=protocols):
+            raise InconsistentGroupProtocolError(
+                f"no assignor of {protocols} is supported by every member of {group_id!r}"
+            )
+        topics_t = tuple(sorted(set(topics)))
+        if group_instance_id:
+            known = group.static.get(group_instance_id)
+            if known and member_id and member_id != known:
+                raise FencedInstanceIdError(f"instance {group_instance_id!r} is now member {known!r}")
+            if known and not member_id:
+                # A static member restarted: it takes over its old identity and, when
+                # nothing it asked for changed, its partitions without a rebalance.
+                member_id = self._replace_static_member(group, known, group_instance_id)
+                member = group.members[member_id]
+                unchanged = (
+                    member.protocols == list(protocols) and member.topics == topics_t and member.pattern == pattern
+                )
+                if unchanged and group.state in (STABLE, COMPLETING_REBALANCE):
+                    member.client_id = client_id
+                    member.touch()
+                    self._persist_group(group)
+                    return JoinGroupResult(
+                        group.generation, member_id, group.protocol, group.leader, group.rebalance_protocol
+                    )
+            elif not known:
+                member_id = member_id or f"{group_instance_id}-{uuid.uuid4()}"
+        elif member_id and member_id not in group.members:
+            raise UnknownMemberIdError(f"unknown member {member_id!r} of group {group_id!r}")
+        if not member_id:
+            member_id = f"{client_id}-{uuid.uuid4()}"
+        member = group.members.get(member_id)
+        if member is None:
+            member = _Member(
+                member_id, group_instance_id, client_id, session_timeout_ms, rebalance_timeout_ms, [], topics_t, pattern
+            )
+            group.members[member_id] = member
+            if group_instance_id:
+                group.static[group_instance_id] = member_id
+            if not group.leader:
+                group.leader = member_id
+        member.client_id = client_id
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.protocols = list(protocols)
+        member.topics = topics_t
+        member.pattern = pattern
+        member.owned = list(owned or [])
+        member.touch()
+        group.assignors.update(assignors or {})
+        if member.join_future is None or member.join_future.done():
+            member.join_future = asyncio.get_running_loop().create_future()
+        future = member.join_future
+        if group.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        self._maybe_complete_join(group)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), rebalance_timeout_ms / 1000 + 5)
+        except TimeoutError:
+            raise RebalanceInProgressError(f"rebalance of {group_id!r} did not complete in time; rejoin") from None
+
+    async def sync_group(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> list[TopicPartition]:
+        """This member's assignment for ``generation_id`` (computed when the join completed)."""
+        self._check_loaded()
+        group, member = self._member(group_id, member_id, group_instance_id)
+        if group.state == PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
+        if generation_id != group.generation:
+            raise IllegalGenerationError(
+                f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
+            )
+        member.touch()
+        return list(member.assignment)
+
+    async def heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int, poll_age_ms: int = 0
+    ) -> None:
+        """Keep the member alive; ``poll_age_ms`` is the time since its application last polled.
+
+        Raises RebalanceInProgressError when the member must rejoin, IllegalGenerationError /
+        UnknownMemberIdError when it was fenced out, FencedInstanceIdError for a zombie static member.
+        """
+        self._check_loaded()
+        group, member = self._member(group_id, member_id, group_instance_id)
+        member.touch(poll_age_ms)
+        if group.state == PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
+        if generation_id != group.generation:
+            raise IllegalGenerationError(
+                f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
+            )
+
+    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        """Leave at once (a rebalance starts without waiting for the session timeout)."""
+        self._check_loaded()
+        group, _ = self._member(group_id, member_id, group_instance_id)
+        self._remove_member(group, member_id, "left the group")
+
+    # -- offsets --------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, str]],
+    ) -> None:
+        """Commit offsets (with metadata strings) once they are durable in ``__consumer_offsets``.
+
+        Generation -1 with no member id is a standalone commit, allowed only while the group
+        has no members (Kafka's rule).
+        """
+        self._check_loaded()
+        _check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            if group is not None and group.members:
+                raise UnknownMemberIdError(f"group {group_id!r} has members; a standalone commit is refused")
+        else:
+            if group is None:
+                raise IllegalGenerationError(f"group {group_id!r} has no generation {generation_id}")
+            group, member = self._member(group_id, member_id, group_instance_id)
+            if generation_id != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
+                )
+            if group.state == COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is completing a rebalance")
+            member.touch()
+        await self._store_offsets(group_id, offsets)
+
+    async def _store_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+        now = _now_ms()
+        values = {}
+        for tp, spec in offsets.items():
+            offset, metadata = (spec, "") if isinstance(spec, int) else (spec[0], spec[1] or "")
+            if offset < 0:
+                raise InvalidRequestError(f"offset for {tp} must be >= 0, got {offset}")
+            values[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(int(offset), str(metadata), now)
+        if not values:
+            return
+        await self._append(group_id, [(offset_key(group_id, tp), encode_offset(om)) for tp, om in values.items()])
+        group = self._groups.setdefault(group_id, _Group(group_id))
+        group.offsets.update(values)
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (all, or of ``partitions``); partitions without one are absent."""
+        self._check_loaded()
+        group = self._groups.get(group_id)
+        if group is None:
+            return {}
+        if partitions is None:
+            return dict(group.offsets)
+        return {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
+
+    # -- admin ----------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, protocol type) of every group."""
+        self._check_loaded()
+        return sorted((g.group_id, g.state, PROTOCOL_TYPE) for g in self._groups.values())
+
+    async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
+        """State, protocol, generation and members with assignments; unknown groups show as Dead."""
+        self._check_loaded()
+        out = []
+        for gid in group_ids:
+            g = self._groups.get(gid)
+            if g is None:
+                out.append(GroupDescription(gid, DEAD, "", "", -1, "", ()))
+                continue
+            members = tuple(
+                MemberDescription(m.member_id, m.instance_id, m.client_id, m.topics, tuple(m.assignment))
+                for m in g.members.values()
+            )
+            out.append(GroupDescription(gid, g.state, PROTOCOL_TYPE, g.protocol, g.generation, g.leader, members))
+        return out
+
+    async def alter_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+        """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise)."""
+        self._check_loaded()
+        _check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} members; stop them first")
+        await self._store_offsets(group_id, offsets)
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
+        """Delete empty groups with their offsets; per group None or the error."""
+        self._check_loaded()
+        out: dict[str, KafkaError | None] = {}
+        for gid in group_ids:
+            group = self._groups.get(gid)
+            if group is None:
+                out[gid] = GroupIdNotFoundError(f"group {gid!r} does not exist")
+            elif group.members:
+                out[gid] = NonEmptyGroupError(f"group {gid!r} has {len(group.members)} members")
+            else:
+                await self._delete_group(group)
+                out[gid] = None
+        return out
+
+    async def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Expire offsets of groups empty for ``offsets.retention.minutes`` (Kafka 2.1+ rule:
+        the clock starts when the group became empty); returns how many expired."""
+        self._check_loaded()
+        now = _now_ms() if now_ms is None else now_ms
+        expired = 0
+        for group in list(self._groups.values()):
+            if group.members or group.state != EMPTY:
+                continue
+            gone = [
+                tp
+                for tp, om in group.offsets.items()
+                if now - max(group.state_timestamp_ms, om.commit_timestamp) >= self._retention_ms
+            ]
+            if not gone:
+                continue
+            if len(gone) == len(group.offsets):
+                await self._delete_group(group)
+            else:
+                await self._append(group.group_id, [(offset_key(group.group_id, tp), None) for tp in gone])
+                for tp in gone:
+                    group.offsets.pop(tp, None)
+            expired += len(gone)
+        if expired:
+            logger.info("expired %d committed offsets", expired)
+        return expired
+
+    async def _delete_group(self, group: _Group) -> None:
+        gid = group.group_id
+        records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, tp), None) for tp in group.offsets]
+        records.append((group_key(gid), None))
+        await self._append(gid, records)
+        group.state = DEAD
+        self._groups.pop(gid, None)
+
+    # -- rebalancing ----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+        was_empty = group.state == EMPTY
+        group.state = PREPARING_REBALANCE
+        now = time.monotonic()
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        group.rebalance_deadline = now + timeout
+        group.not_before = now + min(self._initial_delay_s, timeout) if was_empty else 0.0
+        logger.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation, reason)
+
+    def _maybe_complete_join(self, group: _Group) -> None:
+        if group.state != PREPARING_REBALANCE or time.monotonic() < group.not_before:
+            return
+        if all(m.join_future is not None for m in group.members.values()):
+            self._complete_join(group)
+
+    def _complete_join(self, group: _Group) -> None:
+        """Every member rejoined (or was dropped): next generation, assignment, answers."""
+        group.generation += 1
+        group.state_timestamp_ms = _now_ms()
+        if not group.members:
+            group.state, group.protocol, group.leader, group.snapshot = EMPTY, "", "", {}
+            self._persist_group(group)
+            return
+        members = group.members
+        if group.leader not in members:
+            group.leader = next(iter(members))
+        try:
+            protocol = self._select_protocol(group)
+            assignor = lookup_assignor(protocol, group.assignors)
+            subs = {mid: self._resolve(m) for mid, m in members.items()}
+            counts = {t: self._topic_counts[t] for ts in subs.values() for t in ts if t in self._topic_counts}
+            cooperative = protocol_of(assignor) != EAGER
+            current = {mid: (m.owned if cooperative else m.assignment) for mid, m in members.items()}
+            assignment = assignor.assign(subs, counts, current)
+            _check_assignment(assignment, subs, counts)
+        except Exception as exc:  # noqa: BLE001 - a bad user assignor must not kill the coordinator
+            logger.exception("group %s: assignment failed", group.group_id)
+            error = (
+                exc if isinstance(exc, KafkaError) else InconsistentGroupProtocolError(f"assignment failed: {exc!r}")
+            )
+            for m in members.values():
+                if m.join_future is not None and not m.join_future.done():
+                    m.join_future.set_exception(error)
+                m.join_future = None
+            group.state = STABLE
+            return
+        group.protocol = protocol
+        group.rebalance_protocol = protocol_of(assignor)
+        group.snapshot = counts
+        group.state = STABLE
+        for mid, m in members.items():
+            m.assignment = sorted(assignment.get(mid, []))
+            m.touch()
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(
+                    JoinGroupResult(group.generation, mid, protocol, group.leader, group.rebalance_protocol)
+                )
+            m.join_future = None
+        logger.info(
+            "group %s: generation %d stable with %d members (%s)",
+            group.group_id,
+            group.generation,
+            len(members),
+            protocol,
+        )
+        self._persist_group(group)
+
+    def _common_protocols(self, group: _Group, extra: list[str] | None = None) -> list[str]:
+        lists = [m.protocols for m in group.members.values()] + ([extra] if extra else [])
+        common = set(lists[0]).intersection(*lists[1:]) if lists else set()
+        return [p for p in lists[0] if p in common] if lists else []
+
+    def _select_protocol(self, group: _Group) -> str:
+        candidates = self._common_protocols(group)
+        if not candidates:
+            raise InconsistentGroupProtocolError(f"members of {group.group_id!r} share no assignor")
+        votes = Counter(next(p for p in m.protocols if p in candidates) for m in group.members.values())
+        best = max(votes.values())
+        # Ties go to the earliest in the first member's preference order.
+        return next(p for p in candidates if votes.get(p) == best)
+
+    def _resolve(self, member: _Member) -> list[str]:
+        topics = set(member.topics)
+        if member.pattern is not None:
+            regex = re.compile(member.pattern)
+            topics.update(t for t in self._topic_counts if t not in INTERNAL_TOPICS and regex.fullmatch(t))
+        return sorted(topics)
+
+    def _replace_static_member(self, group: _Group, old_id: str, instance_id: str) -> str:
+        member = group.members.pop(old_id)
+        if member.join_future is not None and not member.join_future.done():
+            member.join_future.set_exception(
+                FencedInstanceIdError(f"instance {instance_id!r} rejoined as a new member")
+            )
+            member.join_future = None
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        member.member_id = new_id
+        group.members[new_id] = member
+        group.static[instance_id] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        return new_id
+
+    def _remove_member(self, group: _Group, member_id: str, reason: str) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        if member.instance_id and group.static.get(member.instance_id) == member_id:
+            del group.static[member.instance_id]
+        if member.join_future is not None and not member.join_future.done():
+            member.join_future.set_exception(UnknownMemberIdError(f"member {member_id} was removed: {reason}"))
+        logger.info("group %s: member %s removed: %s", group.group_id, member_id, reason)
+        if group.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
+        self._maybe_complete_join(group)
+
+    # -- background: expiry, rebalance deadlines, metadata changes, offset retention ------
+
+    async def _background_loop(self) -> None:
+        next_check = time.monotonic()
+        next_retention = time.monotonic() + self._retention_check_s
+        while True:
+            await asyncio.sleep(_TICK_S)
+            if not self._loaded:
+                continue
+            try:
+                self._tick()
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + self._check_interval_s
+                    await self._check_subscriptions()
+                if now >= next_retention:
+                    next_retention = now + self._retention_check_s
+                    await self.expire_offsets()
+            except Exception:  # a background error must not stop expiry for every group
+                logger.exception("group coordinator background task failed")
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for group in list(self._groups.values()):
+            for mid, m in list(group.members.items()):
+                if m.join_future is not None:
+                    continue  # waiting in a join: the join call itself is the sign of life
+                if now > m.session_deadline:
+                    self._remove_member(group, mid, f"session timed out ({m.session_timeout_ms} ms)")
+                elif now > m.poll_deadline:
+                    self._remove_member(
+                        group, mid, f"did not poll within max.poll.interval.ms ({m.rebalance_timeout_ms} ms)"
+                    )
+            if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
+                for mid, m in list(group.members.items()):
+                    if m.join_future is None:
+                        self._remove_member(group, mid, "did not rejoin within the rebalance timeout")
+                self._maybe_complete_join(group)
+            else:
+                self._maybe_complete_join(group)
+
+    async def _check_subscriptions(self) -> None:
+        """Rebalance stable groups whose subscribed topics changed partition count, or whose
+        regex now matches other topics."""
+        active = [g for g in self._groups.values() if g.state == STABLE and g.members]
+        if not active:
+            return
+        await self._refresh_metadata()
+        for group in active:
+            if group.state != STABLE:
+                continue
+            wanted = {t for m in group.members.values() for t in self._resolve(m)}
+            now_counts = {t: self._topic_counts[t] for t in wanted if t in self._topic_counts}
+            if now_counts != group.snapshot:
+                self._prepare_rebalance(group, f"subscribed topics changed: {group.snapshot} -> {now_counts}")
+
+    async def _refresh_metadata(self) -> None:
+        md = await self._controller_handle().get_metadata.remote(None)
+        self._topic_counts = {name: len(t.partitions) for name, t in md.topics.items()}
+
+    # -- writing __consumer_offsets -------------------------------------------------------
+
+    def _persist_group(self, group: _Group) -> None:
+        """Write the group's metadata in the background (a lost write only costs a rejoin)."""
+        value = _dumps(group.to_record())
+        asyncio.get_running_loop().create_task(self._persist(group.group_id, value))
+
+    async def _persist(self, group_id: str, value: bytes) -> None:
+        try:
+            await self._append(group_id, [(group_key(group_id), value)])
+        except Exception:  # noqa: BLE001
+            logger.exception("group %s: could not persist group metadata", group_id)
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's partition and wait until they are durable (acks=all)."""
+        lock = self._write_locks.setdefault(offsets_partition_for(group_id, self._num_partitions), asyncio.Lock())
+        async with lock:
+            await self._ensure_offsets_topic()
+            p = offsets_partition_for(group_id, self._num_partitions)
+            builder = RecordBatchBuilder()
+            for key, value in records:
+                builder.append(value, key=key)
+            data = builder.build()
+            deadline = time.monotonic() + _WRITE_TIMEOUT_S
+            while True:
+                part = await self._leader(p)
+                try:
+                    await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch)
+                    return
+                except (KafkaError, ray.exceptions.RayActorError) as exc:
+                    retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
+                    self._offsets_partitions.pop(p, None)
+                    if not retriable or time.monotonic() > deadline:
+                        raise CoordinatorNotAvailableError(f"cannot write to {OFFSETS_TOPIC}-{p}: {exc}") from None
+                    await asyncio.sleep(0.1)
+
+    async def _leader(self, p: int) -> Any:
+        part = self._offsets_partitions.get(p)
+        if part is None:
+            part = await self._controller_handle().wait_online.remote(OFFSETS_TOPIC, p, _WRITE_TIMEOUT_S)
+            self._offsets_partitions[p] = part
+        return part
+
+    async def _ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (compacted; RF capped at what the cluster
+        can host, and at 1 while this build refuses replication)."""
+        if self._topic_ready:
+            return
+        if self._topic_lock is None:
+            self._topic_lock = asyncio.Lock()
+        async with self._topic_lock:
+            if self._topic_ready:
+                return
+            controller = self._controller_handle()
+            md = await controller.get_metadata.remote([OFFSETS_TOPIC])
+            if OFFSETS_TOPIC not in md.topics:
+                rf = max(1, min(self._config["offsets.topic.replication.factor"], len(md.brokers)))
+                configs = {"cleanup.policy": ["compact"]}
+                try:
+                    try:
+                        await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, rf, configs)
+                    except InvalidReplicationFactorError:
+                        await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, 1, configs)
+                        logger.warning("%s created with replication factor 1 (replication unavailable)", OFFSETS_TOPIC)
+                except TopicAlreadyExistsError:
+                    pass
+                md = await controller.get_metadata.remote([OFFSETS_TOPIC])
+            self._num_partitions = len(md.topics[OFFSETS_TOPIC].partitions)
+            self._topic_ready = True
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _member(self, group_id: str, member_id: str, instance_id: str | None) -> tuple[_Group, _Member]:
+        group = self._groups.get(group_id)
+        if instance_id and group is not None:
+            known = group.static.get(instance_id)
+            if known is not None and known != member_id:
+                raise FencedInstanceIdError(
+                    f"instance {instance_id!r} is now member {known!r}; {member_id!r} is fenced"
+                )
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            raise UnknownMemberIdError(f"unknown member {member_id!r} of group {group_id!r}")
+        return group, member
+
+
+def _check_group_id(group_id: str) -> None:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidGroupIdError("group id must be a non-empty string")
+
+
+def _check_assignment(assignment: dict[str, Any], subs: dict[str, list[str]], counts: dict[str, int]) -> None:
+    """Refuse an assignment (from a user assignor, say) that gives a partition two owners."""
+    seen: set[TopicPartition] = set()
+    for member, tps in assignment.items():
+        if member not in subs:
+            raise InvalidRequestError(f"assignor returned unknown member {member!r}")
+        for tp in tps:
+            if tp in seen:
+                raise InvalidRequestError(f"assignor gave {tp} to two members")
+            if tp.topic not in counts or not 0 <= tp.partition < counts[tp.topic]:
+                raise InvalidRequestError(f"assignor returned unknown partition {tp}")
+            seen.add(tp)
