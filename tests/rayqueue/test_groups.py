@@ -70,7 +70,8 @@ def settle(consumers, partitions, timeout=30.0, sink=None):
                 sink.extend(got)
         owned = [c.assignment() for c in consumers]
         union = set().union(*owned)
-        return union == wanted and sum(len(o) for o in owned) == len(wanted)
+        balanced = all(owned) or len(consumers) > len(wanted)
+        return union == wanted and sum(len(o) for o in owned) == len(wanted) and balanced
 
     wait_for(done, timeout=timeout, interval=0, what="group to settle")
 
