@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.partitioner import partition_for_key
 from tests.helpers import consume_all
@@ -348,3 +349,30 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
         seen.append(lines.get())
     assert any("Stopped." in line for line in seen), seen
     assert (data / "__cluster_metadata").exists() or any(data.iterdir())
+
+
+def test_groups_list_describe_reset_and_delete(cluster, new_topic):
+    topic = new_topic(partitions=2)
+    producer = cluster.producer()
+    producer.send_many(topic, [b"%d" % i for i in range(40)], partition=0).get(60)
+    producer.send_many(topic, [b"%d" % i for i in range(10)], partition=1).get(60)
+    group = f"cli-group-{os.getpid()}"
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.subscribe([topic])
+    consume_all(consumer, 50)
+    consumer.commit()
+    listed = rq("groups", "list").output
+    assert group in listed and "Stable" in listed
+    described = rq("groups", "describe", group).output
+    assert f"Group: {group}" in described and "Members: 1" in described and "Lag" in described
+    # Not allowed while the group has a member, as in Kafka.
+    busy = rq("groups", "reset-offsets", group, "--topic", topic, "--to-earliest", ok=False)
+    assert busy.exit_code == 1 and "NON_EMPTY_GROUP" in busy.output
+    consumer.close()
+    rq("groups", "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "5")
+    lag = cluster.admin().group_lag(group)
+    assert (lag[TopicPartition(topic, 0)].committed, lag[TopicPartition(topic, 0)].lag) == (5, 35)
+    rq("groups", "reset-offsets", group, "--topic", topic, "--to-latest")
+    assert all(info.lag == 0 for info in cluster.admin().group_lag(group).values())
+    rq("groups", "delete", group)
+    assert group not in rq("groups", "list").output
