@@ -6,6 +6,16 @@ replays that log and re-attaches to (or re-creates) the replica actors. It watch
 replica through Ray: each replica's ``run`` call stays pending for the replica's life,
 so its failure tells the controller the replica died. It never sits on the data path:
 clients ask it for metadata (leader actor handles and epochs) and talk to leaders directly.
+
+Replication (Kafka's ISR design): the controller elects each partition's leader from its
+ISR (first live member in replica order, with a new leader epoch) and tells the other
+live replicas to follow it. Leaders report ISR changes through ``alter_partition``,
+checked against the partition epoch so stale changes are refused. A dead replica leaves
+the ISR at once (as a fenced Kafka broker does) and rejoins after it has caught up. With
+``unclean.leader.election.enable`` false a partition whose ISR is all gone stays offline
+rather than lose committed records. Brokers can be stopped and started, added, and
+partitions reassigned (add the new replicas, wait for them to join the ISR, switch,
+remove the old ones); preferred leaders are restored on demand or periodically.
 """
 
 from __future__ import annotations
@@ -26,10 +36,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
-from actors.partition import PartitionReplica
+from actors.partition import DEFAULT_REPLICATION, PartitionReplica
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.config import LOG_CONFIG
 from storage.errors import (
+    ElectionNotNeededError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -37,6 +48,7 @@ from storage.errors import (
     InvalidTopicError,
     LeaderNotAvailableError,
     PolicyViolationError,
+    PreferredLeaderNotAvailableError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -101,6 +113,8 @@ class _Partition:
     leader_epoch: int
     isr: list[int]
     partition_epoch: int = 0
+    # The replica list a reassignment moves to; ``replicas`` holds target + old meanwhile.
+    target: list[int] | None = None
 
 
 @dataclass
@@ -137,7 +151,12 @@ class ClusterState:
         elif kind == "partition":
             partitions = self.topics[record["topic"]].partitions
             state = _Partition(
-                record["replicas"], record["leader"], record["leader_epoch"], record["isr"], record["partition_epoch"]
+                record["replicas"],
+                record["leader"],
+                record["leader_epoch"],
+                record["isr"],
+                record["partition_epoch"],
+                record.get("target"),
             )
             if record["partition"] == len(partitions):
                 partitions.append(state)
@@ -166,6 +185,8 @@ class Controller:
         self._handles: dict[tuple[str, int, int], Any] = {}
         self._watches: dict[tuple[str, int, int], asyncio.Task] = {}
         self._lock: asyncio.Lock | None = None
+        self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
+        self._rebalancer: asyncio.Task | None = None
         self._started = False
         self._stopping = False
         logger.info(
@@ -210,15 +231,20 @@ class Controller:
                         starts.append(self._attach_or_start(topic.name, p, broker))
             await asyncio.gather(*starts)
             for topic in self._state.topics.values():
-                for p in range(len(topic.partitions)):
+                for p, part in enumerate(topic.partitions):
                     await self._elect_if_needed(topic.name, p, bump=False)
+                    if part.target is not None:
+                        self._track_reassignment(topic.name, p)
+            if self._rebalancer is None:
+                self._rebalancer = asyncio.get_running_loop().create_task(self._rebalance_loop())
             self._started = True
 
     async def shutdown(self, delete_data: bool = False) -> None:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
-        for task in self._watches.values():
-            task.cancel()
+        for task in [*self._watches.values(), *self._reassignments.values(), self._rebalancer]:
+            if task is not None:
+                task.cancel()
         closes = [handle.close.remote(delete_data) for handle in self._handles.values()]
         for ref in closes:
             try:
@@ -260,13 +286,14 @@ class Controller:
                 if rf < 1:
                     raise InvalidReplicationFactorError(f"replication factor {rf}; must be at least 1")
                 assignment = assign_replicas(partitions, rf, live)
-            self._check_supported_rf(assignment)
             self._write({"type": "topic", "name": name, "configs": overrides})
             for p, replicas in enumerate(assignment):
                 self._write_partition(name, p, _Partition(replicas, NO_LEADER, -1, list(replicas)))
             await asyncio.gather(*(self._attach_or_start(name, p, b) for p, r in enumerate(assignment) for b in r))
             for p in range(len(assignment)):
                 await self._elect_if_needed(name, p, bump=True)
+            if self._effective_config(self._state.topics[name])["min.insync.replicas"] > len(assignment[0]):
+                logger.warning("topic %s: min.insync.replicas exceeds the replication factor; acks=all will fail", name)
         logger.info("created topic %s with %d partitions", name, len(assignment))
         return self._topic_metadata(self._state.topics[name])
 
@@ -282,7 +309,9 @@ class Controller:
                 for broker in part.replicas:
                     await self._stop_replica(name, p, broker, delete=True)
 
-    async def create_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> TopicMetadata:
+    async def create_partitions(
+        self, name: str, total: int, assignment: list[list[int]] | None = None
+    ) -> TopicMetadata:
         """Grow a topic to ``total`` partitions (Kafka never shrinks one)."""
         await self._ensure_started()
         async with self._mutex():
@@ -295,7 +324,6 @@ class Controller:
                 assignment = assign_replicas(total - current, rf, self._live_brokers(), first_partition=current)
             else:
                 self._check_assignment(assignment)
-            self._check_supported_rf(assignment)
             for i, replicas in enumerate(assignment):
                 self._write_partition(name, current + i, _Partition(list(replicas), NO_LEADER, -1, list(replicas)))
             await asyncio.gather(
@@ -415,8 +443,12 @@ class Controller:
 
     async def _start_replica(self, topic: str, partition: int, broker_id: int) -> Any | None:
         broker = self._state.brokers[broker_id]
+        if not broker.alive:
+            return None  # stopped with stop_broker
         if not self._node_alive(broker.node_id):
-            logger.warning("broker %d's node %s is down; replica %s-%d stays offline", broker_id, broker.node_id, topic, partition)
+            logger.warning(
+                "broker %d's node %s is down; replica %s-%d stays offline", broker_id, broker.node_id, topic, partition
+            )
             return None
         name = replica_actor_name(topic, partition, broker_id)
         deadline = time.monotonic() + 30
@@ -433,7 +465,9 @@ class Controller:
                         max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
                     )
-                    .remote(topic, partition, broker_id, broker.data_dir, self._effective_config(self._state.topics[topic]))
+                    .remote(
+                        topic, partition, broker_id, broker.data_dir, self._effective_config(self._state.topics[topic])
+                    )
                 )
                 await handle.ping.remote()
                 return handle
@@ -445,7 +479,8 @@ class Controller:
 
     def _watch(self, key: tuple[str, int, int], handle: Any) -> None:
         old = self._watches.pop(key, None)
-        if old is not None:
+        # The death handler runs in the old watch task: cancelling it would abort the handler.
+        if old is not None and old is not asyncio.current_task():
             old.cancel()
         self._watches[key] = asyncio.get_running_loop().create_task(self._watch_replica(key, handle))
 
@@ -456,25 +491,41 @@ class Controller:
             if self._stopping or self._handles.get(key) is not handle:
                 return
             logger.warning("replica %s died; restarting it", key)
-            await self._on_replica_death(*key)
+            try:
+                await self._on_replica_death(*key)
+            except Exception:  # a task's exception would otherwise vanish silently
+                logger.exception("handling the death of replica %s failed", key)
 
     async def _on_replica_death(self, topic: str, partition: int, broker_id: int) -> None:
+        """A replica actor died: drop it from the ISR, elect if it led, then restart it as a follower."""
         async with self._mutex():
             self._handles.pop((topic, partition, broker_id), None)
             state = self._state.topics.get(topic)
             if state is None or partition >= len(state.partitions):
                 return
-            part = state.partitions[partition]
-            if part.leader == broker_id:
-                self._write_partition(
-                    topic, partition, _Partition(part.replicas, NO_LEADER, part.leader_epoch, part.isr, part.partition_epoch + 1)
-                )
+            self._remove_from_isr(topic, partition, broker_id)
+            # Elect before restarting: the restart takes about a second, failover should not.
+            await self._elect_if_needed(topic, partition, bump=False)
             handle = await self._start_replica(topic, partition, broker_id)
             if handle is None:
                 return
             self._handles[(topic, partition, broker_id)] = handle
             self._watch((topic, partition, broker_id), handle)
-            await self._elect_if_needed(topic, partition, bump=True)
+            await self._elect_if_needed(topic, partition, bump=False)
+
+    def _remove_from_isr(self, topic: str, partition: int, broker_id: int) -> None:
+        """A replica went down: it leaves the ISR (unless it is the last member) and leadership."""
+        part = self._state.topics[topic].partitions[partition]
+        # Kafka never empties the ISR: the last member stays so that it can lead again when
+        # it returns, and no out-of-sync replica can take over without an unclean election.
+        isr = [b for b in part.isr if b != broker_id] or part.isr
+        leader = NO_LEADER if part.leader == broker_id else part.leader
+        if isr != part.isr or leader != part.leader:
+            self._write_partition(
+                topic,
+                partition,
+                _Partition(part.replicas, leader, part.leader_epoch, isr, part.partition_epoch + 1, part.target),
+            )
 
     async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
         key = (topic, partition, broker_id)
@@ -491,20 +542,339 @@ class Controller:
         ray.kill(handle, no_restart=True)
 
     async def _elect_if_needed(self, topic: str, partition: int, bump: bool) -> None:
-        """Give the partition a leader: the current one if alive, else the first live ISR member."""
-        part = self._state.topics[topic].partitions[partition]
-        live = [b for b in part.isr if (topic, partition, b) in self._handles]
-        leader = part.leader if part.leader in live else (live[0] if live else NO_LEADER)
+        """Give the partition a leader (the current one if alive, else the first live ISR member
+        in replica order) and tell every live replica its role.
+
+        The leader epoch goes up when the leader changes (or ``bump``). Without a live ISR
+        member the partition stays offline unless unclean.leader.election.enable allows an
+        out-of-sync replica, which then becomes the whole ISR.
+        """
+        t = self._state.topics[topic]
+        part = t.partitions[partition]
+        live = [b for b in part.replicas if (topic, partition, b) in self._handles]
+        live_isr = [b for b in live if b in part.isr]
+        isr = part.isr
+        if part.leader in live_isr:
+            leader = part.leader
+        elif live_isr:
+            leader = live_isr[0]
+        elif live and self._effective_config(t)["unclean.leader.election.enable"]:
+            leader, isr = live[0], [live[0]]
+            logger.warning("%s-%d: unclean election of broker %d; records may be lost", topic, partition, leader)
+        else:
+            leader = NO_LEADER
         if leader == NO_LEADER:
+            if part.leader != NO_LEADER:
+                self._write_partition(
+                    topic,
+                    partition,
+                    _Partition(part.replicas, NO_LEADER, part.leader_epoch, isr, part.partition_epoch + 1, part.target),
+                )
+            logger.warning("%s-%d is offline: no live in-sync replica", topic, partition)
             return
-        epoch = part.leader_epoch + 1 if (bump or leader != part.leader or part.leader_epoch < 0) else part.leader_epoch
-        if leader != part.leader or epoch != part.leader_epoch:
-            part = _Partition(part.replicas, leader, epoch, part.isr, part.partition_epoch + 1)
+        changed = leader != part.leader or part.leader_epoch < 0
+        epoch = part.leader_epoch + 1 if (bump or changed) else part.leader_epoch
+        if leader != part.leader or epoch != part.leader_epoch or isr != part.isr:
+            part = _Partition(part.replicas, leader, epoch, isr, part.partition_epoch + 1, part.target)
             self._write_partition(topic, partition, part)
-        handle = self._handles[(topic, partition, leader)]
-        await handle.become_leader.remote(
-            part.leader_epoch, part.replicas, part.isr, self._config["log.retention.check.interval.ms"]
+            if changed:
+                logger.info(
+                    "%s-%d: broker %d elected leader at epoch %d (ISR %s)", topic, partition, leader, epoch, isr
+                )
+        await self._push(topic, partition)
+
+    async def _push(self, topic: str, partition: int) -> None:
+        """Send the partition's state to its live replicas: the leader first, then the followers."""
+        part = self._state.topics[topic].partitions[partition]
+        retention = self._config["log.retention.check.interval.ms"]
+        replication = {k: self._config[k] for k in DEFAULT_REPLICATION}
+        leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
+        if leader is not None:
+            await self._call_replica(
+                leader.become_leader.remote(
+                    part.leader_epoch,
+                    part.replicas,
+                    part.isr,
+                    retention,
+                    part.partition_epoch,
+                    self._self_handle(),
+                    replication,
+                )
+            )
+        calls = []
+        for b in part.replicas:
+            handle = self._handles.get((topic, partition, b))
+            if handle is None or b == part.leader or leader is None:
+                continue
+            calls.append(
+                self._call_replica(
+                    handle.become_follower.remote(
+                        part.leader_epoch,
+                        part.leader,
+                        leader,
+                        part.replicas,
+                        part.isr,
+                        part.partition_epoch,
+                        retention,
+                        replication,
+                    )
+                )
+            )
+        await asyncio.gather(*calls)
+
+    async def _call_replica(self, ref: Any) -> Any:
+        # A dead replica is the watcher's business; a hung one must not stall the controller.
+        try:
+            return await asyncio.wait_for(ref, 30)
+        except (ray.exceptions.RayActorError, TimeoutError):
+            logger.warning("replica call failed", exc_info=True)
+            return None
+
+    def _self_handle(self) -> Any:
+        return ray.get_runtime_context().current_actor
+
+    # -- replication: ISR changes, brokers, elections, reassignment -------------------------
+
+    async def alter_partition(
+        self, topic: str, partition: int, leader_id: int, leader_epoch: int, partition_epoch: int, isr: list[int]
+    ) -> tuple[int, int, list[int]]:
+        """A leader's ISR change (Kafka's AlterPartition); returns (leader epoch, partition epoch, ISR) as committed.
+
+        Refused (the current state is returned unchanged) when the caller is not the current
+        leader at the current leader and partition epochs, so a stale change never applies.
+        Only live replicas may join.
+        """
+        async with self._mutex():
+            t = self._state.topics.get(topic)
+            if t is None or partition >= len(t.partitions):
+                raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+            part = t.partitions[partition]
+            if (leader_id, leader_epoch, partition_epoch) != (part.leader, part.leader_epoch, part.partition_epoch):
+                return part.leader_epoch, part.partition_epoch, list(part.isr)
+            new_isr = [
+                b
+                for b in part.replicas
+                if b == leader_id or (b in isr and (b in part.isr or (topic, partition, b) in self._handles))
+            ]
+            if new_isr != part.isr:
+                part = _Partition(
+                    part.replicas, part.leader, part.leader_epoch, new_isr, part.partition_epoch + 1, part.target
+                )
+                self._write_partition(topic, partition, part)
+                logger.info(
+                    "%s-%d: ISR is now %s (partition epoch %d)", topic, partition, new_isr, part.partition_epoch
+                )
+            return part.leader_epoch, part.partition_epoch, list(part.isr)
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Shut one broker down cleanly: its replicas close, leave the ISRs and give up leadership."""
+        await self._ensure_started()
+        async with self._mutex():
+            broker = self._require_broker(broker_id)
+            self._write(
+                {
+                    "type": "broker",
+                    "broker_id": broker_id,
+                    "node_id": broker.node_id,
+                    "data_dir": broker.data_dir,
+                    "alive": False,
+                }
+            )
+            for topic, p in self._partitions_on(broker_id):
+                # Close first, so that nothing more is appended to the old leader, then elect.
+                await self._stop_replica(topic, p, broker_id, delete=False)
+                self._remove_from_isr(topic, p, broker_id)
+                await self._elect_if_needed(topic, p, bump=False)
+        logger.info("broker %d stopped", broker_id)
+
+    async def start_broker(self, broker_id: int) -> None:
+        """Start a stopped broker: its replicas recover from disk, follow their leaders and catch up."""
+        await self._ensure_started()
+        async with self._mutex():
+            broker = self._require_broker(broker_id)
+            self._write(
+                {
+                    "type": "broker",
+                    "broker_id": broker_id,
+                    "node_id": broker.node_id,
+                    "data_dir": broker.data_dir,
+                    "alive": True,
+                }
+            )
+            on = self._partitions_on(broker_id)
+            await asyncio.gather(*(self._attach_or_start(t, p, broker_id) for t, p in on))
+            for t, p in on:
+                await self._elect_if_needed(t, p, bump=False)
+        logger.info("broker %d started", broker_id)
+
+    async def add_broker(self, node_id: str, broker_id: int | None = None) -> int:
+        """Register a new broker on Ray node ``node_id`` (hex id); returns its id. It holds no
+        replicas until partitions are reassigned to it."""
+        async with self._mutex():
+            if not self._node_alive(node_id):
+                raise InvalidRequestError(f"Ray node {node_id} is not alive")
+            if broker_id is None:
+                broker_id = max(self._state.brokers, default=-1) + 1
+            elif broker_id in self._state.brokers:
+                raise InvalidRequestError(f"broker {broker_id} already exists")
+            data_dir = str(self._root / f"broker-{broker_id}")
+            self._write(
+                {"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": True}
+            )
+            return broker_id
+
+    async def elect_leaders(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], str | None]:
+        """Preferred leader election: move leadership to each partition's first replica.
+
+        Returns None per partition that moved, else the reason (ElectionNotNeeded,
+        PreferredLeaderNotAvailable) as the error's class name.
+        """
+        await self._ensure_started()
+        out: dict[tuple[str, int], str | None] = {}
+        async with self._mutex():
+            wanted = partitions
+            if wanted is None:
+                wanted = [(t.name, p) for t in self._state.topics.values() for p in range(len(t.partitions))]
+            for topic, p in wanted:
+                t = self._require_topic(topic)
+                if not 0 <= p < len(t.partitions):
+                    raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")
+                try:
+                    await self._elect_preferred(topic, p)
+                    out[(topic, p)] = None
+                except (ElectionNotNeededError, PreferredLeaderNotAvailableError) as exc:
+                    out[(topic, p)] = type(exc).__name__
+        return out
+
+    async def _elect_preferred(self, topic: str, p: int) -> None:
+        part = self._state.topics[topic].partitions[p]
+        preferred = part.replicas[0]
+        if part.leader == preferred:
+            raise ElectionNotNeededError(f"{topic}-{p} is led by its preferred replica {preferred}")
+        if preferred not in part.isr or (topic, p, preferred) not in self._handles:
+            raise PreferredLeaderNotAvailableError(
+                f"{topic}-{p}: preferred replica {preferred} is not live and in sync"
+            )
+        self._write_partition(
+            topic,
+            p,
+            _Partition(
+                part.replicas, preferred, part.leader_epoch + 1, part.isr, part.partition_epoch + 1, part.target
+            ),
         )
+        logger.info("%s-%d: preferred replica %d leads at epoch %d", topic, p, preferred, part.leader_epoch + 1)
+        await self._push(topic, p)
+
+    async def _rebalance_loop(self) -> None:
+        """auto.leader.rebalance.enable: periodically give leadership back to preferred replicas."""
+        while not self._stopping:
+            await asyncio.sleep(self._config["leader.imbalance.check.interval.seconds"])
+            if not self._config["auto.leader.rebalance.enable"]:
+                continue
+            try:
+                async with self._mutex():
+                    for t in list(self._state.topics.values()):
+                        for p in range(len(t.partitions)):
+                            try:
+                                await self._elect_preferred(t.name, p)
+                            except (ElectionNotNeededError, PreferredLeaderNotAvailableError):
+                                pass
+            except Exception:  # the next turn tries again
+                logger.exception("leader rebalance failed")
+
+    async def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> None:
+        """Move partitions to new replica lists (Kafka's AlterPartitionReassignments).
+
+        The new replicas start as followers and catch up; once all of them are in the ISR
+        leadership moves into the new list if needed and the old replicas are removed with
+        their data. Returns at once; ``list_partition_reassignments`` shows what is ongoing.
+        """
+        await self._ensure_started()
+        async with self._mutex():
+            for (topic, p), target in reassignments.items():
+                t = self._require_topic(topic)
+                if not 0 <= p < len(t.partitions):
+                    raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")
+                target = list(target)
+                self._check_assignment([target])
+                part = t.partitions[p]
+                replicas = target + [b for b in part.replicas if b not in target]
+                self._write_partition(
+                    topic,
+                    p,
+                    _Partition(replicas, part.leader, part.leader_epoch, part.isr, part.partition_epoch + 1, target),
+                )
+                await asyncio.gather(*(self._attach_or_start(topic, p, b) for b in target if b not in part.replicas))
+                await self._elect_if_needed(topic, p, bump=False)
+                self._track_reassignment(topic, p)
+
+    async def list_partition_reassignments(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """Ongoing reassignments: replicas, adding and removing, per partition."""
+        # Under the mutex: a reassignment being completed (old replicas stopping) still counts.
+        async with self._mutex():
+            return self._reassignments_now()
+
+    def _reassignments_now(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        out = {}
+        for t in self._state.topics.values():
+            for p, part in enumerate(t.partitions):
+                if part.target is not None:
+                    out[(t.name, p)] = {
+                        "replicas": list(part.replicas),
+                        "adding": [b for b in part.target if b not in part.isr],
+                        "removing": [b for b in part.replicas if b not in part.target],
+                    }
+        return out
+
+    def _track_reassignment(self, topic: str, p: int) -> None:
+        task = self._reassignments.get((topic, p))
+        if task is None or task.done():
+            self._reassignments[(topic, p)] = asyncio.get_running_loop().create_task(
+                self._complete_reassignment(topic, p)
+            )
+
+    async def _complete_reassignment(self, topic: str, p: int) -> None:
+        while not self._stopping:
+            await asyncio.sleep(0.1)
+            t = self._state.topics.get(topic)
+            if t is None:
+                return
+            part = t.partitions[p]
+            if part.target is None:
+                return
+            if not all(b in part.isr for b in part.target):
+                continue
+            async with self._mutex():
+                part = t.partitions[p]
+                target = part.target or part.replicas
+                removing = [b for b in part.replicas if b not in target]
+                isr = [b for b in part.isr if b in target]
+                leader, epoch = part.leader, part.leader_epoch
+                if leader not in target:
+                    live = [b for b in target if b in isr and (topic, p, b) in self._handles]
+                    leader, epoch = (live[0], epoch + 1) if live else (NO_LEADER, epoch)
+                self._write_partition(topic, p, _Partition(list(target), leader, epoch, isr, part.partition_epoch + 1))
+                await self._push(topic, p)
+                for b in removing:
+                    await self._stop_replica(topic, p, b, delete=True)
+                if leader == NO_LEADER:
+                    await self._elect_if_needed(topic, p, bump=False)
+            logger.info("%s-%d: reassignment to %s complete", topic, p, target)
+            return
+
+    def _partitions_on(self, broker_id: int) -> list[tuple[str, int]]:
+        return [
+            (t.name, p)
+            for t in self._state.topics.values()
+            for p, part in enumerate(t.partitions)
+            if broker_id in part.replicas
+        ]
+
+    def _require_broker(self, broker_id: int) -> BrokerMetadata:
+        broker = self._state.brokers.get(broker_id)
+        if broker is None:
+            raise InvalidRequestError(f"unknown broker {broker_id}")
+        return broker
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -530,6 +900,7 @@ class Controller:
                 "leader_epoch": part.leader_epoch,
                 "isr": part.isr,
                 "partition_epoch": part.partition_epoch,
+                "target": part.target,
             }
         )
 
@@ -544,7 +915,7 @@ class Controller:
 
     def _live_brokers(self) -> list[int]:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        live = sorted(b.broker_id for b in self._state.brokers.values() if b.node_id in alive)
+        live = sorted(b.broker_id for b in self._state.brokers.values() if b.alive and b.node_id in alive)
         if not live:
             raise InvalidReplicationFactorError("no live brokers")
         return live
@@ -561,11 +932,6 @@ class Controller:
         for replicas in assignment:
             if len(set(replicas)) != len(replicas) or any(b not in self._state.brokers for b in replicas):
                 raise InvalidReplicaAssignmentError(f"bad replica list {replicas}")
-
-    def _check_supported_rf(self, assignment: list[list[int]]) -> None:
-        # Follower replication is not built yet: refuse rather than pretend.
-        if any(len(replicas) > 1 for replicas in assignment):
-            raise InvalidReplicationFactorError("replication factor > 1 is not supported yet by this rayqueue build")
 
     def _partition_metadata(self, topic: str, p: int, part: _Partition) -> PartitionMetadata:
         handle = self._handles.get((topic, p, part.leader)) if part.leader != NO_LEADER else None

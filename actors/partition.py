@@ -1,9 +1,19 @@
 """The PartitionReplica actor: one replica of one partition, owning its on-disk log.
 
 The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``. Batches
-travel as the same bytes from the producer to disk and back to consumers: the replica
-validates headers and CRCs and patches offsets (``storage.Log.append``), it never looks
-at a record.
+travel as the same bytes from the producer to disk, to followers and back to consumers:
+the replica validates headers and CRCs and patches offsets (``storage.Log.append``), it
+never looks at a record.
+
+Replication follows Kafka's ISR design. A follower runs a fetch loop against the
+leader (``fetch`` with its ``replica_id`` and log end offset) and appends the leader's
+batches unchanged. The leader learns each follower's log end offset (LEO) from those
+fetches; the high watermark (HW) is the smallest LEO in the ISR, and consumers never see
+past it. A follower that lags longer than replica.lag.time.max.ms leaves the ISR, one
+that reaches the HW rejoins; both changes go through the controller (``alter_partition``)
+with the partition epoch, so a stale leader cannot change the ISR. On a leader change a
+follower cuts its divergent suffix by asking the new leader where its last epoch ended
+(``offset_for_leader_epoch``, KIP-101/KIP-279), never by the HW alone.
 
 Every request may carry the caller's ``leader_epoch``: an older one is fenced
 (FencedLeaderEpochError), a newer one means this replica has not heard of the election
@@ -17,6 +27,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +35,53 @@ import ray
 
 from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
 from storage import Log, log_config
+from storage.batch_header import BatchHeader
+from storage.checkpoint import read_offset, write_offset
 from storage.errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
+    RequestTimedOutError,
     UnknownLeaderEpochError,
 )
+from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 NO_EPOCH = -1
+CONSUMER_REPLICA_ID = -1
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+
+# Broker settings a replica needs for replication; the controller passes its values.
+DEFAULT_REPLICATION = {
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.max.bytes": 1048576,
+}
 
 
 def partition_dir(data_dir: str, topic: str, partition: int) -> Path:
     """Kafka's partition directory: ``<log.dir>/<topic>-<partition>``."""
     return Path(data_dir) / f"{topic}-{partition}"
+
+
+@dataclass(slots=True)
+class _Follower:
+    """What the leader knows of one follower (Kafka's Replica state)."""
+
+    leo: int = -1  # unknown until it fetches: an unknown LEO holds the HW back
+    caught_up_at: float = 0.0
+    last_fetch_at: float = 0.0
+    leader_leo_at_last_fetch: int = -1
 
 
 class PartitionReplica:
@@ -58,10 +95,24 @@ class PartitionReplica:
         self._dir = partition_dir(data_dir, topic, partition)
         # Opening recovers the log: indexes rebuilt, torn tail cut.
         self._log = Log(self._dir, self._config)
+        self._epochs = LeaderEpochFileCache(self._dir)
+        # Recovery may have cut a torn tail that the epoch cache still covers.
+        self._epochs.truncate_from_end(self._log.log_end_offset)
+        self._hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
+        self._hw_checkpointed = self._hw
         self._role = OFFLINE
         self._leader_epoch = NO_EPOCH
+        self._partition_epoch = 0
+        self._leader_id = -1
         self._replicas: tuple[int, ...] = (broker_id,)
         self._isr: tuple[int, ...] = (broker_id,)
+        self._pending_isr: tuple[int, ...] | None = None
+        self._followers: dict[int, _Follower] = {}
+        self._epoch_start_offset = 0
+        self._controller: Any = None
+        self._replication = dict(DEFAULT_REPLICATION)
+        self._fetcher: asyncio.Task | None = None
+        self._fetch_paused = False
         self._data_arrived: asyncio.Condition | None = None
         self._closed = False
         self._background: asyncio.Task | None = None
@@ -71,16 +122,106 @@ class PartitionReplica:
     # -- role changes (driven by the controller) ------------------------------------------
 
     async def become_leader(
-        self, leader_epoch: int, replicas: list[int], isr: list[int], retention_check_ms: int = 300000
+        self,
+        leader_epoch: int,
+        replicas: list[int],
+        isr: list[int],
+        retention_check_ms: int = 300000,
+        partition_epoch: int = 0,
+        controller: Any = None,
+        replication: dict[str, Any] | None = None,
     ) -> int:
-        """Take leadership at ``leader_epoch``; returns the log end offset."""
+        """Take leadership at ``leader_epoch`` (or take a new ISR/replica list at the same epoch).
+
+        Returns the log end offset. An older epoch than this replica's is ignored.
+        """
+        if leader_epoch < self._leader_epoch:
+            return self._log.log_end_offset
+        self._retention_check_ms = retention_check_ms
+        if controller is not None:
+            self._controller = controller
+        if replication:
+            self._replication.update(replication)
+        if self._role == LEADER and leader_epoch == self._leader_epoch:
+            # Same term: the controller changed the ISR or the replica set.
+            if partition_epoch >= self._partition_epoch:
+                self._set_membership(replicas, isr, partition_epoch)
+            await self._advance_hw()
+            await self._notify()
+            return self._log.log_end_offset
+        self._stop_fetcher()
         self._role = LEADER
         self._leader_epoch = leader_epoch
-        self._replicas = tuple(replicas)
-        self._isr = tuple(isr)
-        self._retention_check_ms = retention_check_ms
+        self._leader_id = self.broker_id
+        self._partition_epoch = partition_epoch
+        self._pending_isr = None
+        self._followers = {}
+        self._set_membership(replicas, isr, partition_epoch)
+        # The epoch starts here even before its first append: followers asking where their
+        # older epoch ended get this offset (Kafka assigns it on becoming leader, too).
+        self._epoch_start_offset = self._log.log_end_offset
+        self._epochs.assign(leader_epoch, self._epoch_start_offset)
+        await self._advance_hw()
         await self._notify()
+        logger.info(
+            "%s-%d: broker %d leads at epoch %d (LEO %d, HW %d, ISR %s)",
+            self.topic,
+            self.partition,
+            self.broker_id,
+            leader_epoch,
+            self._log.log_end_offset,
+            self._hw,
+            self._isr,
+        )
         return self._log.log_end_offset
+
+    async def become_follower(
+        self,
+        leader_epoch: int,
+        leader_id: int,
+        leader: Any,
+        replicas: list[int],
+        isr: list[int],
+        partition_epoch: int = 0,
+        retention_check_ms: int = 300000,
+        replication: dict[str, Any] | None = None,
+    ) -> bool:
+        """Follow ``leader`` at ``leader_epoch``: truncate the divergent suffix, then fetch.
+
+        Returns False (and changes nothing) for an epoch older than this replica's.
+        """
+        if leader_epoch < self._leader_epoch:
+            return False
+        self._retention_check_ms = retention_check_ms
+        if replication:
+            self._replication.update(replication)
+        self._replicas, self._isr, self._partition_epoch = tuple(replicas), tuple(isr), partition_epoch
+        if (
+            self._role == FOLLOWER
+            and leader_epoch == self._leader_epoch
+            and leader_id == self._leader_id
+            and self._fetcher is not None
+            and not self._fetcher.done()
+        ):
+            return True
+        self._stop_fetcher()
+        self._role = FOLLOWER
+        self._leader_epoch = leader_epoch
+        self._leader_id = leader_id
+        self._pending_isr = None
+        self._followers = {}
+        self._fetcher = asyncio.get_running_loop().create_task(self._follow(leader, leader_epoch))
+        # Wake produce and fetch calls waiting here as leader: they now fail with NotLeader.
+        await self._notify()
+        logger.info(
+            "%s-%d: broker %d follows %d at epoch %d",
+            self.topic,
+            self.partition,
+            self.broker_id,
+            leader_id,
+            leader_epoch,
+        )
+        return True
 
     async def update_config(self, config: dict[str, Any]) -> None:
         """Apply new topic-level config overrides (alter configs)."""
@@ -97,19 +238,53 @@ class PartitionReplica:
     ) -> ProduceResult:
         """Append whole record batches; returns where the first one landed.
 
-        ``acks`` is 0, 1 or -1 (all). With one replica, 1 and all are the same.
+        ``acks`` is 0, 1 or -1 (all). With -1 the call returns once every ISR member has
+        the batches (the HW passed them), and refuses up front when the ISR is smaller
+        than min.insync.replicas (NotEnoughReplicasError).
         """
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
         if not isinstance(records, (bytes, bytearray, memoryview)):
             raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
         self._check_leader(leader_epoch)
+        min_isr = self._config["min.insync.replicas"]
+        if acks == -1 and len(self._isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition}: ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
+            )
         try:
             info = self._log.append(records, leader_epoch=self._leader_epoch)
         except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
+        await self._advance_hw()
         await self._notify()
-        return ProduceResult(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
+        result = ProduceResult(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
+        if acks != -1:
+            return result
+        required, epoch = info.last_offset + 1, self._leader_epoch
+        cond = self._condition()
+        async with cond:
+            try:
+                await asyncio.wait_for(
+                    cond.wait_for(
+                        lambda: (
+                            self._closed or self._role != LEADER or self._leader_epoch != epoch or self._hw >= required
+                        )
+                    ),
+                    timeout_ms / 1000,
+                )
+            except TimeoutError:
+                raise RequestTimedOutError(
+                    f"{self.topic}-{self.partition}: offset {info.last_offset} not replicated to ISR "
+                    f"{list(self._isr)} within {timeout_ms} ms"
+                ) from None
+        if self._closed or self._role != LEADER or self._leader_epoch != epoch:
+            raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: leadership moved before replication")
+        if len(self._isr) < min_isr:
+            raise NotEnoughReplicasAfterAppendError(
+                f"{self.topic}-{self.partition}: ISR shrank to {list(self._isr)} below min.insync.replicas={min_isr}"
+            )
+        return result
 
     async def fetch(
         self,
@@ -119,61 +294,297 @@ class PartitionReplica:
         min_bytes: int = 1,
         isolation_level: int = 0,
         leader_epoch: int = NO_EPOCH,
-        replica_id: int = -1,
+        replica_id: int = CONSUMER_REPLICA_ID,
     ) -> FetchResult:
-        """Whole batches from ``offset`` up to the high watermark, long-polling for data.
+        """Whole batches from ``offset``, long-polling for data.
 
-        Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available past
+        A consumer (``replica_id`` -1) reads up to the high watermark; a follower
+        (its broker id) reads up to the log end and its ``offset`` tells the leader its
+        LEO. Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available past
         ``offset``; answers at once when they are. Raises OffsetOutOfRangeError outside
         [log start, log end].
         """
         self._check_leader(leader_epoch)
-        result = self._read(offset, max_bytes)
+        follower = replica_id >= 0
+        if follower:
+            await self._on_follower_fetch(replica_id, offset)
+        result = self._read(offset, max_bytes, follower)
         if len(result.records) >= min_bytes or max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + max_wait_ms / 1000
         start_size = self._log.size_in_bytes
+        epoch = self._leader_epoch
+        limit = self._log_end if follower else self._hw_value
         cond = self._condition()
         async with cond:
             try:
                 await asyncio.wait_for(
-                    cond.wait_for(lambda: self._closed or self._has_bytes(offset, start_size, len(result.records), min_bytes)),
+                    cond.wait_for(
+                        lambda: (
+                            self._closed
+                            or self._leader_epoch != epoch
+                            or self._has_bytes(limit(), offset, start_size, len(result.records), min_bytes)
+                        )
+                    ),
                     max(0.0, deadline - time.monotonic()),
                 )
             except TimeoutError:
                 pass
         self._check_leader(leader_epoch)
-        return self._read(offset, max_bytes)
+        return self._read(offset, max_bytes, follower)
+
+    async def offset_for_leader_epoch(self, epoch: int, leader_epoch: int = NO_EPOCH) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: ``(largest epoch <= epoch, where it ended in this log)``.
+
+        (-1, -1) when this log holds no epoch that old. Followers use it to find where
+        their log diverges from the leader's.
+        """
+        self._check_leader(leader_epoch)
+        return self._epochs.end_offset_for(epoch, self._log.log_end_offset)
 
     async def list_offsets(self, timestamp: int, leader_epoch: int = NO_EPOCH) -> OffsetAndTimestamp:
-        """Earliest (-2), latest (-1), or the first offset with timestamp >= ``timestamp``.
+        """Earliest (-2), latest (-1: the high watermark), or the first offset with timestamp >= ``timestamp``.
 
         A timestamp past every record answers offset -1, as Kafka does.
         """
         self._check_leader(leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
-            return OffsetAndTimestamp(self.high_watermark, -1, self._leader_epoch)
+            return OffsetAndTimestamp(self._hw, -1, self._leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
             return OffsetAndTimestamp(self._log.log_start_offset, -1, self._leader_epoch)
         if timestamp < 0:
             raise OffsetNotAvailableError(f"unsupported list_offsets timestamp {timestamp}")
         found = self._log.offset_for_timestamp(timestamp)
-        if found is None or found.offset >= self.high_watermark:
+        if found is None or found.offset >= self._hw:
             return OffsetAndTimestamp(-1, -1, self._leader_epoch)
         return OffsetAndTimestamp(found.offset, found.timestamp, self._leader_epoch)
 
     async def delete_records(self, offset: int, leader_epoch: int = NO_EPOCH) -> int:
-        """Advance the log start offset to ``offset`` (-1: the high watermark); returns it."""
+        """Advance the log start offset to ``offset`` (-1: the high watermark); returns it.
+
+        Followers follow the leader's log start offset from fetch answers.
+        """
         self._check_leader(leader_epoch)
-        target = self.high_watermark if offset == -1 else offset
-        if target > self.high_watermark:
-            raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self.high_watermark}")
-        return self._log.delete_records(target, high_watermark=self.high_watermark)
+        target = self._hw if offset == -1 else offset
+        if target > self._hw:
+            raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self._hw}")
+        return self._log.delete_records(target, high_watermark=self._hw)
+
+    # -- leader side of replication -------------------------------------------------------
+
+    async def _on_follower_fetch(self, replica_id: int, offset: int) -> None:
+        """A follower's fetch tells its LEO: update its lag, maybe the ISR and the HW."""
+        state = self._followers.get(replica_id)
+        if state is None:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a replica of {self.topic}-{self.partition} {list(self._replicas)}"
+            )
+        now, leo = time.monotonic(), self._log.log_end_offset
+        # Kafka's rule: caught up now if it reached our LEO; caught up as of its previous
+        # fetch if it reached the LEO we had then.
+        if offset >= leo:
+            state.caught_up_at = now
+        elif offset >= state.leader_leo_at_last_fetch:
+            state.caught_up_at = max(state.caught_up_at, state.last_fetch_at)
+        state.leader_leo_at_last_fetch, state.last_fetch_at, state.leo = leo, now, offset
+        if (
+            replica_id not in self._maximal_isr()
+            and offset >= self._hw
+            and offset >= self._epoch_start_offset
+            and self._pending_isr is None
+        ):
+            self._propose_isr([b for b in self._replicas if b in self._isr or b == replica_id])
+        await self._advance_hw()
+
+    def _maximal_isr(self) -> set[int]:
+        # KIP-497: while an expansion is in flight the new member already counts for the HW,
+        # so the HW never passes a replica the controller may already consider in sync.
+        return set(self._isr) | set(self._pending_isr or ())
+
+    async def _advance_hw(self) -> None:
+        if self._role != LEADER:
+            return
+        hw = self._log.log_end_offset
+        for b in self._maximal_isr():
+            if b != self.broker_id:
+                state = self._followers.get(b)
+                hw = min(hw, state.leo if state is not None else -1)
+        if hw > self._hw:  # never backwards
+            self._hw = hw
+            await self._notify()
+
+    def _maybe_shrink_isr(self) -> None:
+        if self._role != LEADER or self._pending_isr is not None:
+            return
+        lag = self._replication["replica.lag.time.max.ms"] / 1000
+        now = time.monotonic()
+        out = [
+            b for b in self._isr if b != self.broker_id and now - self._followers.get(b, _Follower()).caught_up_at > lag
+        ]
+        if out:
+            logger.info(
+                "%s-%d: replicas %s lag more than %.1fs; shrinking the ISR", self.topic, self.partition, out, lag
+            )
+            self._propose_isr([b for b in self._isr if b not in out])
+
+    def _propose_isr(self, isr: list[int]) -> None:
+        """Ask the controller for a new ISR (one change in flight at a time)."""
+        if self._controller is None or self._pending_isr is not None:
+            return
+        self._pending_isr = tuple(isr)
+        asyncio.get_running_loop().create_task(self._alter_partition(tuple(isr)))
+
+    async def _alter_partition(self, isr: tuple[int, ...]) -> None:
+        epoch = self._leader_epoch
+        try:
+            leader_epoch, partition_epoch, committed = await self._controller.alter_partition.remote(
+                self.topic, self.partition, self.broker_id, epoch, self._partition_epoch, list(isr)
+            )
+            if self._role == LEADER and leader_epoch == self._leader_epoch and partition_epoch >= self._partition_epoch:
+                self._set_membership(self._replicas, committed, partition_epoch)
+        except Exception:  # controller restarting: the next background turn proposes again
+            logger.warning("%s-%d: ISR change to %s failed", self.topic, self.partition, list(isr), exc_info=True)
+        finally:
+            self._pending_isr = None
+        await self._advance_hw()
+        await self._notify()
+
+    def _set_membership(
+        self, replicas: list[int] | tuple[int, ...], isr: list[int] | tuple[int, ...], partition_epoch: int
+    ) -> None:
+        self._replicas, self._isr, self._partition_epoch = tuple(replicas), tuple(isr), partition_epoch
+        now = time.monotonic()
+        for b in self._replicas:
+            # ISR members get a full lag period to show up before they can be dropped.
+            if b != self.broker_id and b not in self._followers:
+                self._followers[b] = _Follower(caught_up_at=now if b in self._isr else 0.0)
+        for b in list(self._followers):
+            if b not in self._replicas:
+                del self._followers[b]
+
+    # -- follower side of replication -----------------------------------------------------
+
+    async def _follow(self, leader: Any, epoch: int) -> None:
+        """Fetch from ``leader`` until the role or epoch changes (the controller cancels this task)."""
+        truncated = False
+        while not self._closed and self._role == FOLLOWER and self._leader_epoch == epoch:
+            try:
+                if self._fetch_paused:
+                    await asyncio.sleep(0.02)
+                    continue
+                if not truncated:
+                    await self._truncate_to_leader(leader, epoch)
+                    truncated = True
+                result = await leader.fetch.remote(
+                    self._log.log_end_offset,
+                    self._replication["replica.fetch.max.bytes"],
+                    self._replication["replica.fetch.wait.max.ms"],
+                    1,
+                    0,
+                    epoch,
+                    self.broker_id,
+                )
+                if self._closed or self._role != FOLLOWER or self._leader_epoch != epoch:
+                    return
+                if self._fetch_paused:  # an answer that arrives after the cut is lost with it
+                    continue
+                if result.records:
+                    info = self._log.append(result.records, assign_offsets=False)
+                    self._assign_epochs(info.headers)
+                leo = self._log.log_end_offset
+                hw = min(result.high_watermark, leo)
+                if hw > self._hw:
+                    self._hw = hw
+                if result.log_start_offset > self._log.log_start_offset:
+                    self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
+            except asyncio.CancelledError:
+                raise
+            except OffsetOutOfRangeError:
+                await self._reset_below_log_start(leader, epoch)
+                truncated = False
+            except (InvalidRequestError, CorruptRecordError):
+                # Our log and the leader's disagree on batch boundaries: find the divergence again.
+                logger.warning(
+                    "%s-%d: follower append refused; re-truncating", self.topic, self.partition, exc_info=True
+                )
+                truncated = False
+                await asyncio.sleep(0.05)
+            except (
+                NotLeaderOrFollowerError,
+                FencedLeaderEpochError,
+                UnknownLeaderEpochError,
+                ray.exceptions.RayActorError,
+            ):
+                # The leader moved or died; the controller will tell us the new one.
+                await asyncio.sleep(0.05)
+            except Exception:
+                logger.exception("%s-%d: follower fetch failed", self.topic, self.partition)
+                await asyncio.sleep(0.2)
+
+    async def _truncate_to_leader(self, leader: Any, epoch: int) -> None:
+        """Cut the suffix that differs from the leader's log (KIP-279's epoch walk)."""
+        while True:
+            mine, leo = self._epochs.latest_epoch, self._log.log_end_offset
+            if mine == UNDEFINED_EPOCH:
+                # No epoch history (an empty log, or one written before the cache existed).
+                self._truncate(self._hw)
+                return
+            their_epoch, their_end = await leader.offset_for_leader_epoch.remote(mine, epoch)
+            if self._role != FOLLOWER or self._leader_epoch != epoch:
+                return
+            if their_epoch == UNDEFINED_EPOCH:
+                self._truncate(self._hw)
+                return
+            if their_epoch == mine:
+                self._truncate(min(their_end, leo))
+                return
+            # The leader never had our last epoch: keep at most where its last common epoch
+            # ended in both logs, then ask again about our (now older) last epoch.
+            my_end = self._epochs.end_offset_for(their_epoch, leo)[1]
+            target = min(their_end, my_end) if my_end >= 0 else self._hw
+            self._truncate(target)
+            if self._epochs.latest_epoch >= mine:  # no progress possible: stop rather than spin
+                return
+
+    def _truncate(self, offset: int) -> None:
+        if offset < self._log.log_end_offset:
+            logger.info(
+                "%s-%d: broker %d truncates %d -> %d",
+                self.topic,
+                self.partition,
+                self.broker_id,
+                self._log.log_end_offset,
+                offset,
+            )
+            self._log.truncate_to(offset)
+        leo = self._log.log_end_offset
+        self._epochs.truncate_from_end(leo)
+        self._hw = min(self._hw, leo)
+
+    async def _reset_below_log_start(self, leader: Any, epoch: int) -> None:
+        start = (await leader.list_offsets.remote(EARLIEST_TIMESTAMP, epoch)).offset
+        if self._log.log_end_offset < start:
+            # Everything we hold is older than the leader's log start: start over there.
+            self._log.truncate_fully_and_start_at(start)
+            self._epochs.clear()
+            self._hw = start
+
+    def _assign_epochs(self, headers: list[BatchHeader]) -> None:
+        latest = self._epochs.latest_epoch
+        for h in headers:
+            if h.partition_leader_epoch > latest:
+                self._epochs.assign(h.partition_leader_epoch, h.base_offset)
+                latest = h.partition_leader_epoch
+
+    def _stop_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            self._fetcher = None
 
     # -- background work and introspection ------------------------------------------------
 
     async def run(self) -> None:
-        """Run the background loop (retention, time-based flush) until the replica closes.
+        """Run the background loop (ISR shrink, retention, flush, HW checkpoint) until the replica closes.
 
         The controller calls it after creating the replica and keeps the call pending: when
         the actor dies the call fails, which is how the controller watches replicas. A
@@ -187,40 +598,67 @@ class PartitionReplica:
         # The interval is read on every turn: become_leader may change it after the loop starts.
         last_retention = time.monotonic()
         while not self._closed:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
             try:
+                self._maybe_shrink_isr()
+                self._checkpoint_hw()
                 self._log.maybe_flush()
                 if time.monotonic() - last_retention >= self._retention_check_ms / 1000:
                     last_retention = time.monotonic()
-                    deleted = self._log.delete_old_segments(high_watermark=self.high_watermark)
+                    deleted = self._log.delete_old_segments(high_watermark=self._hw)
                     self._log.delete_pending_files()
                     if deleted:
+                        self._epochs.truncate_from_start(self._log.log_start_offset)
                         logger.info("%s-%d: retention deleted %d segments", self.topic, self.partition, deleted)
             except Exception:  # a background error must not kill the replica
                 logger.exception("%s-%d: background task failed", self.topic, self.partition)
 
+    def _checkpoint_hw(self) -> None:
+        if self._hw != self._hw_checkpointed and not self._log.closed:
+            write_offset(self._dir / HIGH_WATERMARK_FILE, self._hw)
+            self._hw_checkpointed = self._hw
+
     async def apply_retention(self) -> int:
         """Apply retention now; returns the number of segments deleted."""
-        deleted = self._log.delete_old_segments(high_watermark=self.high_watermark)
+        deleted = self._log.delete_old_segments(high_watermark=self._hw)
         self._log.delete_pending_files()
         return deleted
 
     async def describe(self) -> dict[str, Any]:
-        """Offsets, role, epoch and size of this replica."""
+        """Offsets, role, epochs, ISR as this replica sees it, and size."""
         return {
             "topic": self.topic,
             "partition": self.partition,
             "broker_id": self.broker_id,
             "role": self._role,
+            "leader_id": self._leader_id,
             "leader_epoch": self._leader_epoch,
+            "partition_epoch": self._partition_epoch,
+            "replicas": list(self._replicas),
+            "isr": list(self._isr),
+            "follower_leos": {b: s.leo for b, s in self._followers.items()},
+            "epochs": self._epochs.entries,
             "log_start_offset": self._log.log_start_offset,
             "log_end_offset": self._log.log_end_offset,
-            "high_watermark": self.high_watermark,
+            "high_watermark": self._hw,
             "size_bytes": self._log.size_in_bytes,
             "segments": len(self._log.segments),
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
         }
+
+    async def read_local(self, offset: int, max_bytes: int = 1048576) -> tuple[bytes, int]:
+        """This replica's own batches from ``offset`` up to its log end, whatever its role.
+
+        For tests and tools comparing replicas; returns (records, next offset).
+        """
+        data = self._log.read(offset, max_bytes)
+        return data.records, data.next_offset
+
+    async def pause_fetching(self, paused: bool) -> None:
+        """Fault injection for tests: a paused follower stops fetching, as if cut off from its
+        leader, while staying alive (and in the ISR until replica.lag.time.max.ms passes)."""
+        self._fetch_paused = paused
 
     async def ping(self) -> int:
         """Liveness probe; returns the broker id."""
@@ -228,10 +666,13 @@ class PartitionReplica:
 
     async def close(self, delete: bool = False) -> None:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
+        self._stop_fetcher()
         self._closed = True
         self._role = OFFLINE
         await self._notify()
-        self._log.close()
+        if not self._log.closed:
+            self._checkpoint_hw()
+            self._log.close()
         if delete:
             shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -239,16 +680,24 @@ class PartitionReplica:
 
     @property
     def high_watermark(self) -> int:
-        """Consumers never read past this. With one replica it is the log end offset."""
+        """Consumers never read past this: every ISR member has the records below it."""
+        return self._hw
+
+    def _hw_value(self) -> int:
+        return self._hw
+
+    def _log_end(self) -> int:
         return self._log.log_end_offset
 
-    def _read(self, offset: int, max_bytes: int) -> FetchResult:
-        hw = self.high_watermark
-        data = self._log.read(offset, max_bytes, max_offset=hw)
-        return FetchResult(data.records, hw, hw, self._log.log_start_offset, self._log.log_end_offset, self._leader_epoch)
+    def _read(self, offset: int, max_bytes: int, follower: bool = False) -> FetchResult:
+        hw = self._hw
+        data = self._log.read(offset, max_bytes, max_offset=None if follower else hw)
+        return FetchResult(
+            data.records, hw, hw, self._log.log_start_offset, self._log.log_end_offset, self._leader_epoch
+        )
 
-    def _has_bytes(self, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
-        if self.high_watermark <= offset:
+    def _has_bytes(self, limit: int, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
+        if limit <= offset:
             return False
         if min_bytes <= 1:
             return True
@@ -279,4 +728,3 @@ class PartitionReplica:
         cond = self._condition()
         async with cond:
             cond.notify_all()
-

@@ -1,0 +1,352 @@
+"""Replication: followers, ISR, high watermark, acks, elections, broker stop/start, reassignment.
+
+The session cluster has three brokers on one Ray node. Faults are injected by killing
+replica actors (``ray.kill``), stopping brokers through the controller, and pausing a
+follower's fetch loop (``pause_fetching``), which stands in for a network partition.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import ray
+
+from rayqueue import TopicPartition
+from rayqueue.errors import KafkaTimeoutError, NotEnoughReplicasError
+from storage import RecordBatchBuilder, iter_batches
+from tests.helpers import wait_for
+
+
+def batch(values: list[bytes]) -> bytes:
+    builder = RecordBatchBuilder()
+    for v in values:
+        builder.append(v)
+    return builder.build()
+
+
+def partition_meta(admin, topic: str, partition: int = 0):
+    return admin.describe_topics([topic])[topic].partitions[partition]
+
+
+def replica_log(handle) -> bytes:
+    """Every batch of one replica's own log, as bytes."""
+    info = ray.get(handle.describe.remote())
+    offset, end, out = info["log_start_offset"], info["log_end_offset"], []
+    while offset < end:
+        records, offset = ray.get(handle.read_local.remote(offset))
+        out.append(records)
+    return b"".join(out)
+
+
+def log_values(data: bytes) -> dict[int, bytes]:
+    """offset -> value of every record in ``data``."""
+    return {r.offset: r.value for b in iter_batches(data) for r in b}
+
+
+def wait_in_sync(admin, topic: str, partition: int = 0, timeout: float = 60.0) -> dict[int, bytes]:
+    """Wait until every replica is live, in the ISR and at the leader's log end; return the logs."""
+    tp = TopicPartition(topic, partition)
+    last: list = []
+
+    def synced():
+        meta = partition_meta(admin, topic, partition)
+        handles = admin.replica_handles(tp)
+        infos = {b: ray.get(h.describe.remote()) for b, h in handles.items()}
+        last[:] = [
+            meta,
+            {
+                b: {k: i[k] for k in ("role", "leader_epoch", "isr", "log_end_offset", "high_watermark", "epochs")}
+                for b, i in infos.items()
+            },
+        ]
+        if meta.leader < 0 or sorted(meta.isr) != sorted(meta.replicas) or sorted(handles) != sorted(meta.replicas):
+            return None
+        ends = {i["log_end_offset"] for i in infos.values()}
+        hw = infos[meta.leader]["high_watermark"]
+        if len(ends) != 1 or hw != ends.pop():
+            return None
+        return {b: replica_log(h) for b, h in handles.items()}
+
+    try:
+        return wait_for(synced, timeout=timeout, interval=0.2, what=f"{tp} replicas in sync")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen {last}") from None
+
+
+def test_rf3_topic_replicates_to_every_replica(admin, cluster, new_topic):
+    topic = new_topic(1, 3)
+    meta = partition_meta(admin, topic)
+    assert len(meta.replicas) == 3 and sorted(meta.isr) == sorted(meta.replicas)
+    assert not meta.under_replicated and not meta.offline_replicas
+    producer = cluster.producer(acks="all")
+    for i in range(50):
+        producer.send(topic, b"v%d" % i, partition=0)
+    producer.flush(60)
+    logs = wait_in_sync(admin, topic)
+    assert len(set(logs.values())) == 1, "followers hold the leader's bytes unchanged"
+    assert list(log_values(next(iter(logs.values()))).values()) == [b"v%d" % i for i in range(50)]
+    leader = meta.leader_handle
+    assert ray.get(leader.list_offsets.remote(-1)).offset == 50
+    # Followers refuse client requests.
+    follower = next(h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader)
+    with pytest.raises(Exception, match="not the leader"):
+        ray.get(follower.produce.remote(batch([b"x"])))
+
+
+def test_consumers_never_read_past_the_high_watermark(admin, new_topic):
+    topic = new_topic(1, 3)
+    meta = partition_meta(admin, topic)
+    leader = meta.leader_handle
+    ray.get(leader.produce.remote(batch([b"committed"]), -1, 30000, meta.leader_epoch))
+    followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
+    ray.get([f.pause_fetching.remote(True) for f in followers])
+    try:
+        # acks=1: on the leader's disk, but not replicated, so not visible to consumers.
+        r = ray.get(leader.produce.remote(batch([b"pending"]), 1, 30000, meta.leader_epoch))
+        assert r.base_offset == 1
+        fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+        assert fetched.high_watermark == 1 and list(log_values(fetched.records).values()) == [b"committed"]
+        assert ray.get(leader.list_offsets.remote(-1)).offset == 1
+        # A long-poll at the HW wakes when replication moves the HW.
+        pending = leader.fetch.remote(1, 1 << 20, 30000, 1)
+        time.sleep(0.3)  # let the long-poll start waiting (the test checks it has not answered)
+        assert not ray.wait([pending], timeout=0)[0]
+    finally:
+        ray.get([f.pause_fetching.remote(False) for f in followers])
+    result = ray.get(pending, timeout=30)
+    assert result.high_watermark == 2 and list(log_values(result.records).values()) == [b"pending"]
+
+
+def test_acks_all_waits_for_the_isr_and_times_out(admin, new_topic):
+    topic = new_topic(1, 3)
+    meta = partition_meta(admin, topic)
+    followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
+    ray.get([f.pause_fetching.remote(True) for f in followers])
+    try:
+        with pytest.raises(Exception, match="not replicated") as err:
+            ray.get(meta.leader_handle.produce.remote(batch([b"a"]), -1, 500, meta.leader_epoch))
+        assert type(err.value).__name__.startswith("RequestTimedOutError") or "RequestTimedOut" in repr(err.value)
+    finally:
+        ray.get([f.pause_fetching.remote(False) for f in followers])
+    r = ray.get(meta.leader_handle.produce.remote(batch([b"b"]), -1, 30000, meta.leader_epoch))
+    assert r.base_offset == 1
+
+
+def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, new_topic):
+    topic = new_topic(1, 3)
+    tp = TopicPartition(topic, 0)
+    producer = cluster.producer(acks="all")
+    for i in range(20):
+        producer.send(topic, b"a%d" % i, partition=0)
+    producer.flush(60)
+    old = partition_meta(admin, topic)
+    ray.kill(old.leader_handle, no_restart=True)
+    new = wait_for(
+        lambda: (m := partition_meta(admin, topic)).leader not in (-1, old.leader) and m, timeout=30, what="new leader"
+    )
+    assert new.leader_epoch > old.leader_epoch and new.leader in old.isr
+    for i in range(20):
+        producer.send(topic, b"b%d" % i, partition=0)
+    producer.flush(60)
+    logs = wait_in_sync(admin, topic)
+    assert len(set(logs.values())) == 1
+    values = list(log_values(logs[old.leader]).values())
+    assert values == [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)]
+    assert sorted(admin.replica_handles(tp)) == sorted(old.replicas)
+    producer.close(10)
+
+
+def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(admin, cluster, new_topic):
+    topic = new_topic(1, 3)
+    tp = TopicPartition(topic, 0)
+    meta = partition_meta(admin, topic)
+    victim = next(b for b in meta.replicas if b != meta.leader)
+    producer = cluster.producer(acks="all", linger_ms=1)
+    stop = threading.Event()
+    sent: list = []
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            sent.append(producer.send(topic, b"%d" % i, partition=0))
+            i += 1
+            if i % 50 == 0:
+                producer.flush(60)
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        wait_for(lambda: len(sent) > 200, timeout=30, what="some records sent")
+        ray.kill(admin.replica_handles(tp)[victim], no_restart=True)
+        # The dead follower leaves the ISR; produces go on with the other two.
+        wait_for(lambda: victim not in partition_meta(admin, topic).isr, timeout=30, what="ISR shrink")
+        count = len(sent)
+        wait_for(lambda: len(sent) > count + 200, timeout=30, what="produce continues")
+        # The restarted replica catches up and rejoins while records keep coming.
+        wait_for(lambda: victim in partition_meta(admin, topic).isr, timeout=60, what="ISR expand")
+    finally:
+        stop.set()
+        worker.join(60)
+    producer.flush(60)
+    values = [f.get(60) for f in sent]
+    logs = wait_in_sync(admin, topic)
+    assert len(set(logs.values())) == 1
+    final = log_values(logs[victim])
+    for i, md in enumerate(values):
+        assert final[md.offset] == b"%d" % i
+    producer.close(10)
+
+
+def test_min_insync_replicas_with_two_brokers_stopped(admin, cluster, new_topic):
+    topic = new_topic(1, 3, min_insync_replicas=2)
+    meta = partition_meta(admin, topic)
+    others = [b for b in meta.replicas if b != meta.leader]
+    strict = cluster.producer(acks="all", retries=0)
+    loose = cluster.producer(acks=1, retries=0)
+    strict.send(topic, b"before", partition=0).get(30)
+    try:
+        for b in others:
+            admin.stop_broker(b)
+        m = partition_meta(admin, topic)
+        assert m.isr == (meta.leader,) and m.under_replicated and set(m.offline_replicas) == set(others)
+        with pytest.raises(NotEnoughReplicasError):
+            ray.get(m.leader_handle.produce.remote(batch([b"refused"]), -1, 30000, m.leader_epoch))
+        # The producer retries it (retriable) until its budget runs out, then reports it.
+        with pytest.raises(KafkaTimeoutError, match="NOT_ENOUGH_REPLICAS"):
+            strict.send(topic, b"refused", partition=0).get(30)
+        assert loose.send(topic, b"accepted", partition=0).get(30).offset == 1
+    finally:
+        for b in others:
+            admin.start_broker(b)
+    wait_in_sync(admin, topic)
+    assert strict.send(topic, b"after", partition=0).get(30).offset == 2
+    logs = wait_in_sync(admin, topic)
+    assert len(set(logs.values())) == 1
+    assert list(log_values(logs[meta.leader]).values()) == [b"before", b"accepted", b"after"]
+    strict.close(10)
+    loose.close(10)
+
+
+def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic):
+    topic = new_topic(1, 3)
+    tp = TopicPartition(topic, 0)
+    meta = partition_meta(admin, topic)
+    leader = meta.leader_handle
+    ray.get(leader.produce.remote(batch([b"c0", b"c1", b"c2"]), -1, 30000, meta.leader_epoch))
+    handles = admin.replica_handles(tp)
+    followers = {b: h for b, h in handles.items() if b != meta.leader}
+    ray.get([h.pause_fetching.remote(True) for h in followers.values()])
+    # Unreplicated records only the old leader has.
+    ray.get(leader.produce.remote(batch([b"lost0", b"lost1"]), 1, 30000, meta.leader_epoch))
+    ray.get(leader.produce.remote(batch([b"lost2"]), 1, 30000, meta.leader_epoch))
+    ray.kill(leader, no_restart=True)
+    new = wait_for(
+        lambda: (m := partition_meta(admin, topic)).leader not in (-1, meta.leader) and m, timeout=30, what="new leader"
+    )
+    ray.get([h.pause_fetching.remote(False) for h in followers.values()])
+    for v in (b"n0", b"n1"):
+        ray.get(new.leader_handle.produce.remote(batch([v]), 1, 30000, new.leader_epoch))
+    logs = wait_in_sync(admin, topic)
+    assert len(set(logs.values())) == 1, "the returning old leader holds exactly the new leader's log"
+    assert list(log_values(logs[meta.leader]).values()) == [b"c0", b"c1", b"c2", b"n0", b"n1"]
+    epochs = ray.get(admin.replica_handles(tp)[meta.leader].describe.remote())["epochs"]
+    assert [e for e, _ in epochs][-1] == new.leader_epoch
+
+
+def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
+    topic = new_topic(1, 2)
+    tp = TopicPartition(topic, 0)
+    meta = partition_meta(admin, topic)
+    preferred = meta.replicas[0]
+    producer = cluster.producer(acks="all")
+    for i in range(10):
+        producer.send(topic, b"%d" % i, partition=0)
+    producer.flush(30)
+    assert admin.elect_leaders([tp]) == {tp: "ElectionNotNeededError"}
+    ray.kill(meta.leader_handle, no_restart=True)
+    wait_for(lambda: partition_meta(admin, topic).leader == meta.replicas[1], timeout=30, what="failover")
+    wait_in_sync(admin, topic)
+    assert admin.elect_leaders([tp]) == {tp: None}
+    assert partition_meta(admin, topic).leader == preferred
+    # Move the partition onto the broker it does not use, keeping one old replica.
+    spare = next(b for b in range(3) if b not in meta.replicas)
+    target = [spare, meta.replicas[1]]
+    admin.alter_partition_reassignments({tp: target})
+    wait_for(lambda: not admin.list_partition_reassignments(), timeout=60, what="reassignment done")
+    after = partition_meta(admin, topic)
+    assert list(after.replicas) == target and sorted(after.isr) == sorted(target) and after.leader in target
+    assert sorted(admin.replica_handles(tp)) == sorted(target)
+    for i in range(10, 15):
+        producer.send(topic, b"%d" % i, partition=0)
+    producer.flush(30)
+    logs = wait_in_sync(admin, topic)
+    assert list(log_values(logs[spare]).values()) == [b"%d" % i for i in range(15)]
+    producer.close(10)
+
+
+@pytest.mark.chaos
+def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, new_topic):
+    topic = new_topic(1, 3)
+    tp = TopicPartition(topic, 0)
+    # One request in flight keeps acknowledged records in send order across retries.
+    producer = cluster.producer(acks="all", linger_ms=2, max_in_flight_requests_per_connection=1)
+    consumer = cluster.consumer(fetch_max_wait_ms=100)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    stop = threading.Event()
+    acked: list[tuple[int, int]] = []  # (sequence number, offset), in acknowledgement order
+    seen: list[tuple[int, bytes]] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                futures = [(j, producer.send(topic, b"%d" % j, partition=0)) for j in range(i, i + 20)]
+                i += 20
+                for j, fut in futures:
+                    acked.append((j, fut.get(120).offset))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    def consume() -> None:
+        try:
+            while not stop.is_set():
+                seen.extend((r.offset, r.value) for r in consumer.poll(100))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    rng = random.Random(7)
+    try:
+        for _ in range(10):
+            meta = wait_for(lambda: (m := partition_meta(admin, topic)).leader >= 0 and m, timeout=60, what="a leader")
+            goal = len(acked) + rng.randrange(1, 60)
+            wait_for(lambda g=goal: len(acked) > g, timeout=60, what="progress")
+            time.sleep(rng.uniform(0, 0.3))  # a random moment within the produce stream
+            ray.kill(meta.leader_handle, no_restart=True)
+        count = len(acked)
+        wait_for(lambda: len(acked) > count + 100, timeout=60, what="progress after the last kill")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(180)
+    assert not errors, errors
+    logs = wait_in_sync(admin, topic, timeout=120)
+    assert len(set(logs.values())) == 1, "all replicas end with identical data"
+    final = log_values(next(iter(logs.values())))
+    offsets = [o for _, o in acked]
+    assert [j for j, _ in acked] == list(range(len(acked)))
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), "acknowledged order is preserved"
+    for j, offset in acked:
+        assert final.get(offset) == b"%d" % j, f"acknowledged record {j} at {offset} lost"
+    for offset, value in seen:
+        assert final.get(offset) == value, f"consumer read {value!r} at {offset}, later lost"
+    assert len(acked) > 300 and len(seen) > 0
+    producer.close(10)
+    consumer.close()
