@@ -232,6 +232,11 @@ class Controller:
             await asyncio.gather(*starts)
             for topic in self._state.topics.values():
                 for p, part in enumerate(topic.partitions):
+                    # A replica that could not come back (node gone, broker stopped) is no
+                    # longer in sync, as if its death had been seen.
+                    for b in part.replicas:
+                        if (topic.name, p, b) not in self._handles:
+                            self._remove_from_isr(topic.name, p, b)
                     await self._elect_if_needed(topic.name, p, bump=False)
                     if part.target is not None:
                         self._track_reassignment(topic.name, p)
