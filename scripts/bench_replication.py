@@ -1,0 +1,147 @@
+"""Replication cost and failover time, against an RF=1 acks=1 baseline measured in the same run.
+
+One producer, one partition, 100-byte values, on the embedded 3-broker cluster:
+- RF=1 acks=1 (the baseline), RF=3 acks=1 and RF=3 acks=all, each with the bulk
+  ``send_many()`` and with per-record ``send()``; the RF=3 figures are printed as a ratio
+  to the baseline (Kafka's published ratio for 3x synchronous replication is about 0.51);
+- failover: the leader of an RF=3 partition is killed (``ray.kill``) while a producer
+  sends with acks=all; the time from the kill to the first record acknowledged by the
+  new leader, over a few kills.
+
+Run: ``.venv/bin/python scripts/bench_replication.py [--records N] [--kills K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import ray  # noqa: E402
+
+import rayqueue  # noqa: E402
+from rayqueue import TopicPartition  # noqa: E402
+
+VALUE = b"x" * 100
+
+
+def throughput(cluster, admin, name: str, rf: int, acks: str, records: int, bulk: bool) -> float:
+    """Records/s of one producer into a fresh one-partition topic."""
+    admin.create_topic(name, 1, rf)
+    producer = cluster.producer(acks=acks, linger_ms=5)
+    try:
+        warm = [VALUE] * min(10000, records)
+        producer.send_many(name, warm, partition=0).get(120)
+        start = time.perf_counter()
+        if bulk:
+            chunk = 50000
+            results = [
+                producer.send_many(name, [VALUE] * min(chunk, records - i), partition=0)
+                for i in range(0, records, chunk)
+            ]
+            for r in results:
+                r.get(300)
+        else:
+            for _ in range(records):
+                producer.send(name, VALUE, partition=0)
+            producer.flush(300)
+        return records / (time.perf_counter() - start)
+    finally:
+        producer.close(30)
+        admin.delete_topic(name)
+
+
+def failover_times(cluster, admin, kills: int) -> list[float]:
+    """Seconds from a leader's death to the first acks=all record acknowledged after it."""
+    name = "bench-failover"
+    admin.create_topic(name, 1, 3)
+    tp = TopicPartition(name, 0)
+    producer = cluster.producer(acks="all", linger_ms=0, retry_backoff_ms=10)
+    acked_at: list[float] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            producer.send(name, VALUE, partition=0).get(120)
+            acked_at.append(time.monotonic())
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    times = []
+    try:
+        for _ in range(kills):
+            # Wait for a healthy partition (full ISR) so each kill starts from the same state.
+            deadline = time.monotonic() + 60
+            while True:
+                meta = admin.describe_topics([name])[name].partitions[0]
+                if meta.leader >= 0 and len(meta.isr) == 3 and len(admin.replica_handles(tp)) == 3:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("partition did not recover")
+                time.sleep(0.05)
+            count = len(acked_at)
+            while len(acked_at) < count + 20:
+                time.sleep(0.01)
+            killed = time.monotonic()
+            ray.kill(meta.leader_handle, no_restart=True)
+            while not acked_at or acked_at[-1] <= killed:
+                time.sleep(0.001)
+            first = next(t for t in acked_at if t > killed)
+            times.append(first - killed)
+    finally:
+        stop.set()
+        worker.join(120)
+        producer.close(30)
+        admin.delete_topic(name)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--records", type=int, default=200000, help="records per bulk run (per-record runs use a tenth)"
+    )
+    parser.add_argument("--kills", type=int, default=5)
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="rayqueue-bench-replication-")
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    cluster = rayqueue.launch(log_dirs=root)
+    admin = cluster.admin()
+    try:
+        print(f"{'case':<28}{'bulk rec/s':>14}{'ratio':>8}{'send rec/s':>14}{'ratio':>8}")
+        base: dict[bool, float] = {}
+        for label, rf, acks in [
+            ("RF=1 acks=1 (baseline)", 1, "1"),
+            ("RF=3 acks=1", 3, "1"),
+            ("RF=3 acks=all", 3, "all"),
+        ]:
+            row = {}
+            for bulk in (True, False):
+                n = args.records if bulk else args.records // 10
+                tag = "bulk" if bulk else "send"
+                row[bulk] = throughput(cluster, admin, f"bench-{rf}-{acks}-{tag}", rf, acks, n, bulk)
+            if not base:
+                base = dict(row)
+            print(
+                f"{label:<28}{row[True]:>14,.0f}{row[True] / base[True]:>8.2f}"
+                f"{row[False]:>14,.0f}{row[False] / base[False]:>8.2f}"
+            )
+        times = failover_times(cluster, admin, args.kills)
+        print(
+            f"failover (leader killed -> first acks=all produce on the new leader), {len(times)} kills: "
+            f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+        )
+    finally:
+        cluster.shutdown(delete_data=True)
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
