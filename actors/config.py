@@ -73,7 +73,7 @@ BROKER_CONFIG = ConfigDef(
         # Kafka's default is 50 partitions; here every partition is a replica actor (~60 MB,
         # ~0.5 s to start), so a local cluster gets 3. Raise it for many busy groups.
         ConfigKey("offsets.topic.num.partitions", "int", 3, "Partitions of __consumer_offsets.", min=1),
-        # Kafka's default, capped at the broker count (and at 1 while replication is unsupported).
+        # Kafka's default, capped at the broker count when the topic is created.
         ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.", min=1),
         ConfigKey("offsets.retention.minutes", "int", 10080, "Offsets of an empty group live this long.", min=1),
         ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets expire.", min=1),

@@ -51,7 +51,6 @@ from storage.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
     NonEmptyGroupError,
@@ -844,8 +843,7 @@ class GroupCoordinator:
         return part
 
     async def _ensure_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` on first use (compacted; RF capped at what the cluster
-        can host, and at 1 while this build refuses replication)."""
+        """Create ``__consumer_offsets`` on first use (compacted; RF capped at the broker count)."""
         if self._topic_ready:
             return
         if self._topic_lock is None:
@@ -859,11 +857,7 @@ class GroupCoordinator:
                 rf = max(1, min(self._config["offsets.topic.replication.factor"], len(md.brokers)))
                 configs = {"cleanup.policy": ["compact"]}
                 try:
-                    try:
-                        await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, rf, configs)
-                    except InvalidReplicationFactorError:
-                        await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, 1, configs)
-                        logger.warning("%s created with replication factor 1 (replication unavailable)", OFFSETS_TOPIC)
+                    await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, rf, configs)
                 except TopicAlreadyExistsError:
                     pass
                 md = await controller.get_metadata.remote([OFFSETS_TOPIC])

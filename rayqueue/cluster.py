@@ -131,6 +131,7 @@ def launch(
     address: str | None = None,
     num_cpus: int | None = None,
     timeout_s: float = 120.0,
+    create_topics: bool = True,
     **overrides: Any,
 ) -> Cluster:
     """Start a rayqueue cluster and return a handle to it.
@@ -138,7 +139,8 @@ def launch(
     ``config`` is a TOML file (Kafka's broker keys; see configs/local.toml) or a dict;
     keyword overrides use Kafka's keys in Python form (``log_dirs=...``,
     ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
-    created. Raises InvalidConfigError if a cluster already runs in the namespace.
+    created (unless ``create_topics`` is false). Raises InvalidConfigError if a cluster
+    already runs in the namespace.
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
@@ -173,7 +175,7 @@ def launch(
     coordinator = _start_group_coordinator(namespace, cfg, here)
     ray.get(coordinator.start.remote(), timeout=timeout_s)
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator)
-    topics = load_toml(config).get("topics", {}) if isinstance(config, (str, Path)) else {}
+    topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()
         existing = set(admin.list_topics())

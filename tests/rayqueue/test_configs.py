@@ -53,10 +53,35 @@ def test_launch_accepts_the_config(cluster, tmp_path, name):
     path = next(p for p in CONFIGS if p.name == name)
     namespace = f"rayqueue-config-{path.stem}"
     # One offsets partition: each is a replica actor, and this test is about the file.
-    handle = rayqueue.launch(path, log_dirs=str(tmp_path), rayqueue_namespace=namespace, offsets_topic_num_partitions=1)
+    # Its [topics.*] are checked by the parsing tests; creating them here would start
+    # dozens of replica actors for nothing.
+    handle = rayqueue.launch(
+        path,
+        log_dirs=str(tmp_path),
+        rayqueue_namespace=namespace,
+        offsets_topic_num_partitions=1,
+        create_topics=False,
+    )
     try:
         info = handle.describe()
         assert len(info["brokers"]) == load_toml(path)["rayqueue.num.brokers"]
         assert handle.namespace == namespace
+    finally:
+        handle.shutdown(delete_data=True)
+
+
+def test_launch_creates_the_topics_of_the_file(cluster, tmp_path):
+    import rayqueue
+
+    config = tmp_path / "with-topics.toml"
+    config.write_text(
+        'rayqueue.num.brokers = 1\n[topics."from-file"]\npartitions = 2\nreplication.factor = 1\n"retention.ms" = 60000\n'
+    )
+    handle = rayqueue.launch(config, log_dirs=str(tmp_path / "data"), rayqueue_namespace="rayqueue-config-topics")
+    try:
+        admin = handle.admin()
+        meta = admin.describe_topics(["from-file"])["from-file"]
+        assert len(meta.partitions) == 2
+        assert admin.describe_configs("from-file")["retention.ms"] == (60000, "DYNAMIC_TOPIC_CONFIG")
     finally:
         handle.shutdown(delete_data=True)
