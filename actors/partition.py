@@ -23,6 +23,7 @@ yet (UnknownLeaderEpochError); both are retriable and make the client refresh me
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -55,6 +56,10 @@ from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
+
+# How often a replica of a compacted topic checks whether its log is dirty enough to clean
+# (Kafka's cleaner threads poll their logs the same way, backing off when nothing is due).
+CLEANER_CHECK_S = 1.0
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 NO_EPOCH = -1
@@ -115,6 +120,7 @@ class PartitionReplica:
         self._fetch_paused = False
         self._data_arrived: asyncio.Condition | None = None
         self._closed = False
+        self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
         self._retention_check_ms = 300000
         logger.info("replica %s-%d on broker %d opened at %s", topic, partition, broker_id, self._dir)
@@ -225,9 +231,11 @@ class PartitionReplica:
 
     async def update_config(self, config: dict[str, Any]) -> None:
         """Apply new topic-level config overrides (alter configs)."""
-        self._config = log_config(config)
-        # Reopening is cheap after a clean close (no recovery scan) and nothing can run in
-        # between: the actor's event loop does not switch tasks inside this method.
+        new_config = log_config(config)
+        await self._finish_cleaning()
+        self._config = new_config
+        # Reopening is cheap after a clean close (no recovery scan), and nothing runs in
+        # between: there is no await from here to the reopen.
         self._log.close()
         self._log = Log(self._dir, self._config)
 
@@ -596,10 +604,13 @@ class PartitionReplica:
 
     async def _background_loop(self) -> None:
         # The interval is read on every turn: become_leader may change it after the loop starts.
-        last_retention = time.monotonic()
+        last_retention = last_clean_check = time.monotonic()
         while not self._closed:
             await asyncio.sleep(0.1)
             try:
+                if time.monotonic() - last_clean_check >= CLEANER_CHECK_S:
+                    last_clean_check = time.monotonic()
+                    self._maybe_start_cleaning()
                 self._maybe_shrink_isr()
                 self._checkpoint_hw()
                 self._log.maybe_flush()
@@ -612,6 +623,36 @@ class PartitionReplica:
                         logger.info("%s-%d: retention deleted %d segments", self.topic, self.partition, deleted)
             except Exception:  # a background error must not kill the replica
                 logger.exception("%s-%d: background task failed", self.topic, self.partition)
+
+    def _maybe_start_cleaning(self) -> None:
+        """Compact the log in a worker thread when cleanup.policy has compact and it is dirty enough.
+
+        Every replica cleans its own log (as each Kafka broker does), never past the high
+        watermark. The cleaner swaps segments under the log's lock, so produce and fetch
+        go on while it works; the thread keeps the actor's event loop free.
+        """
+        if "compact" not in self._config["cleanup.policy"]:
+            return
+        if self._cleaning is not None and not self._cleaning.done():
+            return
+        if self._log.cleanable(self._hw):
+            self._cleaning = asyncio.get_running_loop().create_task(self.clean_now())
+
+    async def _finish_cleaning(self) -> None:
+        """Let a cleaner pass in its thread finish before the log is closed under it."""
+        if self._cleaning is not None and not self._cleaning.done():
+            try:
+                await self._cleaning
+            except Exception:  # its failure was logged; closing must go on
+                logger.exception("%s-%d: cleaner pass failed", self.topic, self.partition)
+
+    async def clean_now(self, force: bool = False) -> dict[str, Any] | None:
+        """Run one cleaner pass up to the high watermark; returns its stats (None: nothing to do)."""
+        stats = await asyncio.to_thread(self._log.clean, self._hw, force=force)
+        if stats is None:
+            return None
+        logger.info("%s-%d: cleaned %s", self.topic, self.partition, stats)
+        return dataclasses.asdict(stats)
 
     def _checkpoint_hw(self) -> None:
         if self._hw != self._hw_checkpointed and not self._log.closed:
@@ -670,6 +711,7 @@ class PartitionReplica:
         self._closed = True
         self._role = OFFLINE
         await self._notify()
+        await self._finish_cleaning()
         if not self._log.closed:
             self._checkpoint_hw()
             self._log.close()
