@@ -63,7 +63,15 @@ groups_app = typer.Typer(
     help="List, describe, reset and delete consumer groups.", no_args_is_help=True, rich_markup_mode="markdown"
 )
 app.add_typer(topics_app, name="topics")
+partitions_app = typer.Typer(
+    help="Reassign replicas and elect leaders (kafka-reassign-partitions, kafka-leader-election).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+brokers_app = typer.Typer(help="Stop and start brokers.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(groups_app, name="groups")
+app.add_typer(partitions_app, name="partitions")
+app.add_typer(brokers_app, name="brokers")
 app.add_typer(perf_app, name="perf")
 
 # Rich consoles resolve sys.stdout/sys.stderr on every write, so CliRunner's capture works.
@@ -1018,6 +1026,96 @@ def groups_delete(
     """Delete empty groups and their committed offsets."""
     _connect(name, address).admin().delete_groups(group)
     out.print(f"Deleted {len(group)} group(s): {', '.join(group)}")
+
+
+# -- replication: reassignment, leader election, brokers ------------------------------------
+
+
+def _parse_tp(text: str) -> TopicPartition:
+    topic, sep, partition = text.rpartition(":")
+    if not sep or not partition.isdigit():
+        raise _fail(f"expected TOPIC:PARTITION, got {text!r}")
+    return TopicPartition(topic, int(partition))
+
+
+@partitions_app.command("reassign")
+@_handle_errors
+def partitions_reassign(
+    moves: Annotated[list[str], typer.Argument(help="TOPIC:PARTITION=BROKER,BROKER,... (first is preferred leader).")],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every move has finished.")] = True,
+    timeout_s: Annotated[float, typer.Option("--timeout-s")] = 300.0,
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+) -> None:
+    """Move partitions to new replica sets: new replicas catch up, then the old ones go."""
+    plan = {}
+    for move in moves:
+        where, sep, brokers = move.partition("=")
+        if not sep:
+            raise _fail(f"expected TOPIC:PARTITION=BROKERS, got {move!r}")
+        plan[_parse_tp(where)] = [int(b) for b in brokers.split(",") if b.strip()]
+    admin = _connect(name, address).admin()
+    admin.alter_partition_reassignments(plan)
+    out.print(f"Started {len(plan)} reassignment(s).")
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout_s
+    while admin.list_partition_reassignments():
+        if time.monotonic() > deadline:
+            raise _fail(f"reassignments still running after {timeout_s:.0f}s")
+        time.sleep(0.5)
+    metadata = admin.describe_topics(sorted({tp.topic for tp in plan}))
+    out.print(_partition_table([p for t in metadata.values() for p in t.partitions if p.tp in plan], with_topic=True))
+
+
+@partitions_app.command("list-reassignments")
+@_handle_errors
+def partitions_list_reassignments(name: NameOpt = "rayqueue", address: AddressOpt = None) -> None:
+    """Reassignments still under way."""
+    table = Table()
+    for column in ("Partition", "Details"):
+        table.add_column(column)
+    for tp, info in sorted(_connect(name, address).admin().list_partition_reassignments().items()):
+        table.add_row(str(tp), ", ".join(f"{k}={_ids(v)}" for k, v in info.items()))
+    out.print(table)
+
+
+@partitions_app.command("elect-leaders")
+@_handle_errors
+def partitions_elect_leaders(
+    partitions: Annotated[list[str] | None, typer.Argument(help="TOPIC:PARTITION ... (default: all).")] = None,
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+) -> None:
+    """Preferred-leader election: move leadership back to each partition's first replica."""
+    wanted = [_parse_tp(p) for p in partitions] if partitions else None
+    results = _connect(name, address).admin().elect_leaders(wanted)
+    table = Table()
+    for column in ("Partition", "Result"):
+        table.add_column(column)
+    for tp, reason in sorted(results.items()):
+        table.add_row(str(tp), "elected" if reason is None else reason)
+    out.print(table)
+
+
+@brokers_app.command("stop")
+@_handle_errors
+def brokers_stop(
+    broker_id: Annotated[int, typer.Argument(help="Broker id.")], name: NameOpt = "rayqueue", address: AddressOpt = None
+) -> None:
+    """Stop every replica of one broker cleanly; leadership moves to other in-sync replicas."""
+    _connect(name, address).admin().stop_broker(broker_id)
+    out.print(f"Broker {broker_id} stopped.")
+
+
+@brokers_app.command("start")
+@_handle_errors
+def brokers_start(
+    broker_id: Annotated[int, typer.Argument(help="Broker id.")], name: NameOpt = "rayqueue", address: AddressOpt = None
+) -> None:
+    """Start a stopped broker: its replicas recover from disk and catch up."""
+    _connect(name, address).admin().start_broker(broker_id)
+    out.print(f"Broker {broker_id} started.")
 
 
 def _kafka_time(moment: datetime) -> str:

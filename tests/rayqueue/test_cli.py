@@ -376,3 +376,33 @@ def test_groups_list_describe_reset_and_delete(cluster, new_topic):
     assert all(info.lag == 0 for info in cluster.admin().group_lag(group).values())
     rq("groups", "delete", group)
     assert group not in rq("groups", "list").output
+
+
+def test_brokers_stop_start_elect_leaders_and_reassign(cluster, admin, new_topic):
+    from tests.helpers import wait_for
+
+    topic = new_topic(partitions=1, replication_factor=3)
+    tp = TopicPartition(topic, 0)
+
+    def partition():
+        return admin.describe_topics([topic])[topic].partitions[0]
+
+    preferred = partition().replicas[0]
+    rq("brokers", "stop", str(preferred))
+    moved = wait_for(lambda: (p := partition()).leader not in (-1, preferred) and p, 60, what="leader moved")
+    assert preferred not in moved.isr
+    rq("brokers", "start", str(preferred))
+    wait_for(lambda: len(partition().isr) == 3, 60, what="broker back in the ISR")
+    result = rq("partitions", "elect-leaders", f"{topic}:0").output
+    assert str(tp) in result
+    wait_for(lambda: partition().leader == preferred, 60, what="preferred leader")
+    single = new_topic(partitions=1)
+    old = admin.describe_topics([single])[single].partitions[0].replicas[0]
+    target = (old + 1) % 3
+    cluster.producer().send(single, b"before the move").get(60)
+    rq("partitions", "reassign", f"{single}:0={target}", "--timeout-s", "120")
+    after = admin.describe_topics([single])[single].partitions[0]
+    assert after.replicas == (target,) and after.leader == target
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(single, 0)])
+    assert [r.value for r in consume_all(consumer, 1)] == [b"before the move"]
