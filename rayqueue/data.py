@@ -293,12 +293,18 @@ def offset_ranges(
 # -- reading one range inside a task --------------------------------------------------------
 
 
-def _empty_table(include_headers: bool) -> pa.Table:
-    return (SCHEMA_WITH_HEADERS if include_headers else SCHEMA).empty_table()
+def schema_for(include_headers: bool = False, timestamp_tz: str | None = None) -> pa.Schema:
+    """The Arrow schema of a read with these options."""
+    schema = SCHEMA_WITH_HEADERS if include_headers else SCHEMA
+    if timestamp_tz is not None:
+        at = schema.get_field_index("timestamp")
+        schema = schema.set(at, pa.field("timestamp", pa.timestamp("ms", tz=timestamp_tz)))
+    return schema
 
 
-def _to_table(buf: bytes, r: OffsetRange, start: int, include_headers: bool, check_crc: bool) -> pa.Table:
+def _to_table(buf: bytes, r: OffsetRange, start: int, schema: pa.Schema, check_crc: bool) -> pa.Table:
     """Decode whole batches into the Kafka-source columns, keeping offsets in [start, r.end)."""
+    include_headers = "headers" in schema.names
     cols = decode_columns(buf, headers=include_headers, check_crc=check_crc, min_offset=start)
     table = cols.to_arrow(r.topic, r.partition)
     if len(cols) and cols.offset[-1] >= r.end:
@@ -307,7 +313,7 @@ def _to_table(buf: bytes, r: OffsetRange, start: int, include_headers: bool, che
     if include_headers and cols.headers is None:
         table = table.append_column("headers", pa.nulls(len(table), HEADERS_TYPE))
     # Keep every block on the one schema (a null-only column would otherwise differ).
-    return table.cast(SCHEMA_WITH_HEADERS if include_headers else SCHEMA)
+    return table.cast(schema)
 
 
 def read_range(
@@ -320,6 +326,7 @@ def read_range(
     target_block_bytes: int = TARGET_BLOCK_BYTES,
     check_crc: bool = True,
     leader: tuple[Any, int] | None = None,
+    timestamp_tz: str | None = None,
 ) -> Iterator[pa.Table]:
     """Fetch ``r`` from its partition leader and yield Arrow tables of its records.
 
@@ -330,6 +337,7 @@ def read_range(
     """
     if r.count == 0:
         return
+    schema = schema_for(include_headers, timestamp_tz)
     handle, epoch = leader if leader is not None else (None, -1)
     position = r.start
     pending: list[pa.Table] = []
@@ -378,7 +386,7 @@ def read_range(
         empty_answers = 0
         next_position = read_header(data, bounds[-1][0]).next_offset
         ref = send(next_position) if next_position < r.end else None
-        table = _to_table(data, r, position, include_headers, check_crc)
+        table = _to_table(data, r, position, schema, check_crc)
         position = next_position
         if table.num_rows:
             pending.append(table)
@@ -434,8 +442,10 @@ class TopicDatasource(Datasource):
         parallelism: int | None = None,
         fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
         check_crc: bool = True,
+        timestamp_tz: str | None = None,
     ) -> None:
         super().__init__()
+        self._timestamp_tz = timestamp_tz
         self._controller = controller
         self._ranges = list(ranges)
         self._include_headers = include_headers
@@ -450,10 +460,14 @@ class TopicDatasource(Datasource):
         """The resolved offset ranges, one per partition."""
         return list(self._ranges)
 
+    def pieces(self) -> list[OffsetRange]:
+        """The ranges split as the read tasks will read them."""
+        return split_ranges(self._ranges, self._max_records, self._parallelism)
+
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema of the blocks."""
-        return SCHEMA_WITH_HEADERS if self._include_headers else SCHEMA
+        return schema_for(self._include_headers, self._timestamp_tz)
 
     def get_name(self) -> str:
         """Name of the read operator."""
@@ -472,16 +486,17 @@ class TopicDatasource(Datasource):
         ``read``: its default (about 200) would cut topics into pieces too small to pay
         for a task.
         """
-        pieces = split_ranges(self._ranges, self._max_records, self._parallelism)
+        pieces = self.pieces()
         schema = self.schema
         controller, include_headers = self._controller, self._include_headers
         isolation, fetch_max_bytes, check_crc = self._isolation, self._fetch_max_bytes, self._check_crc
+        timestamp_tz = self._timestamp_tz
         if not pieces:
             # One empty block so that the Dataset (and a Spark DataFrame made from it)
             # has its schema even when there is nothing to read.
             return [
                 ReadTask(
-                    lambda: [_empty_table(include_headers)],
+                    lambda: [schema.empty_table()],
                     BlockMetadata(num_rows=0, size_bytes=0, input_files=None, exec_stats=None),
                     schema=schema,
                     per_task_row_limit=per_task_row_limit,
@@ -499,11 +514,12 @@ class TopicDatasource(Datasource):
                     isolation_level=isolation,
                     fetch_max_bytes=fetch_max_bytes,
                     check_crc=check_crc,
+                    timestamp_tz=timestamp_tz,
                 ):
                     yielded = True
                     yield table
                 if not yielded:
-                    yield _empty_table(include_headers)
+                    yield schema.empty_table()
 
             # num_rows stays unknown: compaction and control batches leave offset gaps.
             meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
@@ -511,7 +527,7 @@ class TopicDatasource(Datasource):
         return tasks
 
 
-def read(
+def datasource(
     topics: str | Iterable[str],
     *,
     cluster: Any = None,
@@ -527,15 +543,9 @@ def read(
     parallelism: int | None = None,
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
     check_crc: bool = True,
-    ray_remote_args: Mapping[str, Any] | None = None,
-) -> ray.data.Dataset:
-    """A Dataset of the records of ``topics`` in the given offset or timestamp ranges.
-
-    Options follow Spark's Kafka source (see ``offset_ranges``); ranges are fixed when
-    this is called. Columns: key, value (binary), topic (string), partition (int32),
-    offset (int64), timestamp (timestamp[ms]), timestampType (int32), and headers
-    (list<struct<key: string, value: binary>>) with ``include_headers``.
-    """
+    timestamp_tz: str | None = None,
+) -> TopicDatasource:
+    """A TopicDatasource over the ranges the options select (resolved now); see ``read``."""
     cluster = _cluster_or_connect(cluster)
     ranges = offset_ranges(
         topics,
@@ -548,7 +558,7 @@ def read(
         ending_offsets_by_timestamp=ending_offsets_by_timestamp,
         isolation_level=isolation_level,
     )
-    source = TopicDatasource(
+    return TopicDatasource(
         cluster.controller,
         ranges,
         include_headers=include_headers,
@@ -557,8 +567,37 @@ def read(
         parallelism=parallelism,
         fetch_max_bytes=fetch_max_bytes,
         check_crc=check_crc,
+        timestamp_tz=timestamp_tz,
     )
-    return ray.data.read_datasource(source, ray_remote_args=dict(ray_remote_args or {}))
+
+
+def read(
+    topics: str | Iterable[str],
+    *,
+    cluster: Any = None,
+    ray_remote_args: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> ray.data.Dataset:
+    """A Dataset of the records of ``topics`` in the given offset or timestamp ranges.
+
+    Options (keyword): ``starting_offsets`` / ``ending_offsets`` ("earliest"/"latest" or
+    Spark's per-partition JSON, as a str or dict, -2 earliest / -1 latest),
+    ``starting_timestamp`` / ``ending_timestamp`` (ms), ``starting_offsets_by_timestamp``
+    / ``ending_offsets_by_timestamp`` (per-partition JSON of ms), ``include_headers``,
+    ``isolation_level``, ``max_records_per_task``, ``parallelism``, ``fetch_max_bytes``,
+    ``check_crc``, ``timestamp_tz``; see ``offset_ranges`` for how they resolve. Ranges
+    are fixed when this is called. Columns: key, value (binary), topic (string),
+    partition (int32), offset (int64), timestamp (timestamp[ms]), timestampType (int32),
+    and headers (list<struct<key: string, value: binary>>) with ``include_headers``.
+    With ``timestamp_tz`` (e.g. "UTC") the timestamp column carries that zone (same
+    values), for converters that take naive timestamps as local time.
+    """
+    source = datasource(topics, cluster=cluster, **options)
+    # One output block per read task at least: without this Ray Data splits the blocks
+    # of small reads up to its default minimum of 200, and every downstream per-block
+    # cost (RayDP's conversion makes a Spark partition of each) multiplies.
+    tasks = max(1, len(source.pieces()))
+    return ray.data.read_datasource(source, override_num_blocks=tasks, ray_remote_args=dict(ray_remote_args or {}))
 
 
 # -- the Datasink ---------------------------------------------------------------------------
@@ -723,9 +762,11 @@ __all__ = [
     "OffsetRange",
     "TopicDatasink",
     "TopicDatasource",
+    "datasource",
     "offset_ranges",
     "read",
     "read_range",
+    "schema_for",
     "split_ranges",
     "write",
     "write_table",
