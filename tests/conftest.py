@@ -21,7 +21,8 @@ def ray_session():
     """One embedded Ray for the whole session (8 logical CPUs on this 2-core machine)."""
     import ray
 
-    ray.init(num_cpus=8, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # address="local": always a fresh Ray of our own, never one that happens to run here.
+    ray.init(address="local", num_cpus=8, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -68,3 +69,13 @@ def new_topic(admin, request):
             admin.delete_topic(name)
         except Exception:  # noqa: BLE001 - a test may have deleted it already
             pass
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session):
+    """One Spark session on the session Ray (RayDP: 1 executor, 1 core, 1 GB), stopped at the end."""
+    from rayqueue import spark as rq_spark
+
+    session = rq_spark.session("rayqueue-tests", num_executors=1, executor_cores=1, executor_memory="1G")
+    yield session
+    rq_spark.stop()

@@ -1,0 +1,444 @@
+"""Spark on Ray (RayDP) for rayqueue topics: read, write and micro-batch streaming.
+
+``session()`` starts Spark through RayDP with the settings it needs on Java 17 (see
+STACK.md). ``read()`` turns a topic into a DataFrame with exactly the schema of Spark's
+own Kafka source, through the Ray Data source and RayDP's Dataset-to-Spark conversion;
+``write()`` produces a DataFrame's rows to a topic. ``stream()`` runs a micro-batch loop
+from source topics to a sink topic with progress committed per (group, topic, partition).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import ray
+
+from actors.types import TopicPartition
+from rayqueue import data
+from storage.errors import InvalidConfigError, KafkaError, TopicAlreadyExistsError
+
+logger = logging.getLogger(__name__)
+
+# Java 17 closes these packages to reflection; Spark and RayDP's app master need them open.
+_OPENS = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+JAVA_OPTIONS = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions", *(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in _OPENS)]
+)
+"""The JVM option string Spark on Java 17 needs (driver, executors and RayDP's app master)."""
+
+
+class JavaNotFoundError(RuntimeError):
+    """Spark needs a Java runtime (``java`` on PATH or JAVA_HOME) and none was found."""
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java")
+
+
+def session(
+    app_name: str = "rayqueue",
+    num_executors: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str | int = "1G",
+    configs: Mapping[str, str] | None = None,
+    log_level: str = "WARN",
+) -> Any:
+    """Start Spark on the current Ray (an embedded one if none) through RayDP.
+
+    Sets what RayDP needs here: Python workers on this interpreter, the Java 17
+    ``--add-opens`` options on driver, executors and app master, no console progress
+    bars. ``configs`` override these. Raises JavaNotFoundError without Java.
+    """
+    if _java() is None:
+        raise JavaNotFoundError(
+            "Spark needs Java (OpenJDK 17 works): install it and put `java` on PATH or set JAVA_HOME"
+        )
+    import raydp
+
+    from rayqueue.cluster import ensure_ray
+
+    ensure_ray()
+    # Spark's Python workers must run this interpreter, or they miss pyspark and rayqueue.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    settings = {
+        "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+        "spark.ray.raydp_app_master.extraJavaOptions": JAVA_OPTIONS,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # A small machine: few shuffle partitions keep small aggregations fast.
+        "spark.sql.shuffle.partitions": str(max(2, num_executors * executor_cores * 2)),
+    }
+    settings.update({k: str(v) for k, v in (configs or {}).items()})
+    spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+def stop() -> None:
+    """Stop the Spark session started by ``session()`` (and its RayDP actors)."""
+    import raydp
+
+    raydp.stop_spark()
+
+
+# -- topics as DataFrames -------------------------------------------------------------------
+
+
+def kafka_schema(include_headers: bool = False) -> Any:
+    """The schema of Spark's own Kafka source (every field nullable, as Spark declares it)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+# Smaller read tasks than Ray Data's default for Spark: Spark converts the first blocks
+# while later ones are still being read, so smaller blocks overlap more of the two.
+SPARK_MAX_RECORDS_PER_TASK = 250_000
+
+
+@ray.remote
+def _read_block(task: Any, schema: Any) -> Any:
+    """Run one of the datasource's read tasks as a plain task: one Arrow table."""
+    import pyarrow as pa
+
+    tables = list(task())
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def read(spark: Any, topics: str | Iterable[str], *, cluster: Any = None, **options: Any) -> Any:
+    """A DataFrame of the records of ``topics`` with the schema of Spark's Kafka source.
+
+    Takes the options of ``rayqueue.data.read`` (offset or timestamp ranges,
+    ``include_headers``, ``isolation_level``, ``max_records_per_task``, ``parallelism``);
+    ranges are fixed when this is called. The datasource's read tasks run as Ray tasks
+    and RayDP's Arrow-blocks-to-DataFrame conversion takes their results as they come.
+    """
+    import raydp.spark
+
+    include_headers = bool(options.get("include_headers", False))
+    options.setdefault("max_records_per_task", SPARK_MAX_RECORDS_PER_TASK)
+    # Zoned timestamps: Spark's Arrow conversion takes naive ones as session-local time.
+    source = data.datasource(topics, cluster=cluster, timestamp_tz="UTC", **options)
+    schema = kafka_schema(include_headers)
+    if not source.pieces():
+        # RayDP's conversion needs at least one block; an empty read has none to give.
+        return spark.createDataFrame([], schema)
+    # Not through Dataset.to_spark: that waits for the whole read before converting, while
+    # RayDP's conversion fetches each block only when Spark reaches it, so handing it the
+    # refs of running tasks overlaps reading with converting.
+    arrow_schema = source.schema
+    blocks = [_read_block.remote(task, arrow_schema) for task in source.get_read_tasks(1)]
+    df = raydp.spark.ray_dataset_to_spark_dataframe(spark, arrow_schema, blocks)
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+_SINK_COLUMNS = ("key", "value", "partition", "headers", "timestamp")
+
+
+def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[str, Any] | None = None) -> int:
+    """Produce the rows of ``df`` to ``topic``; returns the number of rows written.
+
+    Columns as Spark's Kafka sink takes them: ``value`` (required, binary or string),
+    ``key``, ``partition``, ``headers`` optional; a ``timestamp`` column, if present,
+    sets the record timestamps. Other columns are left out before leaving Spark.
+    """
+    if "value" not in df.columns:
+        raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
+    df = df.select(*[c for c in _SINK_COLUMNS if c in df.columns])
+    ds = ray.data.from_spark(df)
+    return data.write(ds, topic, cluster=cluster, producer_config=producer_config)
+
+
+# -- committed offsets of streams -----------------------------------------------------------
+# The store behind load_offsets / commit_offsets. It is a compacted topic for now; when
+# consumer groups land, these two functions switch to the group coordinator's
+# OffsetCommit / OffsetFetch and nothing else in this module changes.
+
+OFFSETS_TOPIC = "__rayqueue_stream_offsets"
+"""Compacted topic holding stream progress: key [group, topic, partition], value the offset."""
+
+
+def _offsets_key(group_id: str, tp: TopicPartition) -> bytes:
+    # JSON keeps the key unambiguous whatever characters the group id holds.
+    return json.dumps([group_id, tp.topic, tp.partition]).encode()
+
+
+def _ensure_offsets_topic(cluster: Any) -> None:
+    admin = cluster.admin()
+    if OFFSETS_TOPIC in admin.list_topics(include_internal=True):
+        return
+    try:
+        admin.create_topic(OFFSETS_TOPIC, 1, None, configs={"cleanup.policy": "compact"})
+    except TopicAlreadyExistsError:
+        pass  # another driver created it first
+
+
+def load_offsets(group_id: str, tps: Iterable[TopicPartition], *, cluster: Any = None) -> dict[TopicPartition, int]:
+    """The offsets committed by ``group_id`` for ``tps`` (partitions never committed are absent)."""
+    cluster = data._cluster_or_connect(cluster)
+    _ensure_offsets_topic(cluster)
+    latest: dict[bytes, bytes | None] = {}
+    for r in data.offset_ranges(OFFSETS_TOPIC, cluster=cluster):
+        for table in data.read_range(cluster.controller, r):
+            # The last record of a key wins, as compaction would keep it.
+            latest.update(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    out = {}
+    for tp in tps:
+        value = latest.get(_offsets_key(group_id, tp))
+        if value is not None:
+            out[tp] = int(value)
+    return out
+
+
+def commit_offsets(
+    group_id: str, offsets: Mapping[TopicPartition, int], *, cluster: Any = None, timeout: float = 60.0
+) -> None:
+    """Durably record ``offsets`` (the next offset to process) for ``group_id``."""
+    if not offsets:
+        return
+    cluster = data._cluster_or_connect(cluster)
+    _ensure_offsets_topic(cluster)
+    items = sorted(offsets.items())
+    keys = [_offsets_key(group_id, tp) for tp, _ in items]
+    values = [str(int(offset)).encode() for _, offset in items]
+    producer = cluster.producer(acks="all")
+    try:
+        producer.send_many(OFFSETS_TOPIC, values, keys, partition=0).get(timeout)
+    finally:
+        producer.close()
+
+
+# -- micro-batch streaming ------------------------------------------------------------------
+
+
+class StreamHandle:
+    """A running (or finished) stream: progress counters, waiting and a clean stop."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.batches = 0
+        self.rows_read = 0  # offsets consumed (records, unless compacted or transactional)
+        self.rows_written = 0
+        self.offsets: dict[TopicPartition, int] = {}
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._progress = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the loop still runs."""
+        return not self._done.is_set()
+
+    def stop(self, timeout: float | None = 300.0) -> None:
+        """Finish the batch under way (write and commit), then stop; re-raises a loop error."""
+        self._stop.set()
+        if not self._done.wait(timeout):
+            raise KafkaError(f"stream {self.group_id!r} did not stop within {timeout}s")
+        if self.error is not None:
+            raise self.error
+
+    def await_batches(self, n: int, timeout: float | None = None) -> bool:
+        """Wait until ``n`` batches committed in total; False on timeout or when the loop ended first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._progress:
+            while self.batches < n and not self._done.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._progress.wait(remaining if remaining is not None else 1.0)
+        if self.error is not None:
+            raise self.error
+        return self.batches >= n
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the loop to end by itself (max_batches, until_idle, an error); True if it did."""
+        ended = self._done.wait(timeout)
+        if self.error is not None:
+            raise self.error
+        return ended
+
+    def _batch_done(self, rows_read: int, rows_written: int, offsets: Mapping[TopicPartition, int]) -> None:
+        with self._progress:
+            self.batches += 1
+            self.rows_read += rows_read
+            self.rows_written += rows_written
+            self.offsets.update(offsets)
+            self._progress.notify_all()
+
+    def _finish(self, error: BaseException | None) -> None:
+        self.error = error
+        with self._progress:
+            self._done.set()
+            self._progress.notify_all()
+
+
+def _spec(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tp, offset in offsets.items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return out
+
+
+def stream(
+    spark: Any,
+    source_topics: str | Iterable[str],
+    group_id: str,
+    transform: Callable[[Any], Any],
+    sink_topic: str,
+    *,
+    cluster: Any = None,
+    trigger_interval: float = 1.0,
+    starting_offsets: str = "earliest",
+    max_records_per_partition: int | None = None,
+    max_batches: int | None = None,
+    until_idle: bool = False,
+    producer_config: Mapping[str, Any] | None = None,
+    background: bool = True,
+) -> StreamHandle:
+    """Run ``transform`` over new records of ``source_topics`` in micro-batches into ``sink_topic``.
+
+    Each batch reads from the committed offsets of ``group_id`` (``starting_offsets`` for
+    partitions never committed) up to the high watermarks seen when the batch starts
+    (at most ``max_records_per_partition`` each), writes ``transform(df)`` (a DataFrame
+    with a ``value`` column and optional key/partition/headers) to ``sink_topic``, then
+    commits the end offsets: at-least-once, since a crash between write and commit
+    replays that batch. Batches start every ``trigger_interval`` seconds, or at once
+    while data is waiting. The loop ends on ``StreamHandle.stop()``, after
+    ``max_batches`` batches, or (``until_idle``) at the first batch with no new data.
+    With ``background`` it runs in a thread; otherwise this returns when it ends.
+    """
+    if starting_offsets not in ("earliest", "latest"):
+        raise InvalidConfigError(f"starting_offsets must be 'earliest' or 'latest', got {starting_offsets!r}")
+    cluster = data._cluster_or_connect(cluster)
+    topics = data._topic_list(source_topics)
+    handle = StreamHandle(group_id)
+
+    def run() -> None:
+        error = None
+        try:
+            _run_stream(
+                spark, cluster, topics, group_id, transform, sink_topic, handle,
+                trigger_interval, starting_offsets, max_records_per_partition, max_batches, until_idle,
+                producer_config,
+            )  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the handle
+            logger.exception("stream %r failed", group_id)
+            error = exc
+        handle._finish(error)
+
+    if background:
+        handle._thread = threading.Thread(target=run, name=f"rayqueue-stream-{group_id}", daemon=True)
+        handle._thread.start()
+    else:
+        run()
+        if handle.error is not None:
+            raise handle.error
+    return handle
+
+
+def _run_stream(
+    spark: Any,
+    cluster: Any,
+    topics: list[str],
+    group_id: str,
+    transform: Callable[[Any], Any],
+    sink_topic: str,
+    handle: StreamHandle,
+    trigger_interval: float,
+    starting_offsets: str,
+    max_records_per_partition: int | None,
+    max_batches: int | None,
+    until_idle: bool,
+    producer_config: Mapping[str, Any] | None,
+) -> None:
+    positions: dict[TopicPartition, int] = {}
+    loaded = False
+    while not handle._stop.is_set():
+        started = time.monotonic()
+        # Partitions are looked up every batch so that added partitions are picked up.
+        current = [r.tp for r in data.offset_ranges(topics, cluster=cluster, starting_offsets="latest")]
+        new = [tp for tp in current if tp not in positions]
+        if new:
+            committed = load_offsets(group_id, new, cluster=cluster)
+            fresh = [tp for tp in new if tp not in committed]
+            if fresh:
+                # Partitions added after the stream started are read from their beginning.
+                first = starting_offsets if not loaded else "earliest"
+                for r in data.offset_ranges(topics, cluster=cluster, starting_offsets=first):
+                    if r.tp in fresh:
+                        committed[r.tp] = r.start
+            positions.update(committed)
+            loaded = True
+        ends = {r.tp: r.end for r in data.offset_ranges(topics, cluster=cluster, starting_offsets=_spec(positions))}
+        if max_records_per_partition:
+            ends = {tp: min(end, positions[tp] + max_records_per_partition) for tp, end in ends.items()}
+        advanced = {tp: end for tp, end in ends.items() if end > positions[tp]}
+        if advanced:
+            df = read(spark, topics, cluster=cluster, starting_offsets=_spec(positions), ending_offsets=_spec(ends))
+            rows_read = sum(end - positions[tp] for tp, end in advanced.items())
+            written = write(transform(df), sink_topic, cluster=cluster, producer_config=producer_config)
+            commit_offsets(group_id, advanced, cluster=cluster)
+            positions.update(advanced)
+            handle._batch_done(rows_read, written, advanced)
+            logger.info("stream %r: batch %d wrote %d rows; offsets %s", group_id, handle.batches, written, advanced)
+            if max_batches is not None and handle.batches >= max_batches:
+                return
+        elif until_idle:
+            return
+        wait = trigger_interval - (time.monotonic() - started)
+        if not advanced and wait > 0:
+            handle._stop.wait(wait)

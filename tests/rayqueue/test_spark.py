@@ -1,0 +1,225 @@
+"""rayqueue.spark: topics as Spark DataFrames (RayDP), DataFrames into topics, streaming."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rayqueue import TopicPartition
+from rayqueue import spark as rq_spark
+from rayqueue.errors import InvalidConfigError
+from tests.helpers import wait_for
+
+# Recent timestamps: time-based retention (7 days by default) would delete older records.
+BASE_TS = (int(time.time()) - 3600) * 1000
+
+
+def produce(cluster, topic: str, partitions: int, per_partition: int, compression: str = "none") -> dict:
+    """Keyed records to each partition with timestamps BASE_TS + 10 * i; {(p, offset): (key, value, ts)}."""
+    producer = cluster.producer(compression_type=compression)
+    sent = []
+    for p in range(partitions):
+        keys = [f"user-{p}-{i % 11}".encode() if i % 4 else None for i in range(per_partition)]
+        values = [f"p{p}-value-{i}".encode() * (1 + i % 3) for i in range(per_partition)]
+        stamps = [BASE_TS + 10 * i for i in range(per_partition)]
+        sent.append((keys, values, stamps, producer.send_many(topic, values, keys, partition=p, timestamps=stamps)))
+    expected = {}
+    for keys, values, stamps, result in sent:
+        i = 0
+        for tp, base_offset, count in result.get(60):
+            for j in range(count):
+                expected[(tp.partition, base_offset + j)] = (keys[i], values[i], stamps[i])
+                i += 1
+    producer.close()
+    return expected
+
+
+def rows_of(df) -> dict:
+    """{(partition, offset): (key, value, ts_ms)}, with event times taken in the JVM (no Python time zone)."""
+    from pyspark.sql import functions as F
+
+    out = {}
+    for row in df.select("key", "value", "partition", "offset", F.unix_millis("timestamp").alias("ms")).collect():
+        key = (row["partition"], row["offset"])
+        assert key not in out, f"record {key} read twice"
+        out[key] = (bytes(row["key"]) if row["key"] is not None else None, bytes(row["value"]), row["ms"])
+    return out
+
+
+def test_java_missing_gives_a_clear_error(monkeypatch):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(rq_spark.shutil, "which", lambda name: None)
+    with pytest.raises(rq_spark.JavaNotFoundError, match="Java"):
+        rq_spark.session()
+
+
+def test_offsets_store_keeps_the_last_commit_per_group_and_partition(cluster):
+    a, b = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    group = f"g-{time.monotonic_ns()}"
+    assert rq_spark.load_offsets(group, [a, b], cluster=cluster) == {}
+    rq_spark.commit_offsets(group, {a: 10, b: 3}, cluster=cluster)
+    rq_spark.commit_offsets(group, {a: 25}, cluster=cluster)
+    rq_spark.commit_offsets(f"{group}-other", {a: 99}, cluster=cluster)
+    assert rq_spark.load_offsets(group, [a, b, TopicPartition("orders", 2)], cluster=cluster) == {a: 25, b: 3}
+    assert rq_spark.load_offsets(f"{group}-other", [a, b], cluster=cluster) == {a: 99}
+
+
+@pytest.mark.spark
+def test_schema_is_the_kafka_source_schema(spark, cluster, new_topic):
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    # Spark's KafkaRecordToRowConverter.kafkaSchema and headersType, field for field.
+    kafka = StructType(
+        [
+            StructField("key", BinaryType(), True),
+            StructField("value", BinaryType(), True),
+            StructField("topic", StringType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("offset", LongType(), True),
+            StructField("timestamp", TimestampType(), True),
+            StructField("timestampType", IntegerType(), True),
+        ]
+    )
+    headers = ArrayType(
+        StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]), True
+    )
+    topic = new_topic(partitions=2)
+    producer = cluster.producer()
+    producer.send(topic, b"v1", key=b"k1", headers=[("trace", b"abc")], partition=0)
+    producer.send(topic, b"v2", partition=1)
+    producer.flush(30)
+    df = rq_spark.read(spark, topic, cluster=cluster)
+    assert df.schema == kafka
+    with_headers = rq_spark.read(spark, topic, cluster=cluster, include_headers=True)
+    assert with_headers.schema == StructType([*kafka.fields, StructField("headers", headers, True)])
+    rows = sorted(with_headers.collect(), key=lambda r: r["partition"])
+    assert [(r["topic"], r["partition"], r["offset"], r["timestampType"]) for r in rows] == [
+        (topic, 0, 0, 0),
+        (topic, 1, 0, 0),
+    ]
+    assert [(h["key"], bytes(h["value"])) for h in rows[0]["headers"]] == [("trace", b"abc")]
+    assert rows[1]["headers"] == []
+    # An empty range still has the schema.
+    assert rq_spark.read(spark, topic, cluster=cluster, starting_offsets="latest").schema == kafka
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_dataframe_equals_records_produced(spark, cluster, new_topic, codec):
+    topic = new_topic(partitions=3)
+    expected = produce(cluster, topic, 3, 400, compression=codec)
+    df = rq_spark.read(spark, topic, cluster=cluster, max_records_per_task=150)
+    assert df.count() == 1200
+    assert rows_of(df) == expected
+
+
+@pytest.mark.spark
+def test_offset_and_timestamp_ranges_select_exactly(spark, cluster, new_topic):
+    topic = new_topic(partitions=2)
+    expected = produce(cluster, topic, 2, 300)
+    df = rq_spark.read(
+        spark,
+        topic,
+        cluster=cluster,
+        starting_offsets=f'{{"{topic}": {{"0": 17, "1": -2}}}}',
+        ending_offsets={topic: {"0": 233, "1": 5}},
+    )
+    assert rows_of(df) == {
+        k: v for k, v in expected.items() if (k[0] == 0 and 17 <= k[1] < 233) or (k[0] == 1 and k[1] < 5)
+    }
+    df = rq_spark.read(
+        spark, topic, cluster=cluster, starting_timestamp=BASE_TS + 1000, ending_timestamp=BASE_TS + 1055
+    )
+    assert rows_of(df) == {k: v for k, v in expected.items() if 100 <= k[1] < 106}
+    # Event times do not depend on the session time zone.
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        assert rows_of(rq_spark.read(spark, topic, cluster=cluster, ending_offsets={topic: {"0": 3, "1": 0}})) == {
+            k: v for k, v in expected.items() if k[0] == 0 and k[1] < 3
+        }
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
+@pytest.mark.spark
+def test_round_trip_dataframe_topic_dataframe(spark, cluster, new_topic):
+    from pyspark.sql import functions as F
+
+    source = spark.range(0, 3000).select(
+        F.concat(F.lit("user-"), (F.col("id") % 37).cast("string")).alias("key"),
+        F.concat(F.lit("event-"), F.col("id").cast("string")).cast("binary").alias("value"),
+        (F.col("id") % 4).cast("int").alias("partition"),
+        F.col("id").alias("ignored"),
+    )
+    topic = new_topic(partitions=4)
+    assert rq_spark.write(source, topic, cluster=cluster) == 3000
+    back = rq_spark.read(spark, topic, cluster=cluster)
+    got = sorted((bytes(r["key"]).decode(), bytes(r["value"]), r["partition"]) for r in back.collect())
+    want = sorted((r["key"], bytes(r["value"]), r["partition"]) for r in source.collect())
+    assert got == want
+    # Read back and written again (timestamps kept), the copy equals the original.
+    copy = new_topic(partitions=4)
+    assert rq_spark.write(back, copy, cluster=cluster) == 3000
+
+    def content(df) -> list:
+        return sorted((p, *v) for (p, _), v in rows_of(df).items())
+
+    assert content(rq_spark.read(spark, copy, cluster=cluster)) == content(back)
+    with pytest.raises(InvalidConfigError):
+        rq_spark.write(source.select("key"), topic, cluster=cluster)
+
+
+@pytest.mark.spark
+def test_stream_resumes_after_stop_without_loss(spark, cluster, new_topic):
+    from pyspark.sql import functions as F
+
+    source, sink = new_topic(partitions=2), new_topic(partitions=1)
+    group = f"stream-{source}"
+    producer = cluster.producer()
+
+    def send(start: int, stop: int) -> None:
+        producer.send_many(
+            source, [f"e{i}".encode() for i in range(start, stop)], [f"k{i % 5}".encode() for i in range(start, stop)]
+        ).get(30)
+
+    def transform(df):
+        return df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
+
+    def sink_values() -> list[str]:
+        return [bytes(r["value"]).decode() for r in rq_spark.read(spark, sink, cluster=cluster).collect()]
+
+    send(0, 400)
+    handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, trigger_interval=0.2)
+    assert handle.await_batches(1, timeout=120)
+    handle.stop()
+    assert not handle.active
+    assert sorted(sink_values()) == sorted(f"E{i}" for i in range(400))
+
+    # Records produced while the stream is down are picked up from the committed offsets.
+    send(400, 700)
+    committed = rq_spark.load_offsets(group, [TopicPartition(source, 0), TopicPartition(source, 1)], cluster=cluster)
+    assert sum(committed.values()) == 400
+    handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
+    assert handle.rows_written == 300 and not handle.active
+    assert sorted(sink_values()) == sorted(f"E{i}" for i in range(700))  # each once: nothing lost or repeated
+
+    # A background stream keeps up with new data, batch after batch, and stops cleanly.
+    handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, trigger_interval=0.1)
+    send(700, 750)
+    wait_for(lambda: handle.rows_written >= 50, timeout=120, what="the first 50 new records")
+    send(750, 800)
+    wait_for(lambda: handle.rows_written >= 100, timeout=120, what="the next 50 records")
+    assert handle.batches >= 2
+    handle.stop()
+    assert sorted(sink_values()) == sorted(f"E{i}" for i in range(800))
