@@ -1,0 +1,132 @@
+"""Topic -> Spark DataFrame throughput against two baselines measured in the same run.
+
+1. topic:     ``rayqueue.spark.read(spark, topic)`` counted (list offsets, Ray Data read
+              tasks fetching from the partition leaders, RayDP conversion).
+2. in-memory: the same rows already in Ray's object store as an Arrow Dataset,
+              converted by RayDP (``Dataset.to_spark``) and counted: the conversion alone.
+3. parquet:   Spark reading the same rows from a local Parquet directory, counted
+              (``count()`` alone reads Parquet metadata only, so the value column is
+              summed as well to make Spark read the data).
+
+Spark runs with one executor (one core). Target: the topic rate is at least 50% of the
+in-memory conversion rate. Launches its own embedded cluster in a temp dir and shuts
+everything down.
+
+    .venv/bin/python scripts/bench_spark.py [--records 1000000] [--value-bytes 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def best_of(runs: int, fn: Callable[[], int]) -> tuple[float, int]:
+    """The fastest of ``runs`` timed calls (seconds) and the count the call returned."""
+    best, count = float("inf"), 0
+    for _ in range(runs):
+        start = time.perf_counter()
+        count = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    import ray
+    from pyspark.sql import functions as F
+
+    import rayqueue
+    from rayqueue import data
+    from rayqueue import spark as rq_spark
+
+    root = tempfile.mkdtemp(prefix="rayqueue-bench-spark-")
+    cluster = rayqueue.launch(log_dirs=os.path.join(root, "data"))
+    spark = None
+    try:
+        topic = "bench-spark"
+        cluster.admin().create_topic(topic, args.partitions)
+        producer = cluster.producer(compression_type="none")
+        pad = b"x" * max(0, args.value_bytes - 24)
+        chunk = 100_000
+        start = time.perf_counter()
+        pending = []
+        for base in range(0, args.records, chunk):
+            n = min(chunk, args.records - base)
+            values = [b"%012d|" % i + pad for i in range(base, base + n)]
+            keys = [b"user-%06d" % (i % 50_000) for i in range(base, base + n)]
+            pending.append(producer.send_many(topic, values, keys))
+        for result in pending:
+            result.get(300)
+        producer.close()
+        produce_s = time.perf_counter() - start
+        print(f"produced {args.records:,} records of ~{args.value_bytes} B in {produce_s:.1f}s")
+
+        spark = rq_spark.session("rayqueue-bench", num_executors=1, executor_cores=1, executor_memory="1G")
+
+        # The same rows, in memory: the Dataset the topic read produces, materialized.
+        in_memory = data.read(topic, cluster=cluster, timestamp_tz="UTC").materialize()
+        parquet_dir = os.path.join(root, "parquet")
+        in_memory.write_parquet(parquet_dir)
+
+        def from_topic() -> int:
+            return rq_spark.read(spark, topic, cluster=cluster).count()
+
+        def from_memory() -> int:
+            return in_memory.to_spark(spark).count()
+
+        def from_parquet() -> int:
+            df = spark.read.parquet(parquet_dir)
+            row = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+            return row["n"]
+
+        def parquet_count_only() -> int:
+            return spark.read.parquet(parquet_dir).count()
+
+        from_memory()  # warm up the JVM, Python workers and RayDP's object holder
+        results = {}
+        for name, fn in (
+            ("topic -> DataFrame", from_topic),
+            ("in-memory Dataset -> DataFrame", from_memory),
+            ("Parquet -> DataFrame (scan)", from_parquet),
+            ("Parquet -> DataFrame (count only)", parquet_count_only),
+        ):
+            seconds, count = best_of(args.runs, fn)
+            if count != args.records:
+                raise SystemExit(f"{name}: counted {count:,} rows, expected {args.records:,}")
+            results[name] = args.records / seconds
+            print(f"{name:36s} {seconds:7.2f}s  {results[name]:12,.0f} rows/s")
+
+        topic_rate = results["topic -> DataFrame"]
+        memory_rate = results["in-memory Dataset -> DataFrame"]
+        print()
+        print(f"topic / in-memory conversion: {topic_rate / memory_rate:6.1%}  (target >= 50%)")
+        print(f"topic / Parquet scan:         {topic_rate / results['Parquet -> DataFrame (scan)']:6.1%}")
+        print(f"topic / Parquet count only:   {topic_rate / results['Parquet -> DataFrame (count only)']:6.1%}")
+        return 0 if topic_rate >= 0.5 * memory_rate else 1
+    finally:
+        if spark is not None:
+            rq_spark.stop()
+        cluster.shutdown(delete_data=True)
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
