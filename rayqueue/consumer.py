@@ -119,6 +119,7 @@ class Consumer:
         self._cluster = cluster if cluster is not None else connect()
         self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"])
         self._states: dict[TopicPartition, _PartitionState] = {}
+        self._abandoned: list[Any] = []  # refs of dropped fetches, read once they finish
         self._max_poll_records = cfg["max.poll.records"]
         self._fetch_args = (cfg["max.partition.fetch.bytes"], cfg["fetch.max.wait.ms"], cfg["fetch.min.bytes"])
         self._isolation = 1 if cfg["isolation.level"] == "read_committed" else 0
@@ -183,7 +184,7 @@ class Consumer:
         """Give up every partition and leave the group."""
         if self._group is not None:
             self._group.unsubscribe()
-        self._states = {}
+        self._replace_states({})
 
     def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commit offsets (by default the position of every assigned partition) and wait.
@@ -224,7 +225,7 @@ class Consumer:
 
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
         """Group mode: the coordinator's assignment (kept partitions keep their state)."""
-        self._states = {tp: self._states.get(tp) or _PartitionState() for tp in sorted(partitions)}
+        self._replace_states({tp: self._states.get(tp) or _PartitionState() for tp in sorted(partitions)})
 
     # -- assignment -----------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class Consumer:
         for tp in wanted:
             if not 0 <= tp.partition < self._metadata.num_partitions(tp.topic):
                 raise KafkaError(f"unknown partition {tp}")
-        self._states = {tp: self._states.get(tp, _PartitionState()) for tp in wanted}
+        self._replace_states({tp: self._states.get(tp, _PartitionState()) for tp in wanted})
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions assigned to this consumer."""
@@ -283,10 +284,10 @@ class Consumer:
         while not self._closed:
             if self._group is not None:
                 self._group.poll()
+            self._resolve_positions()
+            self._send_fetches()  # before handing records out: the broker works meanwhile
             for records in self._drain(1 << 30, as_lists=True):
                 yield from records
-            self._resolve_positions()
-            self._send_fetches()
             if not any(s.buffer for s in self._states.values()):
                 self._raise_partition_error()
                 self._wait_for_fetches(1.0 if self._group is None else _GROUP_WAIT_S)
@@ -308,7 +309,7 @@ class Consumer:
         state.position = state.fetch_position = offset
         state.buffer.clear()
         state.fetch_generation += 1
-        state.in_flight = None
+        self._abandon(state)
         state.error = None
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -361,7 +362,8 @@ class Consumer:
                 self._group.close()
         finally:
             self._closed = True
-            self._states.clear()
+            self._replace_states({})
+            self._reap_abandoned(wait_s=2.0)
 
     def __enter__(self) -> Consumer:
         return self
@@ -370,6 +372,35 @@ class Consumer:
         self.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _replace_states(self, states: dict[TopicPartition, _PartitionState]) -> None:
+        for tp, state in self._states.items():
+            if tp not in states:
+                self._abandon(state)
+        self._states = states
+
+    def _abandon(self, state: _PartitionState) -> None:
+        """Drop a partition's fetch in flight: cancel it, and keep its ref until it is reaped.
+
+        Ray logs an "unhandled error" for every ref whose error nobody read, and a dropped
+        long-poll often ends in one (NotLeader after a topic is deleted, the cancellation).
+        """
+        if state.in_flight is not None:
+            ref = state.in_flight[0]
+            state.in_flight = None
+            ray.cancel(ref)
+            self._abandoned.append(ref)
+
+    def _reap_abandoned(self, wait_s: float = 0.0) -> None:
+        if not self._abandoned:
+            return
+        done, pending = ray.wait(self._abandoned, num_returns=len(self._abandoned), timeout=wait_s)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception:  # noqa: BLE001 - the result was dropped on purpose
+                pass
+        self._abandoned = pending
 
     def _state(self, tp: TopicPartition) -> _PartitionState:
         try:
@@ -408,21 +439,25 @@ class Consumer:
     def _send_fetches(self) -> None:
         now = time.monotonic()
         for tp, state in self._states.items():
-            if state.in_flight is not None or state.paused or state.position is None or state.retry_at > now:
-                continue
-            if len(state.buffer) >= 2:  # enough decoded data waiting; do not run ahead further
-                continue
-            try:
-                leader = self._metadata.leader(tp)
-            except KafkaError as exc:
-                self._on_fetch_error(tp, state, exc)
-                continue
-            ref = leader.leader_handle.fetch.remote(
-                state.fetch_position, *self._fetch_args, self._isolation, leader.leader_epoch
-            )
-            state.in_flight = (ref, state.fetch_generation)
+            self._send_fetch(tp, state, now)
+
+    def _send_fetch(self, tp: TopicPartition, state: _PartitionState, now: float) -> None:
+        """Start the partition's next fetch unless one is under way, it is paused or backing off,
+        or two fetches' worth of records already wait to be handed out."""
+        if state.in_flight is not None or state.paused or state.position is None or state.retry_at > now:
+            return
+        if len(state.buffer) >= 2:
+            return
+        try:
+            leader = self._metadata.leader(tp)
+        except KafkaError as exc:
+            self._on_fetch_error(tp, state, exc)
+            return
+        ref = leader.leader_handle.fetch.remote(state.fetch_position, *self._fetch_args, self._isolation, leader.leader_epoch)
+        state.in_flight = (ref, state.fetch_generation)
 
     def _wait_for_fetches(self, timeout: float) -> None:
+        self._reap_abandoned()
         pending = {s.in_flight[0]: tp for tp, s in self._states.items() if s.in_flight is not None}
         if not pending:
             # Nothing to wait on (all paused or backing off): sleep out the shorter of the two.
@@ -452,10 +487,17 @@ class Consumer:
         state.log_start_offset = result.log_start_offset
         if not result.records:
             return
-        records, next_offset = self._decode(tp, result.records, state.fetch_position, result.leader_epoch)
+        bounds = batch_boundaries(result.records)
+        if not bounds:
+            return
+        start = state.fetch_position
+        state.fetch_position = max(start, read_header(result.records, bounds[-1][0]).next_offset)
+        # Ask for the next range before decoding this one, so the leader reads and ships it
+        # while this thread decodes.
+        self._send_fetch(tp, state, time.monotonic())
+        records = self._decode(tp, result.records, start, result.leader_epoch)
         if records:
             state.buffer.append(records)
-        state.fetch_position = max(state.fetch_position, next_offset)
 
     def _on_fetch_error(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
         if isinstance(error, OffsetOutOfRangeError):
@@ -473,20 +515,16 @@ class Consumer:
             return
         state.error = error if isinstance(error, KafkaError) else KafkaError(str(error))
 
-    def _decode(self, tp: TopicPartition, data: bytes, start: int, leader_epoch: int) -> tuple[list[ConsumerRecord], int]:
-        """ConsumerRecords from ``start`` on, and the offset after the last batch.
+    def _decode(self, tp: TopicPartition, data: bytes, start: int, leader_epoch: int) -> list[ConsumerRecord]:
+        """ConsumerRecords from ``start`` on.
 
         Columns are decoded vectorized; the only per-record work is building the tuple
         (and the user's deserializers, if any).
         """
-        bounds = batch_boundaries(data)
-        if not bounds:
-            return [], start
-        next_offset = read_header(data, bounds[-1][0]).next_offset
         cols = decode_columns(data, headers=True, check_crc=self._check_crcs, min_offset=start)
         n = len(cols)
         if n == 0:
-            return [], next_offset
+            return []
         keys = cols.key.to_pylist()
         values = cols.value.to_pylist()
         if self._key_deserializer is not None:
@@ -515,7 +553,7 @@ class Consumer:
         paused = gc.isenabled()
         gc.disable()
         try:
-            return list(map(_new_record, rows)), next_offset
+            return list(map(_new_record, rows))
         finally:
             if paused:
                 gc.enable()
