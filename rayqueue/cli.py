@@ -257,6 +257,15 @@ def start(
     try:
         with err.status("starting brokers..."):
             cluster = launch(config if config is not None else values, **overrides)
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop.set()
+
+        if embedded or foreground:
+            # Replaces ray.init's SIGTERM handler (sys.exit), which would skip the clean
+            # shutdown; installed before "ready" is printed so a prompt SIGTERM is ours.
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
         info = cluster.describe()
         out.print(
             f"[bold green]rayqueue cluster {info['cluster_id']} ready[/] in namespace "
@@ -275,12 +284,6 @@ def start(
         out.print("Running in the foreground; Ctrl-C or SIGTERM stops the cluster.")
         sys.stdout.flush()  # whoever waits for "ready" reads a pipe, which is block-buffered
 
-        def on_signal(signum: int, frame: Any) -> None:
-            stop.set()
-
-        # Replaces ray.init's SIGTERM handler (sys.exit), which would skip the clean shutdown.
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         while not stop.wait(0.5):  # a timed wait lets the signal handlers run promptly
             pass
         out.print("Shutting down...")
