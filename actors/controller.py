@@ -56,6 +56,7 @@ from storage.errors import (
 logger = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "controller"
+SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -250,12 +251,14 @@ class Controller:
         for task in [*self._watches.values(), *self._reassignments.values(), self._rebalancer]:
             if task is not None:
                 task.cancel()
-        closes = [handle.close.remote(delete_data) for handle in self._handles.values()]
-        for ref in closes:
-            try:
-                await ref
-            except ray.exceptions.RayActorError:
-                pass
+        closes = [asyncio.ensure_future(handle.close.remote(delete_data)) for handle in self._handles.values()]
+        if closes:
+            # Bounded: a replica that cannot close cleanly is killed below all the same (its
+            # log recovers on the next open), so shutdown never hangs on one.
+            done, _ = await asyncio.wait(closes, timeout=SHUTDOWN_CLOSE_TIMEOUT_S)
+            for future in done:
+                if future.exception() is not None and not isinstance(future.exception(), ray.exceptions.RayActorError):
+                    logger.warning("replica close failed: %s", future.exception())
         for handle in self._handles.values():
             ray.kill(handle, no_restart=True)
         self._handles.clear()
