@@ -9,7 +9,6 @@ from source topics to a sink topic with progress committed per (group, topic, pa
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -23,7 +22,7 @@ import ray
 
 from actors.types import TopicPartition
 from rayqueue import data
-from storage.errors import InvalidConfigError, KafkaError, TopicAlreadyExistsError
+from storage.errors import InvalidConfigError, KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -202,62 +201,33 @@ def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[
 
 
 # -- committed offsets of streams -----------------------------------------------------------
-# The store behind load_offsets / commit_offsets. It is a compacted topic for now; when
-# consumer groups land, these two functions switch to the group coordinator's
-# OffsetCommit / OffsetFetch and nothing else in this module changes.
-
-OFFSETS_TOPIC = "__rayqueue_stream_offsets"
-"""Compacted topic holding stream progress: key [group, topic, partition], value the offset."""
-
-
-def _offsets_key(group_id: str, tp: TopicPartition) -> bytes:
-    # JSON keeps the key unambiguous whatever characters the group id holds.
-    return json.dumps([group_id, tp.topic, tp.partition]).encode()
-
-
-def _ensure_offsets_topic(cluster: Any) -> None:
-    admin = cluster.admin()
-    if OFFSETS_TOPIC in admin.list_topics(include_internal=True):
-        return
-    try:
-        admin.create_topic(OFFSETS_TOPIC, 1, None, configs={"cleanup.policy": "compact"})
-    except TopicAlreadyExistsError:
-        pass  # another driver created it first
-
+# A stream's progress is its group's committed offsets, kept by the group coordinator in
+# __consumer_offsets (so `rayqueue groups describe GROUP` shows a stream's lag).
 
 def load_offsets(group_id: str, tps: Iterable[TopicPartition], *, cluster: Any = None) -> dict[TopicPartition, int]:
-    """The offsets committed by ``group_id`` for ``tps`` (partitions never committed are absent)."""
+    """The offsets ``group_id`` committed for ``tps`` in ``__consumer_offsets`` (absent: never committed)."""
     cluster = data._cluster_or_connect(cluster)
-    _ensure_offsets_topic(cluster)
-    latest: dict[bytes, bytes | None] = {}
-    for r in data.offset_ranges(OFFSETS_TOPIC, cluster=cluster):
-        for table in data.read_range(cluster.controller, r):
-            # The last record of a key wins, as compaction would keep it.
-            latest.update(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
-    out = {}
-    for tp in tps:
-        value = latest.get(_offsets_key(group_id, tp))
-        if value is not None:
-            out[tp] = int(value)
-    return out
+    committed = cluster.admin().list_group_offsets(group_id, list(tps))
+    return {tp: om.offset for tp, om in committed.items() if om is not None and om.offset >= 0}
 
 
 def commit_offsets(
     group_id: str, offsets: Mapping[TopicPartition, int], *, cluster: Any = None, timeout: float = 60.0
 ) -> None:
-    """Durably record ``offsets`` (the next offset to process) for ``group_id``."""
+    """Commit ``offsets`` (the next offset to process) for ``group_id`` through the group coordinator.
+
+    The stream is not a member of the group, so these are standalone commits (generation
+    -1), as Kafka takes from a consumer that assigns its partitions itself; they land in
+    ``__consumer_offsets`` and show in ``rayqueue groups describe``.
+    """
     if not offsets:
         return
     cluster = data._cluster_or_connect(cluster)
-    _ensure_offsets_topic(cluster)
-    items = sorted(offsets.items())
-    keys = [_offsets_key(group_id, tp) for tp, _ in items]
-    values = [str(int(offset)).encode() for _, offset in items]
-    producer = cluster.producer(acks="all")
+    consumer = cluster.consumer(group_id=group_id, enable_auto_commit=False, default_api_timeout_ms=int(timeout * 1000))
     try:
-        producer.send_many(OFFSETS_TOPIC, values, keys, partition=0).get(timeout)
+        consumer.commit({tp: int(offset) for tp, offset in offsets.items()})
     finally:
-        producer.close()
+        consumer.close()
 
 
 # -- micro-batch streaming ------------------------------------------------------------------

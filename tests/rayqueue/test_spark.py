@@ -210,6 +210,8 @@ def test_stream_resumes_after_stop_without_loss(spark, cluster, new_topic):
     send(400, 700)
     committed = rq_spark.load_offsets(group, [TopicPartition(source, 0), TopicPartition(source, 1)], cluster=cluster)
     assert sum(committed.values()) == 400
+    # The progress is the group's committed offsets in __consumer_offsets, lag and all.
+    assert sum(info.lag for info in cluster.admin().group_lag(group).values()) == 300
     handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
     assert handle.rows_written == 300 and not handle.active
     assert sorted(sink_values()) == sorted(f"E{i}" for i in range(700))  # each once: nothing lost or repeated
