@@ -211,9 +211,7 @@ class Controller:
                 data_dir = str(self._root / f"broker-{broker_id}")
                 known = self._state.brokers.get(broker_id)
                 if known is None or known.node_id != node or not known.alive:
-                    self._write(
-                        {"type": "broker", "broker_id": broker_id, "node_id": node, "data_dir": data_dir, "alive": True}
-                    )
+                    self._write_broker(broker_id, node, data_dir, alive=True)
             self._started = False
         await self._ensure_started()
         return await self.get_metadata()
@@ -679,15 +677,7 @@ class Controller:
         await self._ensure_started()
         async with self._mutex():
             broker = self._require_broker(broker_id)
-            self._write(
-                {
-                    "type": "broker",
-                    "broker_id": broker_id,
-                    "node_id": broker.node_id,
-                    "data_dir": broker.data_dir,
-                    "alive": False,
-                }
-            )
+            self._write_broker(broker_id, broker.node_id, broker.data_dir, alive=False)
             for topic, p in self._partitions_on(broker_id):
                 # Close first, so that nothing more is appended to the old leader, then elect.
                 await self._stop_replica(topic, p, broker_id, delete=False)
@@ -700,15 +690,7 @@ class Controller:
         await self._ensure_started()
         async with self._mutex():
             broker = self._require_broker(broker_id)
-            self._write(
-                {
-                    "type": "broker",
-                    "broker_id": broker_id,
-                    "node_id": broker.node_id,
-                    "data_dir": broker.data_dir,
-                    "alive": True,
-                }
-            )
+            self._write_broker(broker_id, broker.node_id, broker.data_dir, alive=True)
             on = self._partitions_on(broker_id)
             await asyncio.gather(*(self._attach_or_start(t, p, broker_id) for t, p in on))
             for t, p in on:
@@ -726,9 +708,7 @@ class Controller:
             elif broker_id in self._state.brokers:
                 raise InvalidRequestError(f"broker {broker_id} already exists")
             data_dir = str(self._root / f"broker-{broker_id}")
-            self._write(
-                {"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": True}
-            )
+            self._write_broker(broker_id, node_id, data_dir, alive=True)
             return broker_id
 
     async def elect_leaders(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], str | None]:
@@ -896,6 +876,9 @@ class Controller:
         """Durably record a change, then apply it."""
         self._metadata.append(record)
         self._state.apply(record)
+
+    def _write_broker(self, broker_id: int, node_id: str, data_dir: str, alive: bool) -> None:
+        self._write({"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": alive})
 
     def _write_partition(self, topic: str, partition: int, part: _Partition) -> None:
         self._write(

@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,22 +271,15 @@ class PartitionReplica:
         if acks != -1:
             return result
         required, epoch = info.last_offset + 1, self._leader_epoch
-        cond = self._condition()
-        async with cond:
-            try:
-                await asyncio.wait_for(
-                    cond.wait_for(
-                        lambda: (
-                            self._closed or self._role != LEADER or self._leader_epoch != epoch or self._hw >= required
-                        )
-                    ),
-                    timeout_ms / 1000,
-                )
-            except TimeoutError:
-                raise RequestTimedOutError(
-                    f"{self.topic}-{self.partition}: offset {info.last_offset} not replicated to ISR "
-                    f"{list(self._isr)} within {timeout_ms} ms"
-                ) from None
+        replicated = await self._wait_until(
+            lambda: self._closed or self._role != LEADER or self._leader_epoch != epoch or self._hw >= required,
+            timeout_ms / 1000,
+        )
+        if not replicated:
+            raise RequestTimedOutError(
+                f"{self.topic}-{self.partition}: offset {info.last_offset} not replicated to ISR "
+                f"{list(self._isr)} within {timeout_ms} ms"
+            )
         if self._closed or self._role != LEADER or self._leader_epoch != epoch:
             raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: leadership moved before replication")
         if len(self._isr) < min_isr:
@@ -323,21 +317,14 @@ class PartitionReplica:
         start_size = self._log.size_in_bytes
         epoch = self._leader_epoch
         limit = self._log_end if follower else self._hw_value
-        cond = self._condition()
-        async with cond:
-            try:
-                await asyncio.wait_for(
-                    cond.wait_for(
-                        lambda: (
-                            self._closed
-                            or self._leader_epoch != epoch
-                            or self._has_bytes(limit(), offset, start_size, len(result.records), min_bytes)
-                        )
-                    ),
-                    max(0.0, deadline - time.monotonic()),
-                )
-            except TimeoutError:
-                pass
+        await self._wait_until(
+            lambda: (
+                self._closed
+                or self._leader_epoch != epoch
+                or self._has_bytes(limit(), offset, start_size, len(result.records), min_bytes)
+            ),
+            deadline - time.monotonic(),
+        )
         self._check_leader(leader_epoch)
         return self._read(offset, max_bytes, follower)
 
@@ -765,6 +752,16 @@ class PartitionReplica:
         if self._data_arrived is None:
             self._data_arrived = asyncio.Condition()
         return self._data_arrived
+
+    async def _wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate`` holds (re-checked on every notify); False on timeout."""
+        cond = self._condition()
+        async with cond:
+            try:
+                await asyncio.wait_for(cond.wait_for(predicate), max(0.0, timeout_s))
+                return True
+            except TimeoutError:
+                return False
 
     async def _notify(self) -> None:
         cond = self._condition()
