@@ -195,3 +195,40 @@ def test_produce_to_unknown_topic_auto_creates_it(cluster, admin):
     producer.send(name, b"hello").get(60)
     assert name in admin.list_topics()
     admin.delete_topic(name)
+
+
+def test_producer_is_thread_safe_and_takes_a_user_partitioner(cluster, new_topic):
+    topic = new_topic(partitions=3)
+    chosen = []
+
+    def last_partition(topic_name, key, num_partitions):
+        chosen.append((topic_name, key, num_partitions))
+        return num_partitions - 1
+
+    producer = cluster.producer(partitioner=last_partition, linger_ms=1)
+    futures: list = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        mine = [producer.send(topic, b"%d-%d" % (n, i), key=b"k%d" % n) for i in range(250)]
+        with lock:
+            futures.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    producer.flush(60)
+    metadata = [f.get(10) for f in futures]
+    assert len(metadata) == 1000 and {md.partition for md in metadata} == {2}
+    assert sorted(md.offset for md in metadata) == list(range(1000))  # no record lost or doubled
+    assert chosen[0][0] == topic and chosen[0][2] == 3 and len(chosen) == 1000
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 2)])
+    by_thread: dict = {}
+    for r in consume_all(consumer, 1000):
+        n, i = r.value.split(b"-")
+        by_thread.setdefault(n, []).append(int(i))
+    # Each thread's records keep the order that thread sent them in.
+    assert all(seq == list(range(250)) for seq in by_thread.values())
