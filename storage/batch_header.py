@@ -157,7 +157,12 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, ma
     """
     if end - position < LOG_OVERHEAD + 5:
         raise CorruptRecordError(f"truncated batch at byte {position}: {end - position} bytes left")
-    _, length, magic = _LENGTH_AND_MAGIC.unpack_from(buf, position)
+    if end - position >= HEADER_SIZE:  # the usual case: one unpack for every check below
+        header = read_header(buf, position)
+        length, magic = header.batch_length, header.magic
+    else:
+        header = None
+        _, length, magic = _LENGTH_AND_MAGIC.unpack_from(buf, position)
     if magic != CURRENT_MAGIC:
         raise UnknownMagicError(f"batch at byte {position} has magic {magic}; only v2 is stored")
     if length < MIN_BATCH_LENGTH:
@@ -165,9 +170,8 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, ma
     size = length + LOG_OVERHEAD
     if size > max_batch_size:
         raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_batch_size}")
-    if position + size > end:
+    if position + size > end or header is None:
         raise CorruptRecordError(f"batch at byte {position} needs {size} bytes, {end - position} left")
-    header = read_header(buf, position)
     actual = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
     if actual != header.crc:
         raise CorruptRecordError(f"CRC mismatch in batch at byte {position}: stored {header.crc:#x}, computed {actual:#x}")

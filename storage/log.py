@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -66,10 +67,13 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     """What an append did. ``headers`` are the appended batches' headers after offset assignment;
-    their ``position`` is within the appended buffer."""
+    their ``position`` is within the appended buffer.
+
+    A named tuple, not a frozen dataclass: one is built per append on the produce path and
+    a tuple costs a third as much to create.
+    """
 
     first_offset: int
     last_offset: int
@@ -758,6 +762,10 @@ class Log:
         )
 
 
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+
+
 class _Slot(NamedTuple):
     """Where a batch header sits in the buffer of patched headers."""
 
@@ -775,11 +783,13 @@ def _patch_headers(
     exactly the patched batches. Returns the write parts, the new headers (positions in
     ``view``) and the next offset.
     """
-    if len(headers) == 1:  # the common case, without the loops
+    if len(headers) == 1:  # the common case: patch the two fields directly, no loops
         h = headers[0]
         patched = bytearray(view[:HEADER_SIZE])
-        next_offset = batch_header.assign_offsets(patched, [_Slot(0, h.last_offset_delta)], first_offset, leader_epoch)  # type: ignore[list-item]
-        return [patched, view[HEADER_SIZE:]], [BatchHeader(0, *HEADER.unpack_from(patched))], next_offset
+        _INT64.pack_into(patched, 0, first_offset)
+        _INT32.pack_into(patched, batch_header.LEADER_EPOCH_OFFSET, leader_epoch)
+        new = h._replace(base_offset=first_offset, partition_leader_epoch=leader_epoch)
+        return [patched, view[HEADER_SIZE:]], [new], first_offset + h.last_offset_delta + 1
     patched = bytearray(b"".join([view[h.position : h.position + HEADER_SIZE] for h in headers]))
     # assign_offsets reads only position and lastOffsetDelta; a NamedTuple is far cheaper
     # to build than a copy of the frozen header.
