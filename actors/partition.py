@@ -646,12 +646,6 @@ class PartitionReplica:
             write_offset(self._dir / HIGH_WATERMARK_FILE, self._hw)
             self._hw_checkpointed = self._hw
 
-    async def apply_retention(self) -> int:
-        """Apply retention now; returns the number of segments deleted."""
-        deleted = self._log.delete_old_segments(high_watermark=self._hw)
-        self._log.delete_pending_files()
-        return deleted
-
     async def describe(self) -> dict[str, Any]:
         """Offsets, role, epochs, ISR as this replica sees it, and size."""
         return {

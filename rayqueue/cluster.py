@@ -154,25 +154,13 @@ def launch(
         raise InvalidConfigError(f"a rayqueue cluster already runs in namespace {namespace!r}; use rayqueue.connect()")
     Path(cfg["log.dirs"]).mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
-    controller = (
-        ray.remote(Controller)
-        .options(
-            name=CONTROLLER_NAME,
-            namespace=namespace,
-            lifetime="detached",
-            num_cpus=0,
-            max_concurrency=1000,
-            max_restarts=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
-        )
-        .remote(namespace, {k: v for k, v in cfg.items()})
-    )
+    controller = _start_singleton(Controller, CONTROLLER_NAME, namespace, cfg, here)
     nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
     # The driver's node first, so that one-node clusters and broker 0 stay local.
     nodes.remove(here)
     nodes.insert(0, here)
     ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
-    coordinator = _start_group_coordinator(namespace, cfg, here)
+    coordinator = _start_singleton(GroupCoordinator, GROUP_COORDINATOR_NAME, namespace, cfg, here)
     ray.get(coordinator.start.remote(), timeout=timeout_s)
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
@@ -188,12 +176,13 @@ def launch(
     return cluster
 
 
-def _start_group_coordinator(namespace: str, cfg: Config, node_id: str) -> Any:
-    """The group coordinator: named, detached, restarted by Ray (it reloads __consumer_offsets)."""
+def _start_singleton(cls: type, name: str, namespace: str, cfg: Config, node_id: str) -> Any:
+    """A cluster-wide actor (controller, group coordinator): named, detached, restarted by Ray
+    (each rebuilds its state from its log), placed on ``node_id`` when it can be."""
     return (
-        ray.remote(GroupCoordinator)
+        ray.remote(cls)
         .options(
-            name=GROUP_COORDINATOR_NAME,
+            name=name,
             namespace=namespace,
             lifetime="detached",
             num_cpus=0,
@@ -201,7 +190,7 @@ def _start_group_coordinator(namespace: str, cfg: Config, node_id: str) -> Any:
             max_restarts=-1,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
         )
-        .remote(namespace, {k: v for k, v in cfg.items()})
+        .remote(namespace, dict(cfg))
     )
 
 

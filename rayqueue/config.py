@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage.config import INT_MAX, LONG_MAX, ConfigDef, ConfigKey
+from storage.config import INT_MAX, ConfigDef, ConfigKey
 
 PRODUCER_CONFIG = ConfigDef(
     "producer",
@@ -80,4 +80,4 @@ CONSUMER_CONFIG = ConfigDef(
     ],
 )
 
-__all__ = ["CONSUMER_CONFIG", "PRODUCER_CONFIG", "LONG_MAX"]
+__all__ = ["CONSUMER_CONFIG", "PRODUCER_CONFIG"]

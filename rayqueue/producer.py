@@ -465,7 +465,7 @@ class Producer:
 
     def _next_linger_wait(self) -> float | None:
         if not self._open:
-            return 0.5 if self._closed is False else 0.05
+            return 0.5  # idle: new work, completions and close() all notify the condition
         oldest = min(b.created for b in self._open.values())
         return max(0.0005, oldest + self._linger - time.monotonic())
 
