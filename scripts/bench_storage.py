@@ -6,6 +6,10 @@ batch bytes to a plain file, reads with ``os.pread`` of the same file in the sam
 size, so the ratio is what the log costs on top of the system calls it cannot avoid.
 Both sides hit the page cache (no fsync: flush.messages/flush.ms are Kafka's defaults).
 
+The ``idem`` rows append batches as the idempotent producer (on by default) writes
+them: a producer id, epoch 0 and consecutive sequence numbers, so the log's per-batch
+producer-state check (one dict lookup and a few compares) is on the measured path.
+
 Run: ``.venv/bin/python scripts/bench_storage.py [--dir DIR] [--mb N]``.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -23,21 +28,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from storage import Log  # noqa: E402
+from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c  # noqa: E402
 from storage.log import RECOVERY_POINT_FILE  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
 BATCH_SIZES = {"1 KB": 1024, "64 KB": 64 * 1024, "1 MB": 1024 * 1024}
+IDEMPOTENT_SIZES = {"1 KB idem": 1024, "64 KB idem": 64 * 1024}
+PRODUCER_ID = 4242
+BASE_SEQUENCE_OFFSET = 53
 VALUE_SIZE = 100  # bytes per record value; the broker never looks at records anyway
 FETCH_BYTES = 1024 * 1024  # max.partition.fetch.bytes default
 
 
-def make_batch(size: int) -> bytes:
+def make_batch(size: int, producer_id: int = -1) -> bytes:
     """An uncompressed v2 batch of about ``size`` bytes made of 100-byte records."""
-    builder = RecordBatchBuilder(0)
+    if producer_id >= 0:
+        builder = RecordBatchBuilder(0, producer_id=producer_id, producer_epoch=0, base_sequence=0)
+    else:
+        builder = RecordBatchBuilder(0)
     value = b"v" * VALUE_SIZE
     while builder.estimated_size() + VALUE_SIZE + 10 <= size:
         builder.append(value, timestamp=1_700_000_000_000)
     return bytes(builder.build())
+
+
+def idempotent_batches(size: int, count: int) -> list[bytes]:
+    """``count`` batches of one idempotent producer with consecutive sequence numbers.
+
+    The sequence is covered by the CRC, so each batch is patched and its CRC recomputed
+    here, before anything is timed.
+    """
+    template = bytearray(make_batch(size, PRODUCER_ID))
+    records = struct.unpack_from(">i", template, 57)[0]
+    out = []
+    for n in range(count):
+        struct.pack_into(">i", template, BASE_SEQUENCE_OFFSET, (n * records) % 2**31)
+        struct.pack_into(">I", template, CRC_OFFSET, crc32c(memoryview(template)[ATTRIBUTES_OFFSET:]))
+        out.append(bytes(template))
+    return out
 
 
 def best_of(rounds: int, fn) -> float:  # noqa: ANN001 - a zero-argument callable returning seconds
@@ -45,15 +73,15 @@ def best_of(rounds: int, fn) -> float:  # noqa: ANN001 - a zero-argument callabl
     return min(fn() for _ in range(rounds))
 
 
-def bench_append(workdir: Path, batch: bytes, count: int, rounds: int) -> tuple[float, float, Path]:
-    """(log seconds, raw seconds, log directory) for ``count`` appends of ``batch``."""
+def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[float, float, Path]:
+    """(log seconds, raw seconds, log directory) for one append of each of ``batches``."""
     raw_path = workdir / "raw.bin"
 
     def raw() -> float:
         raw_path.unlink(missing_ok=True)
         fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         start = time.perf_counter()
-        for _ in range(count):
+        for batch in batches:
             os.write(fd, batch)
         elapsed = time.perf_counter() - start
         os.close(fd)
@@ -67,7 +95,7 @@ def bench_append(workdir: Path, batch: bytes, count: int, rounds: int) -> tuple[
         with Log(log_dir, config) as log:
             append = log.append
             start = time.perf_counter()
-            for _ in range(count):
+            for batch in batches:
                 append(batch)
             elapsed = time.perf_counter() - start
         return elapsed
@@ -136,19 +164,21 @@ def main() -> None:
     print(f"storage benchmark in {workdir} (one disk for every figure), best of {args.rounds} rounds")
     try:
         print(
-            f"{'batch':>6} | {'append MB/s':>11} {'batches/s':>10} {'raw MB/s':>9} {'ratio':>6} |"
+            f"{'batch':>10} | {'append MB/s':>11} {'batches/s':>10} {'raw MB/s':>9} {'ratio':>6} |"
             f" {'read MB/s':>9} {'raw MB/s':>9} {'ratio':>6}"
         )
-        for label, size in BATCH_SIZES.items():
+        for label, size in (*BATCH_SIZES.items(), *IDEMPOTENT_SIZES.items()):
             batch = make_batch(size)
             total_mb = args.mb / 16 if size < 4096 else args.mb
             count = max(1, int(total_mb * 1024 * 1024 // len(batch)))
-            log_s, raw_s, log_dir = bench_append(workdir, batch, count, args.rounds)
+            batches = idempotent_batches(size, count) if label in IDEMPOTENT_SIZES else [batch] * count
+            log_s, raw_s, log_dir = bench_append(workdir, batches, args.rounds)
+            del batches
             mb = count * len(batch) / 1e6
             read_log_s, read_raw_s, read_bytes = bench_read(log_dir, args.rounds)
             read_mb = read_bytes / 1e6
             print(
-                f"{label:>6} | {mb / log_s:11.0f} {count / log_s:10.0f} {mb / raw_s:9.0f} {raw_s / log_s:6.0%} |"
+                f"{label:>10} | {mb / log_s:11.0f} {count / log_s:10.0f} {mb / raw_s:9.0f} {raw_s / log_s:6.0%} |"
                 f" {read_mb / read_log_s:9.0f} {read_mb / read_raw_s:9.0f} {read_raw_s / read_log_s:6.0%}"
             )
             if label == "64 KB":
