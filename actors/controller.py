@@ -133,6 +133,8 @@ class ClusterState:
     controller_epoch: int = 0
     brokers: dict[int, BrokerMetadata] = field(default_factory=dict)
     topics: dict[str, _Topic] = field(default_factory=dict)
+    # The first producer id not yet handed out (Kafka's ProducerIdsRecord.nextProducerId).
+    next_producer_id: int = 0
 
     def apply(self, record: dict[str, Any]) -> None:
         """Apply one metadata record."""
@@ -165,6 +167,8 @@ class ClusterState:
                 partitions[record["partition"]] = state
         elif kind == "delete_topic":
             self.topics.pop(record["name"], None)
+        elif kind == "producer_ids":
+            self.next_producer_id = max(self.next_producer_id, record["next_producer_id"])
         else:
             raise InvalidRequestError(f"unknown metadata record type {kind!r}")
 
@@ -377,6 +381,22 @@ class Controller:
                 if t == name:
                     await handle.update_config.remote(effective)
             return merged
+
+    # -- producer ids ---------------------------------------------------------------------
+
+    async def allocate_producer_ids(self, count: int = 1000) -> tuple[int, int]:
+        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds): returns
+        ``(first_id, count)``. The block is in the metadata log before it is returned, so a
+        restarted controller never hands an id out twice."""
+        if not 1 <= count <= 1_000_000:
+            raise InvalidRequestError(f"producer id block size {count}; use 1..1000000")
+        async with self._mutex():
+            first = self._state.next_producer_id
+            if first + count > 2**63 - 1:
+                raise InvalidRequestError("producer ids are exhausted")
+            self._write({"type": "producer_ids", "next_producer_id": first + count})
+        logger.info("allocated producer ids [%d, %d)", first, first + count)
+        return first, count
 
     # -- metadata -------------------------------------------------------------------------
 

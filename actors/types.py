@@ -37,6 +37,9 @@ class FetchResult:
     log_start_offset: int
     log_end_offset: int
     leader_epoch: int
+    # (producer id, first offset) of the aborted transactions in the returned range; only
+    # for read_committed fetches (isolation_level 1), whose records stop at the LSO.
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +169,24 @@ class ConsumerGroupMetadata:
     generation_id: int
     member_id: str
     group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """A producer id with its epoch, as InitProducerId answers."""
+
+    producer_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id's current state (Kafka's TransactionDescription)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead
+    timeout_ms: int
+    start_ms: int  # when the ongoing transaction started; -1 when none is open
+    partitions: tuple[TopicPartition, ...]
