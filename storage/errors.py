@@ -281,6 +281,12 @@ class ConcurrentTransactionsError(KafkaError):
     code, retriable = 51, True
 
 
+class TransactionCoordinatorFencedError(KafkaError):
+    """TRANSACTION_COORDINATOR_FENCED: A marker came from a coordinator epoch older than the one the partition saw."""
+
+    code, retriable = 52, False
+
+
 class KafkaStorageError(KafkaError):
     """KAFKA_STORAGE_ERROR: A disk error on the broker (disk full, permission, I/O)."""
 

@@ -1,12 +1,14 @@
-"""One log segment: a ``.log`` file of record batches plus its offset and time indexes.
+"""One log segment: a ``.log`` file of record batches plus its offset, time and transaction indexes.
 
 As Kafka's ``LogSegment``. The segment appends batches that the log has validated and
 given offsets, keeps a sparse index entry per ``index.interval.bytes`` (per batch, never
 per record), serves reads of whole batches, scans and truncates itself on recovery, and
 knows when it must roll. Positions are int32, as in Kafka's index format.
 
-Files: ``<20-digit base offset>.log``, ``.index``, ``.timeindex``; ``.txnindex`` is
-reserved for aborted transactions.
+Files: ``<20-digit base offset>.log``, ``.index``, ``.timeindex`` and, once an aborted
+transaction's marker lands in the segment, ``.txnindex`` (:mod:`storage.txn_index`). The
+segment never derives transaction index entries itself: the log does, from its producer
+state, and rebuilds them after a recovery scan.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from storage.batch_header import (
 from storage.errors import KafkaStorageError
 from storage.offset_index import OffsetIndex
 from storage.time_index import TimeIndex
+from storage.txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class LogSegment:
         self.log_path = prefix.with_name(prefix.name + LOG_SUFFIX + file_suffix)
         index_path = prefix.with_name(prefix.name + INDEX_SUFFIX + file_suffix)
         time_index_path = prefix.with_name(prefix.name + TIME_INDEX_SUFFIX + file_suffix)
-        self._txn_index_path = prefix.with_name(prefix.name + TXN_INDEX_SUFFIX + file_suffix)
+        self.txn_index = TransactionIndex(prefix.with_name(prefix.name + TXN_INDEX_SUFFIX + file_suffix), base_offset)
         # A segment whose index files are missing must rebuild them from its batches.
         self.indexes_missing = self.log_path.exists() and not (index_path.exists() and time_index_path.exists())
         # O_APPEND: after a truncation the next write lands at the new end by itself.
@@ -114,6 +117,7 @@ class LogSegment:
                 self.offset_index.sanity_check(self._size)
                 self._load_tail_state()
                 self.time_index.sanity_check(self._next_offset)
+                self.txn_index.sanity_check()
             except CorruptIndexError as exc:
                 log.warning("%s: %s; rebuilding the indexes", self.log_path, exc)
                 self.needs_recovery = True
@@ -371,6 +375,7 @@ class LogSegment:
         removed = self._size - position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(first.base_offset)
+        self.txn_index.truncate_to(first.base_offset)
         os.ftruncate(self._fd, position)
         self._size = position
         if position == 0:
@@ -395,6 +400,16 @@ class LogSegment:
             # The last batch runs past the file end, or the tail is not batches: a torn file.
             raise CorruptIndexError(f"batches from position {position} end at {end}, the file at {self._size}")
 
+    # -- transactions ---------------------------------------------------------------------
+
+    def update_txn_index(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction whose ABORT marker this segment holds."""
+        self.txn_index.append(txn)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        """This segment's aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        return self.txn_index.collect_abortable_txns(fetch_offset, upper_bound_offset)
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def on_becoming_inactive(self) -> None:
@@ -414,6 +429,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Record the final timestamp entry, trim the indexes and close the files."""
@@ -424,6 +440,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self._fd)
 
     def close_without_trim(self) -> None:
@@ -433,24 +450,27 @@ class LogSegment:
         self.closed = True
         self.offset_index._unmap()
         self.time_index._unmap()
+        self.txn_index.close()
         os.close(self._fd)
 
     def paths(self) -> list[Path]:
         """The segment's files that exist."""
-        candidates = [self.log_path, self.offset_index.path, self.time_index.path, self._txn_index_path]
+        candidates = [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
         return [p for p in candidates if p.exists()]
 
     def rename_to_deleted(self) -> list[Path]:
         """Rename every file with the ``.deleted`` suffix; open handles keep working."""
         existing = set(self.paths())
         renamed = []
-        for attr in ("log_path", "_txn_index_path"):
-            path = getattr(self, attr)
-            target = path.with_name(path.name + DELETED_SUFFIX)
-            if path in existing:
-                os.replace(path, target)
-                renamed.append(target)
-            setattr(self, attr, target)
+        target = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        if self.log_path in existing:
+            os.replace(self.log_path, target)
+            renamed.append(target)
+        self.log_path = target
+        txn = self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX)
+        if self.txn_index.path in existing:
+            renamed.append(txn)
+        self.txn_index.rename_to(txn)
         for index in (self.offset_index, self.time_index):
             target = index.path.with_name(index.path.name + DELETED_SUFFIX)
             if index.path in existing:
@@ -474,10 +494,7 @@ class LogSegment:
 
         for index in (self.offset_index, self.time_index):
             index.rename_to(renamed(index.path))
-        txn = renamed(self._txn_index_path)
-        if self._txn_index_path.exists():
-            os.replace(self._txn_index_path, txn)
-        self._txn_index_path = txn
+        self.txn_index.rename_to(renamed(self.txn_index.path))
         if between is not None:
             between()
         target = renamed(self.log_path)
