@@ -77,6 +77,30 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.", min=1),
         ConfigKey("offsets.retention.minutes", "int", 10080, "Offsets of an empty group live this long.", min=1),
         ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets expire.", min=1),
+        # Same reasoning as offsets.topic.num.partitions: Kafka's default is 50.
+        ConfigKey("transaction.state.log.num.partitions", "int", 3, "Partitions of __transaction_state.", min=1),
+        # Kafka's defaults, capped at the broker count (and the min ISR at the RF) at creation.
+        ConfigKey(
+            "transaction.state.log.replication.factor", "int", 3, "Replication factor of __transaction_state.", min=1
+        ),
+        ConfigKey("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of __transaction_state.", min=1),
+        ConfigKey(
+            "transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a producer may ask for.", min=1
+        ),
+        ConfigKey(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            10000,
+            "How often the transaction coordinator aborts timed-out transactions.",
+            min=1,
+        ),
+        ConfigKey(
+            "transactional.id.expiration.ms",
+            "int",
+            604800000,
+            "A transactional id idle this long (no transaction open) is forgotten.",
+            min=1,
+        ),
         # Kafka's default is 3000; rayqueue's groups are small and local, so no delay by default.
         ConfigKey("group.initial.rebalance.delay.ms", "int", 0, "Wait for more members when a group fills.", min=0),
         ConfigKey("rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1),

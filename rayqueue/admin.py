@@ -9,7 +9,14 @@ from typing import Any
 
 import ray
 
-from actors.types import GroupDescription, OffsetAndMetadata, OffsetAndTimestamp, TopicMetadata, TopicPartition
+from actors.types import (
+    GroupDescription,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicMetadata,
+    TopicPartition,
+    TransactionDescription,
+)
 from rayqueue.metadata import MetadataCache, call_controller
 from storage.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -33,6 +40,15 @@ class GroupListing:
     group_id: str
     state: str
     protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id in list_transactions() (Kafka's TransactionListing)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +247,44 @@ class Admin:
             if error is not None:
                 raise error
 
+    # -- transactions ---------------------------------------------------------------------
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Producer id and epoch, state, timeout, start time and partitions of each
+        transactional id (unknown ids show state Dead)."""
+        ids = list(transactional_ids)
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(ids)
+        )
+        return {d.transactional_id: d for d in descriptions}
+
+    def list_transactions(
+        self, states: Iterable[str] | None = None, producer_ids: Iterable[int] | None = None
+    ) -> list[TransactionListing]:
+        """Every transactional id the coordinator knows, optionally only those in ``states``
+        or of ``producer_ids`` (Kafka's ListTransactions filters)."""
+        wanted_states = set(states) if states is not None else None
+        wanted_pids = set(producer_ids) if producer_ids is not None else None
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(None)
+        )
+        return [
+            TransactionListing(d.transactional_id, d.producer_id, d.state)
+            for d in descriptions
+            if (wanted_states is None or d.state in wanted_states)
+            and (wanted_pids is None or d.producer_id in wanted_pids)
+        ]
+
     def _group_call(self, make_ref: Callable[[Any], Any], timeout_s: float = 60.0) -> Any:
         """Call the group coordinator, retrying while it (re)loads or Ray restarts it."""
-        coordinator = getattr(self._cluster, "group_coordinator", None)
+        return self._coordinator_call("group_coordinator", make_ref, timeout_s)
+
+    def _coordinator_call(self, which: str, make_ref: Callable[[Any], Any], timeout_s: float = 60.0) -> Any:
+        """Call a coordinator (``group_coordinator`` or ``transaction_coordinator``), retrying
+        while it (re)loads or Ray restarts it."""
+        coordinator = getattr(self._cluster, which, None)
         if coordinator is None:
-            raise InvalidConfigError("this cluster has no group coordinator")
+            raise InvalidConfigError(f"this cluster has no {which.replace('_', ' ')}")
         deadline = time.monotonic() + timeout_s
         while True:
             try:

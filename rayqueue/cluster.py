@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import BROKER_CONFIG, broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
 from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
+from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
 from actors.types import ClusterMetadata
 from rayqueue.metadata import call_controller
 from storage.config import Config
@@ -51,7 +52,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
 
 class Cluster:
-    """A handle to a running rayqueue cluster: its controller, group coordinator and namespace."""
+    """A handle to a running rayqueue cluster: its controller, coordinators and namespace."""
 
     def __init__(
         self,
@@ -60,11 +61,13 @@ class Cluster:
         config: Config,
         owns_ray: bool = False,
         group_coordinator: Any = None,
+        transaction_coordinator: Any = None,
     ) -> None:
         self.namespace = namespace
         self.controller = controller
         self.config = config
         self.group_coordinator = group_coordinator
+        self.transaction_coordinator = transaction_coordinator
         self._owns_ray = owns_ray
 
     def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
@@ -95,9 +98,11 @@ class Cluster:
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
-        if self.group_coordinator is not None:
-            # First, so that it writes nothing more to __consumer_offsets while replicas close.
-            ray.kill(self.group_coordinator, no_restart=True)
+        # The coordinators first, so that they write nothing more to their internal topics
+        # (markers, offsets) while the replicas close.
+        for coordinator in (self.transaction_coordinator, self.group_coordinator):
+            if coordinator is not None:
+                ray.kill(coordinator, no_restart=True)
         try:
             ray.get(self.controller.shutdown.remote(delete_data), timeout=120)
         except ray.exceptions.RayActorError:
@@ -162,7 +167,9 @@ def launch(
     ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
     coordinator = _start_singleton(GroupCoordinator, GROUP_COORDINATOR_NAME, namespace, cfg, here)
     ray.get(coordinator.start.remote(), timeout=timeout_s)
-    cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator)
+    txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
+    ray.get(txn_coordinator.start.remote(), timeout=timeout_s)
+    cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()
@@ -177,7 +184,7 @@ def launch(
 
 
 def _start_singleton(cls: type, name: str, namespace: str, cfg: Config, node_id: str) -> Any:
-    """A cluster-wide actor (controller, group coordinator): named, detached, restarted by Ray
+    """A cluster-wide actor (controller, group and transaction coordinators): named, detached, restarted by Ray
     (each rebuilds its state from its log), placed on ``node_id`` when it can be."""
     return (
         ray.remote(cls)
@@ -211,4 +218,8 @@ def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: fl
         coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
     except ValueError:
         coordinator = None  # a cluster launched before groups existed; group calls will say so
-    return Cluster(name, controller, cfg, group_coordinator=coordinator)
+    try:
+        txn_coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=name)
+    except ValueError:
+        txn_coordinator = None  # a cluster launched before transactions existed
+    return Cluster(name, controller, cfg, group_coordinator=coordinator, transaction_coordinator=txn_coordinator)
