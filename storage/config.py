@@ -212,6 +212,13 @@ LOG_CONFIG = ConfigDef(
         ),
         ConfigKey("preallocate", "boolean", False, "Preallocate segment files."),
         ConfigKey("message.downconversion.enable", "boolean", True, "Kept for compatibility; always v2 here."),
+        ConfigKey(
+            "producer.id.expiration.ms",
+            "int",
+            86_400_000,
+            "Forget an idle producer's state (sequences, epoch) after this long without a write.",
+            min=1,
+        ),
     ],
 )
 

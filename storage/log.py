@@ -15,7 +15,15 @@ As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 - one owner per directory, enforced by an advisory file lock;
 - compaction (``cleanup.policy`` with ``compact``) is ``storage.cleaner``'s: :meth:`Log.clean`,
   :meth:`Log.cleanable`, :meth:`Log.dirty_ratio`; the cleaner swaps segments in through
-  :meth:`Log.replace_segments`, and opening a log finishes or undoes an interrupted swap.
+  :meth:`Log.replace_segments`, and opening a log finishes or undoes an interrupted swap;
+- idempotence and transactions (``storage.producer_state``): every batch with a producer
+  id is checked before anything is written (epoch, sequence, duplicate of one of the
+  producer's last five batches, transaction state) and the state updated after the
+  write; ABORT markers go to the active segment's ``.txnindex``; open and unreplicated
+  transactions give the first unstable offset (the LSO is min(it, high watermark)).
+  Producer-state snapshots are taken at roll and clean close; opening and truncation load
+  the newest one at or below where they start and replay the log after it (rebuilding
+  the ``.txnindex`` of every segment a recovery scanned).
 """
 
 from __future__ import annotations
@@ -32,7 +40,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from storage import batch_header
-from storage.batch_header import HEADER, HEADER_SIZE, MAGIC_OFFSET, BatchHeader, check_batches, read_header
+from storage.batch_header import (
+    CONTROL_MASK,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    check_batches,
+    read_header,
+)
 from storage.checkpoint import fsync_dir, read_offset, write_offset
 from storage.cleaner import (
     CLEANED_SUFFIX,
@@ -54,7 +71,17 @@ from storage.errors import (
     RecordListTooLargeError,
 )
 from storage.file_lock import FileLock
+from storage.producer_state import (
+    CLIENT,
+    ORIGINS,
+    REPLICATION,
+    Analysis,
+    Duplicate,
+    ProducerStateManager,
+    read_marker,
+)
 from storage.segment import DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
+from storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +110,9 @@ class LogAppendInfo(NamedTuple):
     batch_count: int
     size_bytes: int
     headers: list[BatchHeader]
+    # True when the request repeated a batch the log holds: nothing was appended and the
+    # offsets are the original batch's.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +172,9 @@ class Log:
         self._compacted = "compact" in self.config.cleanup_policy
         self._cleaning = threading.Lock()  # one clean pass at a time
         self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
+        self._producer_state = ProducerStateManager(self.dir, self.config.producer_id_expiration_ms)
+        self._high_watermark = 0  # as last told by update_high_watermark
+        self._producer_check_attrs = TRANSACTIONAL_MASK | CONTROL_MASK
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -173,9 +206,11 @@ class Log:
             first_to_scan = max(0, bisect.bisect_right(bases, recovery_point) - 1)
             log.info("%s: unclean shutdown, recovering from offset %d", self.dir, recovery_point)
         kept: list[LogSegment] = []
+        scanned: list[LogSegment] = []  # their .txnindex is rebuilt with the producer state
         for n, segment in enumerate(segments):
             if n >= first_to_scan or segment.needs_recovery:
                 segment.make_active()  # room to rebuild the indexes
+                scanned.append(segment)
                 truncated = segment.recover()
                 segment.flush()
                 # A recovered segment must end where the next begins; if not, its tail was lost
@@ -199,6 +234,8 @@ class Log:
         self._last_flush_ms = now
         if self._log_start_offset > self._log_end_offset:
             self._truncate_fully_locked(self._log_start_offset)
+        else:
+            self._rebuild_producer_state(self._log_end_offset, [s for s in scanned if s in kept])
         write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
         # From here on a crash must trigger recovery on the next open.
         (self.dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
@@ -248,7 +285,12 @@ class Log:
     # -- append ---------------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = -1, assign_offsets: bool = True
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = -1,
+        assign_offsets: bool = True,
+        origin: str = CLIENT,
     ) -> LogAppendInfo:
         """Append complete record batches and return where they went.
 
@@ -258,6 +300,16 @@ class Log:
         or after the log end. Invalid input raises (CorruptRecordError, RecordTooLargeError,
         InvalidRequestError) and leaves the log untouched; an I/O error raises
         KafkaStorageError and leaves the log as it was before the call.
+
+        Batches with a producer id are checked against the producer state first (see
+        :mod:`storage.producer_state`): ``origin`` "client" (producer data) gets the epoch,
+        sequence, duplicate and transaction checks, "coordinator" (markers, transactional
+        offset commits) the epoch checks only, and a follower append ("replication",
+        implied by ``assign_offsets=False``) none. A refused batch raises
+        InvalidProducerEpochError, OutOfOrderSequenceError, InvalidTxnStateError,
+        TransactionCoordinatorFencedError or InvalidRecordError, with nothing written. A
+        request repeating one of its producer's last five batches appends nothing and
+        returns that batch's original offsets with ``duplicate=True``.
         """
         if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < batch_header.CURRENT_MAGIC:
             from storage.legacy import upconvert  # magic 0/1 message sets; imported only when met
@@ -272,9 +324,14 @@ class Log:
         size = len(view)
         if size > self._segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
+        if not assign_offsets:
+            origin = REPLICATION
+        elif origin not in ORIGINS:
+            raise InvalidRequestError(f"unknown append origin {origin!r}; use one of {', '.join(ORIGINS)}")
         with self._write_lock:
             self._check_writable()
             log_append_time = -1
+            source: memoryview | bytearray = view  # where the batch bodies are, at the headers' positions
             if not assign_offsets:
                 first_offset, next_offset = headers[0].base_offset, headers[-1].next_offset
                 self._check_follower_offsets(headers)
@@ -288,10 +345,18 @@ class Log:
                 batch_header.set_log_append_time(buf, headers, log_append_time)
                 headers = [read_header(buf, h.position) for h in headers]
                 parts = [buf]
+                source = buf
             else:
                 first_offset = self._log_end_offset
                 parts, headers, next_offset = _patch_headers(view, headers, first_offset, leader_epoch)
-            max_timestamp = headers[0].max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
+            first = headers[0]
+            max_timestamp = first.max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
+            analysis: Analysis | None = None
+            if first.producer_id >= 0 or len(headers) > 1 or first.attributes & self._producer_check_attrs:
+                # Checked before anything is written: a refused batch leaves the log untouched.
+                analysis = self._producer_state.analyze(headers, source, origin)
+                if type(analysis) is Duplicate:
+                    return self._duplicate_info(analysis)
             segment = self._maybe_roll(size, max_timestamp, next_offset - 1, first_offset)
             try:
                 segment.append(parts, size, headers)
@@ -301,6 +366,8 @@ class Log:
                 self._offline = True
                 raise KafkaStorageError(f"{self.dir} went offline: {exc}") from exc
             self._log_end_offset = next_offset
+            if analysis is not None:
+                self._apply_producer_state(analysis, segment)
             if next_offset - self._recovery_point >= self._flush_messages or self._flush_ms_set:
                 self._maybe_flush()
             return LogAppendInfo(
@@ -313,6 +380,30 @@ class Log:
                 size_bytes=size,
                 headers=headers,
             )
+
+    def _duplicate_info(self, duplicate: Duplicate) -> LogAppendInfo:
+        batch = duplicate.batch
+        return LogAppendInfo(
+            first_offset=batch.first_offset,
+            last_offset=batch.last_offset,
+            log_append_time=batch.timestamp if self._log_append_time else -1,
+            log_start_offset=self._log_start_offset,
+            max_timestamp=batch.timestamp,
+            batch_count=0,
+            size_bytes=0,
+            headers=[],
+            duplicate=True,
+        )
+
+    def _apply_producer_state(self, analysis: Analysis, segment: LogSegment) -> None:
+        completed = self._producer_state.apply(analysis)
+        for txn, lso in completed:
+            if txn.is_aborted:
+                try:
+                    segment.update_txn_index(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+                except OSError as exc:
+                    self._offline = True
+                    raise KafkaStorageError(f"{self.dir} went offline writing its transaction index: {exc}") from exc
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -363,7 +454,17 @@ class Log:
         if old.size:
             # As Kafka, the finished segment is made durable now; the log is recoverable up to it.
             self._flush_locked(base_offset)
+        # The producer state as of the new segment: recovery and truncation replay from here.
+        self._take_producer_snapshot(base_offset)
+        # As Kafka, snapshots of the last two segments are enough (deeper truncation replays from the log start).
+        self._producer_state.delete_snapshots_before(segments[-1].base_offset if segments else base_offset)
         return new
+
+    def _take_producer_snapshot(self, offset: int) -> None:
+        try:
+            self._producer_state.take_snapshot(offset)
+        except OSError as exc:  # not fatal: the next recovery replays more of the log
+            log.warning("%s: could not write the producer state snapshot at %d: %s", self.dir, offset, exc)
 
     # -- flush ----------------------------------------------------------------------------
 
@@ -510,6 +611,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._write_checkpoints()
+            self._rebuild_producer_state(self._log_end_offset)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -528,6 +630,7 @@ class Log:
         self._schedule_delete(list(old), renamed=True)
         self._log_end_offset = self._log_start_offset = self._recovery_point = offset
         self._write_checkpoints()
+        self._producer_state.truncate_fully_and_start_at(offset)
 
     def delete_records(self, offset: int, *, high_watermark: int | None = None) -> int:
         """Advance the log start offset to ``offset`` (DeleteRecords); return the new log start.
@@ -544,6 +647,7 @@ class Log:
                 self._log_start_offset = offset
                 write_offset(self.dir / LOG_START_OFFSET_FILE, offset)
                 self._delete_log_start_breached(limit)
+                self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
             return self._log_start_offset
 
     def _truncate_cleaner_checkpoint(self, offset: int) -> None:
@@ -628,6 +732,7 @@ class Log:
         if remaining[0].base_offset > self._log_start_offset:
             self._log_start_offset = remaining[0].base_offset
             write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
+            self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
         return len(deletable)
 
     def _schedule_delete(self, segments: list[LogSegment], renamed: bool = False) -> None:
@@ -650,6 +755,101 @@ class Log:
         for entry in due:
             self._pending_deletes.remove(entry)
             entry[1].delete()
+
+    # -- producer state and transactions ---------------------------------------------------
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The producer entries and transactions of this log (for describe and tests)."""
+        return self._producer_state
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The lowest first offset of an open transaction, or of a completed one whose marker
+        the high watermark has not passed; None when there is none."""
+        fuo = self._producer_state.first_unstable_offset
+        if fuo is None:
+            return None
+        return max(fuo, self._log_start_offset)
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """The replica's high watermark moved: completed transactions below it stop holding the LSO."""
+        with self._write_lock:
+            self._high_watermark = high_watermark
+            self._producer_state.on_high_watermark_updated(high_watermark)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(first unstable offset, ``high_watermark``): read_committed consumers read below it."""
+        fuo = self.first_unstable_offset
+        return high_watermark if fuo is None or fuo >= high_watermark else fuo
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with last offset >= ``start_offset`` and first offset < ``upper_bound_offset``.
+
+        As Kafka: the segments from the one holding ``start_offset`` on, until an entry's
+        last stable offset reaches the upper bound.
+        """
+        segments, bases = self._view
+        n = max(0, bisect.bisect_right(bases, start_offset) - 1)
+        out: list[AbortedTxn] = []
+        for segment in segments[n:]:
+            found, complete = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            out.extend(found)
+            if complete:
+                break
+        return out
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget producers idle for producer.id.expiration.ms without an open transaction; return how many."""
+        with self._write_lock:
+            return self._producer_state.remove_expired_producers(self._time() if now_ms is None else now_ms)
+
+    def _rebuild_producer_state(self, end: int, rebuild: Sequence[LogSegment] = ()) -> None:
+        """Load the newest usable snapshot and replay the log from it to ``end`` (Kafka's rebuildProducerState).
+
+        The ``.txnindex`` of each segment in ``rebuild`` (scanned by recovery) is rebuilt
+        from the replay, which then starts at or below its base offset.
+        """
+        state = self._producer_state
+        state.delete_snapshots_after(end)
+        state.delete_snapshots_before(self._log_start_offset)
+        limit = min([end, *(s.base_offset for s in rebuild)])
+        snapshot = state.load_latest_snapshot(limit, self._time())
+        start = max(snapshot if snapshot is not None else self._log_start_offset, self._log_start_offset)
+        for segment in rebuild:
+            segment.txn_index.reset()
+        rebuilding = {id(s) for s in rebuild}
+        replayed = 0
+        for segment in self.segments:
+            if segment.next_offset <= start or segment.base_offset >= end or segment.size == 0:
+                continue
+            position = 0
+            if segment.base_offset < start:
+                header = segment.translate_offset(start)
+                if header is None:
+                    continue
+                position = header.position
+            index = id(segment) in rebuilding
+            for h in segment.headers_from(position):
+                if h.base_offset >= end:
+                    break
+                replayed += 1
+                if h.producer_id < 0 or h.last_offset < start:
+                    continue
+                marker = None
+                if h.attributes & CONTROL_MASK:
+                    try:
+                        marker = read_marker(segment.read_bytes(h.position, h.size))
+                    except (CorruptRecordError, ValueError) as exc:
+                        log.warning("%s: unreadable control batch at offset %d: %s", self.dir, h.base_offset, exc)
+                        continue
+                done = state.load_batch(h, marker)
+                if done is not None and index and done[0].is_aborted:
+                    txn, lso = done
+                    segment.update_txn_index(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+        state.on_high_watermark_updated(min(self._high_watermark, end))
+        if replayed:
+            self._take_producer_snapshot(end)
 
     # -- compaction -----------------------------------------------------------------------
 
@@ -739,6 +939,7 @@ class Log:
                 if not self._offline:
                     self._flush_locked(self._log_end_offset)
                     self._write_checkpoints()
+                    self._take_producer_snapshot(self._log_end_offset)
                 for segment in self.segments:
                     segment.close()
                 self.delete_pending_files(force=True)
