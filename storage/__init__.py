@@ -16,6 +16,7 @@ from storage.log import (
     LogAppendInfo,
     TimestampOffset,
 )
+from storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
 from storage.record_batch import (
     Record,
     RecordBatch,
@@ -25,8 +26,14 @@ from storage.record_batch import (
     decode_columns,
     iter_batches,
 )
+from storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
+    "AbortedTxn",
+    "CompletedTxn",
+    "ProducerStateEntry",
+    "ProducerStateManager",
+    "TransactionIndex",
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
