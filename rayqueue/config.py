@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from storage.config import INT_MAX, ConfigDef, ConfigKey
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from storage.config import INT_MAX, Config, ConfigDef, ConfigKey
+from storage.errors import InvalidConfigError
+
+logger = logging.getLogger(__name__)
 
 PRODUCER_CONFIG = ConfigDef(
     "producer",
     [
         ConfigKey("client.id", "string", "rayqueue-producer", "Name used in logs."),
-        ConfigKey("acks", "string", "all", "0, 1, or all (-1): replicas that must have a batch.", choices=("0", "1", "all", "-1")),
+        ConfigKey(
+            "acks",
+            "string",
+            "all",
+            "0, 1, or all (-1): replicas that must have a batch.",
+            choices=("0", "1", "all", "-1"),
+        ),
         ConfigKey("batch.size", "int", 16384, "Target bytes per partition batch.", min=0),
         ConfigKey("linger.ms", "long", 5, "Wait this long for a batch to fill before sending.", min=0),
         ConfigKey(
@@ -25,16 +38,71 @@ PRODUCER_CONFIG = ConfigDef(
         ConfigKey("retry.backoff.ms", "long", 100, "Pause before a retry.", min=0),
         ConfigKey("delivery.timeout.ms", "int", 120000, "Upper bound from send() to success or failure.", min=0),
         ConfigKey("request.timeout.ms", "int", 30000, "How long to wait for one produce call.", min=0),
-        ConfigKey(
-            "max.in.flight.requests.per.connection", "int", 5, "Unacknowledged batches per partition.", min=1
-        ),
+        ConfigKey("max.in.flight.requests.per.connection", "int", 5, "Unacknowledged batches per partition.", min=1),
         ConfigKey("metadata.max.age.ms", "long", 300000, "Refresh metadata at least this often.", min=0),
-        ConfigKey("partitioner", "any", None, "callable(topic, key_bytes, num_partitions) -> partition.", nullable=True),
+        ConfigKey(
+            "partitioner", "any", None, "callable(topic, key_bytes, num_partitions) -> partition.", nullable=True
+        ),
         ConfigKey("partitioner.ignore.keys", "boolean", False, "Use sticky partitioning even for keyed records."),
         ConfigKey("key.serializer", "any", None, "callable(value) -> bytes for keys.", nullable=True),
         ConfigKey("value.serializer", "any", None, "callable(value) -> bytes for values.", nullable=True),
+        ConfigKey(
+            "enable.idempotence",
+            "boolean",
+            True,
+            "Producer id and per-partition sequences: retries never duplicate nor reorder (needs acks=all).",
+        ),
+        ConfigKey(
+            "transactional.id",
+            "string",
+            None,
+            "Id of a transactional producer (fences older instances).",
+            nullable=True,
+        ),
+        ConfigKey(
+            "transaction.timeout.ms", "int", 60000, "The coordinator aborts a transaction open this long.", min=1
+        ),
     ],
 )
+
+# Kafka's MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION_FOR_IDEMPOTENCE: the broker remembers the
+# last five batches of each producer, so at most five may be unacknowledged per partition.
+MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
+
+
+def producer_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+    """Parse a producer configuration and settle ``enable.idempotence`` as Kafka 3.x does.
+
+    Idempotence needs acks=all, retries > 0 and max.in.flight.requests.per.connection <= 5.
+    When the user asked for it (``enable.idempotence=true`` or a ``transactional.id``) a
+    conflicting key is an InvalidConfigError naming both; when it is only the default, the
+    conflict turns idempotence off. A transactional.id without idempotence is an error.
+    """
+    cfg = PRODUCER_CONFIG.parse(values, **kwargs)
+    given = {PRODUCER_CONFIG.canonical(key) for key in {**(values or {}), **kwargs}}
+    transactional = cfg["transactional.id"] is not None
+    if not cfg["enable.idempotence"]:
+        if transactional:
+            raise InvalidConfigError("transactional.id needs enable.idempotence=true (it is set to false)")
+        return cfg
+    conflicts = []
+    if cfg["acks"] not in ("all", "-1"):
+        conflicts.append(f"acks={cfg['acks']} (must be all)")
+    if cfg["retries"] == 0:
+        conflicts.append("retries=0 (must be > 0)")
+    if cfg["max.in.flight.requests.per.connection"] > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
+        conflicts.append(
+            f"max.in.flight.requests.per.connection={cfg['max.in.flight.requests.per.connection']} "
+            f"(must be <= {MAX_IN_FLIGHT_FOR_IDEMPOTENCE})"
+        )
+    if not conflicts:
+        return cfg
+    if "enable.idempotence" in given or transactional:
+        asked = "enable.idempotence=true" if "enable.idempotence" in given else "transactional.id is set"
+        raise InvalidConfigError(f"{asked}, which conflicts with {', '.join(conflicts)}")
+    logger.info("idempotence disabled because of %s", ", ".join(conflicts))
+    return cfg.with_overrides({"enable.idempotence": False})
+
 
 CONSUMER_CONFIG = ConfigDef(
     "consumer",
@@ -43,7 +111,11 @@ CONSUMER_CONFIG = ConfigDef(
         ConfigKey("group.id", "string", None, "Consumer group; None for assign-only use.", nullable=True),
         ConfigKey("group.instance.id", "string", None, "Static membership id.", nullable=True),
         ConfigKey(
-            "auto.offset.reset", "string", "latest", "Where to start without a valid offset.", choices=("earliest", "latest", "none")
+            "auto.offset.reset",
+            "string",
+            "latest",
+            "Where to start without a valid offset.",
+            choices=("earliest", "latest", "none"),
         ),
         ConfigKey("enable.auto.commit", "boolean", True, "Commit positions every auto.commit.interval.ms."),
         ConfigKey("auto.commit.interval.ms", "int", 5000, "Auto-commit period.", min=0),
@@ -80,4 +152,4 @@ CONSUMER_CONFIG = ConfigDef(
     ],
 )
 
-__all__ = ["CONSUMER_CONFIG", "PRODUCER_CONFIG"]
+__all__ = ["CONSUMER_CONFIG", "MAX_IN_FLIGHT_FOR_IDEMPOTENCE", "PRODUCER_CONFIG", "producer_config"]

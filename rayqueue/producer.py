@@ -12,6 +12,15 @@ Ordering: batches of one partition are sent in order, and a partition whose batc
 is muted until its in-flight calls have all answered, then resent in order. Failures of
 a replica actor are sticky (it died, or lost leadership), so this keeps per-partition
 order across retries.
+
+Idempotence (on by default, as in Kafka 3.x): the sender gets a producer id and epoch
+from the transaction coordinator when it starts, and stamps every batch, when it is first
+drained, with them and the partition's next sequence number (the header patch and CRC
+cost about a microsecond per batch; send() does no per-record work for it). The broker
+answers a duplicate with the original offsets, so a retried batch goes alone in its
+request, and at most five batches per partition are unacknowledged (the broker remembers
+the last five). With a ``transactional.id`` the producer is transactional: see
+``init_transactions()``; the state machine lives in ``rayqueue.transaction_manager``.
 """
 
 from __future__ import annotations
@@ -19,24 +28,37 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import crc32c as _crc32c
 import ray
 
-from actors.types import TopicPartition
-from rayqueue.config import PRODUCER_CONFIG
+from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from rayqueue.config import PRODUCER_CONFIG, producer_config
 from rayqueue.metadata import MetadataCache
 from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from rayqueue.transaction_manager import (
+    TransactionAbortedError,
+    TransactionManager,
+    as_kafka_error,
+    coordinator_call,
+)
 from storage import RecordBatchBuilder
+from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import (
+    CoordinatorNotAvailableError,
     InvalidConfigError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
-    NetworkError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -44,6 +66,8 @@ from storage.errors import (
 logger = logging.getLogger(__name__)
 
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +158,19 @@ class FutureRecordMetadata:
 class _Batch:
     """A batch being filled, then sent (possibly more than once)."""
 
-    __slots__ = ("tp", "builder", "records", "result", "data", "created", "size", "seq", "attempts")
+    __slots__ = (
+        "tp",
+        "builder",
+        "records",
+        "result",
+        "data",
+        "created",
+        "size",
+        "seq",
+        "attempts",
+        "base_sequence",
+        "stamped",
+    )
 
     _sequence = itertools.count()
 
@@ -148,6 +184,8 @@ class _Batch:
         self.size = len(data) if data is not None else 0
         self.seq = next(self._sequence)
         self.attempts = 0
+        self.base_sequence = -1  # the producer sequence, given when first drained (idempotence)
+        self.stamped = False  # whether data carries the producer id, epoch and base_sequence
 
 
 class Producer:
@@ -156,7 +194,7 @@ class Producer:
     def __init__(self, cluster: Any = None, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         from rayqueue.cluster import connect
 
-        self.config = PRODUCER_CONFIG.parse(config, **kwargs)
+        self.config = producer_config(config, **kwargs)
         self._cluster = cluster if cluster is not None else connect()
         cfg = self.config
         self._acks = _ACKS[cfg["acks"]]
@@ -186,10 +224,25 @@ class Producer:
         self._ready: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
         self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
         self._muted: set[TopicPartition] = set()
-        self._completions: collections.deque[tuple[list[_Batch], Any]] = collections.deque()
+        self._completions: collections.deque[tuple[list[_Batch], int, Any]] = collections.deque()
         self._unfinished: set[_Batch] = set()  # queued or in flight: what flush() waits for
+        self._requests_in_flight = 0
         self._buffered = 0
         self._closed = False
+        # Idempotence and transactions (see rayqueue.transaction_manager).
+        self._idempotent = cfg["enable.idempotence"]
+        self._idempotence_explicit = (
+            "enable.idempotence" in {PRODUCER_CONFIG.canonical(k) for k in {**(config or {}), **kwargs}}
+            or cfg["transactional.id"] is not None
+        )
+        self._transactional = cfg["transactional.id"] is not None
+        self._txn = TransactionManager(
+            self._cluster, cfg["transactional.id"], cfg["transaction.timeout.ms"], self._backoff, self._max_block
+        )
+        # Sequenced batches not yet finished, per partition in sequence order: an
+        # OutOfOrderSequence answer is retriable while an earlier one is still outstanding.
+        self._unacked: dict[TopicPartition, dict[_Batch, None]] = collections.defaultdict(dict)
+        self._adding_partitions = False  # an add_partitions_to_txn call is under way
         self._sender = threading.Thread(target=self._run_sender, name=f"{cfg['client.id']}-sender", daemon=True)
         self._sender.start()
 
@@ -208,6 +261,8 @@ class Producer:
         """Queue one record; returns a future of its RecordMetadata."""
         if self._closed:
             raise KafkaError("producer is closed")
+        if self._transactional:
+            self._txn.check_send()
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
@@ -260,6 +315,8 @@ class Producer:
         """
         if self._closed:
             raise KafkaError("producer is closed")
+        if self._transactional:
+            self._txn.check_send()
         values = _as_list(values)
         keys = _as_list(keys) if keys is not None else None
         n = len(values)
@@ -277,7 +334,11 @@ class Producer:
             part_ts = None
             if timestamps is not None:
                 part_ts = timestamps if index is None else [timestamps[i] for i in index]
-            results.extend(self._enqueue_columns(TopicPartition(topic, p), part_values, part_keys, part_ts, now if timestamps is None else None))
+            results.extend(
+                self._enqueue_columns(
+                    TopicPartition(topic, p), part_values, part_keys, part_ts, now if timestamps is None else None
+                )
+            )
         return BulkSendResult(results)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -308,6 +369,175 @@ class Producer:
                 self._closed = True
                 self._wakeup.notify_all()
             self._sender.join(timeout=10)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Register the transactional.id with the coordinator and get this instance's epoch.
+
+        Fences older producers with the same id (their next call raises ProducerFencedError)
+        and completes or aborts a transaction they left open. Call once, before the first
+        transaction; after a KafkaTimeoutError it may be called again.
+        """
+        txn = self._txn
+        txn.require_transactional("init_transactions")
+        txn.begin_init()
+        try:
+            txn.init_producer_id()
+        except KafkaTimeoutError:
+            raise
+        except Exception as exc:
+            txn.on_fatal(as_kafka_error(exc))
+            raise
+        txn.complete_init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        self._txn.require_transactional("begin_transaction")
+        self._txn.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer group's offsets as part of the current transaction.
+
+        ``group_metadata`` is ``consumer.group_metadata()`` (or a bare group id, without
+        the member fencing it gives). The offsets are the next ones to read, as for
+        ``Consumer.commit``; they become the group's committed offsets only if the
+        transaction commits.
+        """
+        txn = self._txn
+        txn.require_transactional("send_offsets_to_transaction")
+        txn.check_in_transaction("send_offsets_to_transaction")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata, -1, "", None)
+        group_id = group_metadata.group_id
+        converted = {
+            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
+            for tp, om in offsets.items()
+        }
+        try:
+            if group_id not in txn.groups:
+                txn.call("add_offsets_to_txn", txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                txn.groups.add(group_id)
+            coordinator_call(
+                self._group_coordinator,
+                "txn_offset_commit",
+                txn.transactional_id,
+                txn.producer_id,
+                txn.epoch,
+                group_id,
+                group_metadata.member_id,
+                group_metadata.group_instance_id,
+                group_metadata.generation_id,
+                converted,
+                timeout_s=self._max_block,
+                backoff_s=max(self._backoff, 0.01),
+                what=f"txn_offset_commit({group_id!r})",
+            )
+        except KafkaTimeoutError:
+            raise  # nothing changed; the call may be repeated
+        except Exception as exc:
+            self._transaction_call_failed(exc)
+            raise
+
+    def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it.
+
+        Raises the error if any record of the transaction failed; the transaction must
+        then be aborted. After a KafkaTimeoutError the call may be repeated.
+        """
+        txn = self._txn
+        txn.require_transactional("commit_transaction")
+        txn.begin_commit()
+        self.flush()
+        txn.raise_if_failed()
+        self._wait_for_partition_additions()
+        if txn.started:
+            try:
+                txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, True)
+            except KafkaTimeoutError:
+                raise
+            except Exception as exc:
+                self._transaction_call_failed(exc, fatal=True)
+                raise
+        txn.complete_transaction()
+
+    def abort_transaction(self) -> None:
+        """Abort the current transaction: unsent records fail with TransactionAbortedError,
+        records already sent are discarded by read_committed consumers."""
+        txn = self._txn
+        txn.require_transactional("abort_transaction")
+        txn.begin_abort()
+        aborted = TransactionAbortedError("the transaction was aborted before this record was sent")
+        with self._lock:
+            dropped = [b for b in self._open.values() if b.records]
+            self._open.clear()
+            for queue in self._ready.values():
+                dropped.extend(queue)
+                queue.clear()
+            self._wakeup.notify_all()
+        for batch in dropped:
+            self._finish(batch, -1, -1, aborted)
+        self._wait_until_idle()
+        if txn.started:
+            try:
+                txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, False)
+            except KafkaTimeoutError:
+                raise
+            except Exception as exc:
+                self._transaction_call_failed(exc, fatal=True)
+                raise
+        if txn.epoch_bump_needed:
+            # A batch of the aborted transaction may or may not have been written: restart
+            # every sequence under a new epoch (KIP-360) before the next transaction.
+            try:
+                txn.init_producer_id()
+            except Exception as exc:
+                txn.on_fatal(as_kafka_error(exc))
+                raise
+            with self._lock:
+                self._unacked.clear()
+        txn.complete_transaction()
+
+    def _transaction_call_failed(self, exc: BaseException, fatal: bool = False) -> None:
+        error = as_kafka_error(exc)
+        if fatal or isinstance(error, (ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError)):
+            self._txn.on_fatal(error)
+        else:
+            self._txn.on_error(error)
+
+    def _group_coordinator(self) -> Any:
+        handle = self._cluster.group_coordinator
+        if handle is None:
+            from actors.group_coordinator import GROUP_COORDINATOR_NAME
+
+            try:
+                handle = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._cluster.namespace)
+            except ValueError:
+                raise CoordinatorNotAvailableError("this cluster has no group coordinator") from None
+        return handle
+
+    def _wait_for_partition_additions(self) -> None:
+        deadline = time.monotonic() + self._max_block
+        with self._lock:
+            while self._adding_partitions:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError("partitions were not added to the transaction within max.block.ms")
+                self._wakeup.wait(remaining)
+
+    def _wait_until_idle(self) -> None:
+        """Wait (max.block.ms) until no produce and no add_partitions_to_txn call is in flight."""
+        deadline = time.monotonic() + self._max_block
+        with self._lock:
+            while self._requests_in_flight or self._adding_partitions or self._completions:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError("in-flight batches did not finish within max.block.ms")
+                self._wakeup.wait(min(remaining, 0.1))
 
     def __enter__(self) -> Producer:
         return self
@@ -439,21 +669,36 @@ class Producer:
     # -- the sender thread ----------------------------------------------------------------
 
     def _run_sender(self) -> None:
+        if self._idempotent and not self._transactional:
+            self._fetch_producer_id()  # at once, as Kafka's sender does: the first send need not wait
         while True:
             with self._lock:
                 while not self._has_work():
-                    if self._closed and not self._completions and not any(self._in_flight.values()):
+                    if self._closed and not self._completions and not self._requests_in_flight:
                         return
                     self._wakeup.wait(self._next_linger_wait())
                     self._expire_lingering()
                 self._expire_lingering()
                 completions = list(self._completions)
                 self._completions.clear()
-                requests = self._drain()
-            for batches, outcome in completions:
-                self._complete(batches, outcome)
-            for tp, batches in requests:
-                self._send(tp, batches)
+                doomed, doom_error = self._take_doomed()
+                need_producer_id = self._maybe_bump_epoch() or (
+                    self._idempotent
+                    and not self._transactional
+                    and not self._txn.has_producer_id
+                    and any(self._ready.values())
+                )
+                requests, new_partitions = self._drain()
+            for batches, weight, outcome in completions:
+                self._complete(batches, weight, outcome)
+            for batch in doomed:
+                self._finish(batch, -1, -1, doom_error)
+            if need_producer_id:
+                self._fetch_producer_id()
+            if new_partitions:
+                self._add_partitions_to_txn(new_partitions)
+            for tp, batches, weight in requests:
+                self._send(tp, batches, weight)
 
     def _has_work(self) -> bool:
         if self._completions:
@@ -461,7 +706,23 @@ class Producer:
         now = time.monotonic()
         if any(now - b.created >= self._linger for b in self._open.values()):
             return True
-        return any(q and tp not in self._muted and self._in_flight[tp] < self._max_in_flight for tp, q in self._ready.items())
+        if self._idempotent:
+            txn = self._txn
+            if txn.failed is not None and self._transactional:
+                return any(self._ready.values())  # to fail them
+            if not txn.has_producer_id:
+                return not self._transactional and any(self._ready.values())
+            if txn.epoch_bump_needed and not self._transactional:
+                return not self._requests_in_flight
+        adding = self._adding_partitions
+        partitions = self._txn.partitions if self._transactional else None
+        return any(
+            q
+            and tp not in self._muted
+            and self._in_flight[tp] < self._max_in_flight
+            and (partitions is None or tp in partitions or not adding)
+            for tp, q in self._ready.items()
+        )
 
     def _next_linger_wait(self) -> float | None:
         if not self._open:
@@ -474,38 +735,182 @@ class Producer:
         for batch in [b for b in self._open.values() if now - b.created >= self._linger]:
             self._close_batch(batch)
 
-    def _drain(self) -> list[tuple[TopicPartition, list[_Batch]]]:
-        """Take ready batches, several per partition up to max.request.size per call."""
-        requests = []
-        for tp, queue in self._ready.items():
-            while queue and tp not in self._muted and self._in_flight[tp] < self._max_in_flight:
-                batches, size = [], 0
-                while queue and (not batches or size + len(queue[0].data) <= self._max_request):
-                    batch = queue.popleft()
-                    batches.append(batch)
-                    size += len(batch.data)
-                self._in_flight[tp] += 1
-                requests.append((tp, batches))
-        return requests
+    def _take_doomed(self) -> tuple[list[_Batch], BaseException | None]:
+        """Queued batches of a transaction in an error state (or being aborted): they fail."""
+        if not self._transactional:
+            return [], None
+        error = self._txn.failed
+        if error is None:
+            return [], None
+        doomed = []
+        for queue in self._ready.values():
+            doomed.extend(queue)
+            queue.clear()
+        return doomed, error
 
-    def _send(self, tp: TopicPartition, batches: list[_Batch]) -> None:
+    def _maybe_bump_epoch(self) -> bool:
+        """An idempotent producer restarts its sequences under a new epoch once nothing is in
+        flight after a sequenced batch failed; True when a new producer id is needed."""
+        txn = self._txn
+        if not (self._idempotent and not self._transactional and txn.epoch_bump_needed) or self._requests_in_flight:
+            return False
+        bumped = txn.bump_idempotent_epoch()
+        self._unacked.clear()
+        for queue in self._ready.values():
+            for batch in queue:
+                batch.base_sequence = -1
+                batch.stamped = False
+        logger.info("producer %d: sequences restart under epoch %d", txn.producer_id, txn.epoch)
+        return not bumped
+
+    def _drain(self) -> tuple[list[tuple[TopicPartition, list[_Batch], int]], list[TopicPartition]]:
+        """Take ready batches, several per partition up to max.request.size per call.
+
+        With idempotence a partition has at most max.in.flight (<= 5) unacknowledged
+        batches, each batch gets its sequence here, in order, and a batch being retried
+        goes alone (the broker answers a duplicate for its whole request).
+        """
+        requests: list[tuple[TopicPartition, list[_Batch], int]] = []
+        new_partitions: list[TopicPartition] = []
+        idempotent = self._idempotent
+        txn = self._txn
+        if idempotent:
+            if not txn.has_producer_id:
+                return requests, new_partitions
+            if self._transactional:
+                if txn.failed is not None:
+                    return requests, new_partitions
+            elif txn.epoch_bump_needed:
+                return requests, new_partitions
+        partitions = txn.partitions if self._transactional else None
+        for tp, queue in self._ready.items():
+            if not queue or tp in self._muted:
+                continue
+            if partitions is not None and tp not in partitions:
+                if not self._adding_partitions:
+                    new_partitions.append(tp)
+                continue
+            while queue and self._in_flight[tp] < self._max_in_flight:
+                batches, size = [], 0
+                if idempotent and queue[0].attempts:
+                    batches.append(queue.popleft())
+                else:
+                    room = self._max_in_flight - self._in_flight[tp] if idempotent else self._max_request
+                    while (
+                        queue
+                        and len(batches) < room
+                        and (not batches or size + len(queue[0].data) <= self._max_request)
+                        and not (idempotent and queue[0].attempts)
+                    ):
+                        batch = queue.popleft()
+                        batches.append(batch)
+                        size += len(batch.data)
+                if idempotent:
+                    unacked = self._unacked[tp]
+                    for batch in batches:
+                        if batch.base_sequence < 0:
+                            batch.base_sequence = txn.next_sequence(tp, batch.records)
+                            batch.stamped = False
+                            unacked[batch] = None
+                    weight = len(batches)
+                else:
+                    weight = 1
+                self._in_flight[tp] += weight
+                self._requests_in_flight += 1
+                requests.append((tp, batches, weight))
+        if new_partitions:
+            self._adding_partitions = True
+        return requests, new_partitions
+
+    def _fetch_producer_id(self) -> None:
+        """Get the idempotent producer's id and epoch; on failure the queued batches fail."""
+        txn = self._txn
+        try:
+            try:
+                txn.coordinator()
+            except CoordinatorNotAvailableError:
+                if self._idempotence_explicit:
+                    raise
+                # A cluster launched before transactions existed: carry on without.
+                logger.warning("no transaction coordinator in this cluster: idempotence is off for this producer")
+                with self._lock:
+                    self._idempotent = False
+                    self._wakeup.notify_all()
+                return
+            txn.init_producer_id()
+        except Exception as exc:  # noqa: BLE001 - reported on the batches
+            error = as_kafka_error(exc)
+            logger.warning("could not get a producer id: %s", error)
+            with self._lock:
+                failed = [b for queue in self._ready.values() for b in queue]
+                for queue in self._ready.values():
+                    queue.clear()
+            for batch in failed:
+                self._finish(batch, -1, -1, error)
+            return
+        with self._lock:
+            self._wakeup.notify_all()
+
+    def _add_partitions_to_txn(self, partitions: list[TopicPartition]) -> None:
+        """One add_partitions_to_txn call for every partition new to the transaction."""
+        txn = self._txn
+        try:
+            ref = txn.coordinator().add_partitions_to_txn.remote(
+                txn.transactional_id, txn.producer_id, txn.epoch, partitions
+            )
+        except Exception as exc:  # noqa: BLE001 - handled like a failed call
+            self._on_partitions_added(partitions, exc)
+            return
+        ref.future().add_done_callback(lambda fut, p=partitions: self._on_partitions_added(p, fut))
+
+    def _on_partitions_added(self, partitions: list[TopicPartition], outcome: Any) -> None:
+        error: BaseException | None = None
+        if isinstance(outcome, BaseException):
+            error = outcome
+        else:
+            try:
+                outcome.result()
+            except BaseException as exc:  # noqa: BLE001 - sorted below
+                error = exc
+        if error is None:
+            self._txn.add_partitions(partitions)
+        else:
+            error = as_kafka_error(error)
+            if isinstance(error, KafkaError) and error.retriable and self._txn.failed is None:
+                logger.debug("add_partitions_to_txn %s: retrying after %s", partitions, error)
+                threading.Timer(self._backoff, self._add_partitions_to_txn, args=(partitions,)).start()
+                return
+            self._transaction_call_failed(error)
+        with self._lock:
+            self._adding_partitions = False
+            self._wakeup.notify_all()
+
+    def _send(self, tp: TopicPartition, batches: list[_Batch], weight: int) -> None:
+        txn = self._txn
         for batch in batches:
             batch.attempts += 1
+            if batch.base_sequence >= 0 and not batch.stamped:
+                batch.data = _stamp(batch.data, txn.producer_id, txn.epoch, batch.base_sequence, self._transactional)
+                batch.stamped = True
         try:
             leader = self._metadata.leader(tp)
             data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
-            ref = leader.leader_handle.produce.remote(data, self._acks, self._request_timeout_ms, leader.leader_epoch)
+            ref = self._produce(leader, data)
         except Exception as exc:  # metadata errors: treat like a failed call
-            self._push_completion(batches, exc)
+            self._push_completion(batches, weight, exc)
             return
-        ref.future().add_done_callback(lambda fut, b=batches: self._push_completion(b, fut))
+        ref.future().add_done_callback(lambda fut, b=batches, w=weight: self._push_completion(b, w, fut))
 
-    def _push_completion(self, batches: list[_Batch], outcome: Any) -> None:
+    def _produce(self, leader: Any, data: bytes) -> Any:
+        """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
+        return leader.leader_handle.produce.remote(data, self._acks, self._request_timeout_ms, leader.leader_epoch)
+
+    def _push_completion(self, batches: list[_Batch], weight: int, outcome: Any) -> None:
         with self._lock:
-            self._completions.append((batches, outcome))
+            self._completions.append((batches, weight, outcome))
             self._wakeup.notify_all()
 
-    def _complete(self, batches: list[_Batch], outcome: Any) -> None:
+    def _complete(self, batches: list[_Batch], weight: int, outcome: Any) -> None:
         tp = batches[0].tp
         error: BaseException | None
         if isinstance(outcome, BaseException):
@@ -516,7 +921,10 @@ class Producer:
             except BaseException as exc:  # noqa: BLE001 - Ray errors are re-raised below
                 result, error = None, exc
         with self._lock:
-            self._in_flight[tp] -= 1
+            self._in_flight[tp] -= weight
+            self._requests_in_flight -= 1
+            if not self._requests_in_flight:
+                self._wakeup.notify_all()
         if error is None:
             offset = result.base_offset
             for batch in batches:
@@ -525,6 +933,11 @@ class Producer:
             return
         error = _as_kafka_error(error)
         retry = isinstance(error, KafkaError) and error.retriable
+        if isinstance(error, OutOfOrderSequenceError) and batches[0].base_sequence >= 0:
+            # A gap because an earlier batch is being retried: resend after it, in order.
+            with self._lock:
+                unacked = self._unacked.get(tp)
+                retry = bool(unacked) and next(iter(unacked)) is not batches[0]
         if retry:
             self._metadata.invalidate(tp.topic)
         now = time.monotonic()
@@ -561,8 +974,25 @@ class Producer:
             self._buffered -= batch.size
             self._unfinished.discard(batch)
             self._space.notify_all()
+            if batch.base_sequence >= 0:
+                self._unacked[batch.tp].pop(batch, None)
+                if error is not None:
+                    # The broker may or may not hold it: its sequence cannot simply be reused.
+                    self._txn.epoch_bump_needed = True
+        if error is not None and self._transactional:
+            self._txn.on_error(error)
         batch.result.done(base_offset, log_append_time, error)
 
+
+def _stamp(data: bytes, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> bytes:
+    """The batch with its producer id, epoch and base sequence (and transactional flag) set
+    and its CRC recomputed: one header patch per batch, never per record."""
+    buf = bytearray(data)
+    _PRODUCER_FIELDS.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, epoch, base_sequence)
+    if transactional:
+        buf[_ATTRIBUTES_LOW_BYTE] |= TRANSACTIONAL_MASK
+    struct.pack_into(">I", buf, CRC_OFFSET, _crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
 
 
 class BulkSendResult:
@@ -605,13 +1035,4 @@ def _average_size(values: list) -> int:
     return sum(len(v) for v in sample if v is not None) // max(1, len(sample))
 
 
-def _as_kafka_error(error: BaseException) -> BaseException:
-    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
-    if isinstance(error, KafkaError):
-        return error
-    if isinstance(error, ray.exceptions.RayActorError):
-        return NetworkError(f"partition leader actor unavailable: {type(error).__name__}")
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
-        return error.cause
-    return error
-
+_as_kafka_error = as_kafka_error
