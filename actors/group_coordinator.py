@@ -17,6 +17,12 @@ Kafka). The encoding is compact JSON (documented at ``offset_key``/``group_key``
 are deterministic so compaction keeps the last value per key; a ``None`` value is a
 tombstone. A restarted coordinator replays the topic before serving; until then every
 call raises the retriable CoordinatorLoadInProgressError.
+
+Transactional offset commits (KIP-98/KIP-447) are transactional batches of the producer's
+id and epoch in the group's partition. They stay pending, invisible to ``fetch_offsets``,
+until the transaction coordinator reports the transaction's end (``complete_txn``, after
+the marker is in the partition): a commit applies them, an abort drops them. Replay does
+the same with the markers it reads.
 """
 
 from __future__ import annotations
@@ -51,12 +57,16 @@ from storage.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidProducerEpochError,
     InvalidRequestError,
     KafkaError,
     NonEmptyGroupError,
+    ProducerFencedError,
     RebalanceInProgressError,
     TopicAlreadyExistsError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
+    error_for_code,
 )
 from storage.log import EARLIEST_TIMESTAMP
 from storage.record_batch import RecordBatchBuilder, iter_batches
@@ -252,6 +262,8 @@ class GroupCoordinator:
         self._initial_delay_s = self._config["group.initial.rebalance.delay.ms"] / 1000
         self._retention_ms = self._config["offsets.retention.minutes"] * 60_000
         self._retention_check_s = self._config["offsets.retention.check.interval.ms"] / 1000
+        # Transactional offset commits not yet ended: producer id -> group -> partition -> offset.
+        self._pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -311,7 +323,16 @@ class GroupCoordinator:
         while True:
             result = await part.leader_handle.fetch.remote(offset, 1 << 20, 0, 1, 0, part.leader_epoch)
             for batch in iter_batches(result.records):
-                if not batch.is_control:
+                if batch.is_control:
+                    marker = batch.control_record()
+                    if batch.base_offset >= offset and marker.type in (0, 1):
+                        self._end_pending(batch.producer_id, marker.is_commit, partition=p)
+                elif batch.is_transactional:
+                    for record in batch:
+                        if record.offset >= offset:
+                            self._apply_pending(batch.producer_id, record.key, record.value)
+                            count += 1
+                else:
                     for record in batch:
                         if record.offset >= offset:
                             self._apply(record.key, record.value)
@@ -346,6 +367,36 @@ class GroupCoordinator:
                     self._drop_if_unused(group)
             else:
                 self._groups.setdefault(group_id, _Group(group_id)).load_record(json.loads(value))
+
+    def _apply_pending(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+        """A transactional offset commit read on replay: pending until its marker."""
+        if key is None or value is None:
+            return
+        k = json.loads(key)
+        if k[0] == OFFSET_KEY_VERSION:
+            _, group_id, topic, partition = k
+            self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[
+                TopicPartition(topic, partition)
+            ] = decode_offset(value)
+
+    def _end_pending(self, producer_id: int, committed: bool, partition: int | None = None) -> int:
+        """Apply (commit) or drop (abort) a producer's pending offsets; only the groups of
+        ``__consumer_offsets`` partition ``partition`` when given (a marker read on replay)."""
+        groups = self._pending.get(producer_id)
+        if not groups:
+            return 0
+        done = [
+            g for g in groups if partition is None or offsets_partition_for(g, self._num_partitions) == partition
+        ]
+        count = 0
+        for group_id in done:
+            offsets = groups.pop(group_id)
+            count += len(offsets)
+            if committed:
+                self._groups.setdefault(group_id, _Group(group_id)).offsets.update(offsets)
+        if not groups:
+            del self._pending[producer_id]
+        return count
 
     def _drop_if_unused(self, group: _Group) -> None:
         if not group.members and not group.offsets and group.state == EMPTY:
@@ -514,24 +565,70 @@ class GroupCoordinator:
         await self._store_offsets(group_id, offsets)
 
     async def _store_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
-        now = _now_ms()
-        values = {}
-        for tp, spec in offsets.items():
-            offset, metadata = (spec, "") if isinstance(spec, int) else (spec[0], spec[1] or "")
-            if offset < 0:
-                raise InvalidRequestError(f"offset for {tp} must be >= 0, got {offset}")
-            values[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(int(offset), str(metadata), now)
+        values = _offset_values(offsets)
         if not values:
             return
         await self._append(group_id, [(offset_key(group_id, tp), encode_offset(om)) for tp, om in values.items()])
         group = self._groups.setdefault(group_id, _Group(group_id))
         group.offsets.update(values)
 
-    async def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Committed offsets of a group (all, or of ``partitions``); partitions without one are absent."""
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, str]],
+    ) -> None:
+        """TxnOffsetCommit: write offsets as part of the producer's transaction.
+
+        They are written as a transactional batch (the producer's id and epoch) to the
+        group's partition and stay pending until the transaction ends (``complete_txn``).
+        With a member id the member and generation are checked as ``commit_offsets`` does
+        (KIP-447), so a zombie of an older generation cannot commit. A stale producer
+        epoch raises ProducerFencedError.
+        """
         self._check_loaded()
+        _check_group_id(group_id)
+        if member_id:
+            group, member = self._member(group_id, member_id, group_instance_id)
+            if generation_id >= 0 and generation_id != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
+                )
+            member.touch()
+        values = _offset_values(offsets)
+        if not values:
+            return
+        records = [(offset_key(group_id, tp), encode_offset(om)) for tp, om in values.items()]
+        await self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch)
+        self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+
+    async def complete_txn(self, producer_id: int, committed: bool) -> int:
+        """The producer's transaction ended and its marker is in ``__consumer_offsets``: its
+        pending offsets apply (commit) or vanish (abort). Returns how many there were."""
+        self._check_loaded()
+        return self._end_pending(producer_id, committed)
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None = None, require_stable: bool = False
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (all, or of ``partitions``); partitions without one are absent.
+
+        With ``require_stable`` (KIP-447) a partition with a transactional commit still
+        pending raises the retriable UnstableOffsetCommitError instead.
+        """
+        self._check_loaded()
+        if require_stable:
+            pending = {tp for groups in self._pending.values() for tp in groups.get(group_id, ())}
+            unstable = pending if partitions is None else pending.intersection(partitions)
+            if unstable:
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r} has transactional offset commits pending for {sorted(unstable)}"
+                )
         group = self._groups.get(group_id)
         if group is None:
             return {}
@@ -812,13 +909,29 @@ class GroupCoordinator:
         except Exception:  # noqa: BLE001
             logger.exception("group %s: could not persist group metadata", group_id)
 
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's partition and wait until they are durable (acks=all)."""
+    async def _append(
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        """Append records to the group's partition and wait until they are durable (acks=all).
+
+        With a ``producer_id`` the batch is transactional (a transactional offset commit),
+        written with the coordinator's origin: epoch checks, no sequence.
+        """
         lock = self._write_locks.setdefault(offsets_partition_for(group_id, self._num_partitions), asyncio.Lock())
         async with lock:
             await self._ensure_offsets_topic()
             p = offsets_partition_for(group_id, self._num_partitions)
-            builder = RecordBatchBuilder()
+            if producer_id >= 0:
+                builder = RecordBatchBuilder(
+                    producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
+                )
+                origin = "coordinator"
+            else:
+                builder, origin = RecordBatchBuilder(), "client"
             for key, value in records:
                 builder.append(value, key=key)
             data = builder.build()
@@ -826,11 +939,16 @@ class GroupCoordinator:
             while True:
                 part = await self._leader(p)
                 try:
-                    await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch)
+                    await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
                     return
                 except (KafkaError, ray.exceptions.RayActorError) as exc:
                     retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
                     self._offsets_partitions.pop(p, None)
+                    if producer_id >= 0 and not retriable:
+                        # The producer's own fault (fenced, bad state): it must see the real error.
+                        if isinstance(exc, InvalidProducerEpochError):
+                            raise ProducerFencedError(f"producer {producer_id} epoch {producer_epoch}: {exc}") from None
+                        raise error_for_code(exc.code, f"{OFFSETS_TOPIC}-{p}: {exc}") from None
                     if not retriable or time.monotonic() > deadline:
                         raise CoordinatorNotAvailableError(f"cannot write to {OFFSETS_TOPIC}-{p}: {exc}") from None
                     await asyncio.sleep(0.1)
@@ -878,6 +996,18 @@ class GroupCoordinator:
         if group is None or member is None:
             raise UnknownMemberIdError(f"unknown member {member_id!r} of group {group_id!r}")
         return group, member
+
+
+def _offset_values(offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Offsets as given to a commit ((offset, metadata) or an int), checked and timestamped."""
+    now = _now_ms()
+    values = {}
+    for tp, spec in offsets.items():
+        offset, metadata = (spec, "") if isinstance(spec, int) else (spec[0], spec[1] or "")
+        if offset < 0:
+            raise InvalidRequestError(f"offset for {tp} must be >= 0, got {offset}")
+        values[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(int(offset), str(metadata), now)
+    return values
 
 
 def _check_group_id(group_id: str) -> None:

@@ -55,6 +55,7 @@ from storage.errors import (
 )
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.record_batch import build_control_batch
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ CLEANER_CHECK_S = 1.0
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 NO_EPOCH = -1
 CONSUMER_REPLICA_ID = -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 
 # Broker settings a replica needs for replication; the controller passes its values.
@@ -106,6 +108,7 @@ class PartitionReplica:
         self._epochs.truncate_from_end(self._log.log_end_offset)
         self._hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
         self._hw_checkpointed = self._hw
+        self._log.update_high_watermark(self._hw)
         self._role = OFFLINE
         self._leader_epoch = NO_EPOCH
         self._partition_epoch = 0
@@ -239,17 +242,26 @@ class PartitionReplica:
         # between: there is no await from here to the reopen.
         self._log.close()
         self._log = Log(self._dir, self._config)
+        self._log.update_high_watermark(self._hw)
 
     # -- the data path --------------------------------------------------------------------
 
     async def produce(
-        self, records: bytes, acks: int = 1, timeout_ms: int = 30000, leader_epoch: int = NO_EPOCH
+        self,
+        records: bytes,
+        acks: int = 1,
+        timeout_ms: int = 30000,
+        leader_epoch: int = NO_EPOCH,
+        origin: str = "client",
     ) -> ProduceResult:
         """Append whole record batches; returns where the first one landed.
 
         ``acks`` is 0, 1 or -1 (all). With -1 the call returns once every ISR member has
         the batches (the HW passed them), and refuses up front when the ISR is smaller
-        than min.insync.replicas (NotEnoughReplicasError).
+        than min.insync.replicas (NotEnoughReplicasError). ``origin`` is "client" (producer
+        data: epoch and sequence checks) or "coordinator" (markers and transactional offset
+        commits: epoch checks only). A retried batch the log already holds appends nothing
+        and is answered with its original offsets (for acks=-1 once the HW covers them).
         """
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
@@ -262,11 +274,12 @@ class PartitionReplica:
                 f"{self.topic}-{self.partition}: ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
             )
         try:
-            info = self._log.append(records, leader_epoch=self._leader_epoch)
+            info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
         except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
-        await self._advance_hw()
-        await self._notify()
+        if not info.duplicate:
+            await self._advance_hw()
+            await self._notify()
         result = ProduceResult(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
         if acks != -1:
             return result
@@ -288,6 +301,24 @@ class PartitionReplica:
             )
         return result
 
+    async def write_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int = NO_EPOCH,
+        timeout_ms: int = 30000,
+    ) -> int:
+        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers); returns its offset.
+
+        Written as the transaction coordinator's (epoch checks, no sequence), acks=all: it
+        returns once the ISR has it, so the last stable offset can pass the transaction.
+        """
+        marker = build_control_batch(commit, producer_id, producer_epoch, coordinator_epoch)
+        result = await self.produce(marker, -1, timeout_ms, leader_epoch, origin="coordinator")
+        return result.base_offset
+
     async def fetch(
         self,
         offset: int,
@@ -300,23 +331,25 @@ class PartitionReplica:
     ) -> FetchResult:
         """Whole batches from ``offset``, long-polling for data.
 
-        A consumer (``replica_id`` -1) reads up to the high watermark; a follower
-        (its broker id) reads up to the log end and its ``offset`` tells the leader its
-        LEO. Waits up to ``max_wait_ms`` until at least ``min_bytes`` are available past
-        ``offset``; answers at once when they are. Raises OffsetOutOfRangeError outside
-        [log start, log end].
+        A consumer (``replica_id`` -1) reads up to the high watermark, or with
+        ``isolation_level`` 1 (read_committed) up to the last stable offset, and then also
+        gets the aborted transactions in the returned range. A follower (its broker id)
+        reads up to the log end and its ``offset`` tells the leader its LEO. Waits up to
+        ``max_wait_ms`` until at least ``min_bytes`` are available past ``offset``; answers
+        at once when they are. Raises OffsetOutOfRangeError outside [log start, log end].
         """
         self._check_leader(leader_epoch)
         follower = replica_id >= 0
+        committed = isolation_level == READ_COMMITTED and not follower
         if follower:
             await self._on_follower_fetch(replica_id, offset)
-        result = self._read(offset, max_bytes, follower)
+        result = self._read(offset, max_bytes, follower, committed)
         if len(result.records) >= min_bytes or max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + max_wait_ms / 1000
         start_size = self._log.size_in_bytes
         epoch = self._leader_epoch
-        limit = self._log_end if follower else self._hw_value
+        limit = self._log_end if follower else self._lso if committed else self._hw_value
         await self._wait_until(
             lambda: (
                 self._closed
@@ -326,7 +359,7 @@ class PartitionReplica:
             deadline - time.monotonic(),
         )
         self._check_leader(leader_epoch)
-        return self._read(offset, max_bytes, follower)
+        return self._read(offset, max_bytes, follower, committed)
 
     async def offset_for_leader_epoch(self, epoch: int, leader_epoch: int = NO_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: ``(largest epoch <= epoch, where it ended in this log)``.
@@ -337,20 +370,24 @@ class PartitionReplica:
         self._check_leader(leader_epoch)
         return self._epochs.end_offset_for(epoch, self._log.log_end_offset)
 
-    async def list_offsets(self, timestamp: int, leader_epoch: int = NO_EPOCH) -> OffsetAndTimestamp:
-        """Earliest (-2), latest (-1: the high watermark), or the first offset with timestamp >= ``timestamp``.
+    async def list_offsets(
+        self, timestamp: int, leader_epoch: int = NO_EPOCH, isolation_level: int = READ_UNCOMMITTED
+    ) -> OffsetAndTimestamp:
+        """Earliest (-2), latest (-1: the high watermark, or the last stable offset for
+        ``isolation_level`` 1), or the first offset with timestamp >= ``timestamp``.
 
         A timestamp past every record answers offset -1, as Kafka does.
         """
         self._check_leader(leader_epoch)
+        limit = self._lso() if isolation_level == READ_COMMITTED else self._hw
         if timestamp == LATEST_TIMESTAMP:
-            return OffsetAndTimestamp(self._hw, -1, self._leader_epoch)
+            return OffsetAndTimestamp(limit, -1, self._leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
             return OffsetAndTimestamp(self._log.log_start_offset, -1, self._leader_epoch)
         if timestamp < 0:
             raise OffsetNotAvailableError(f"unsupported list_offsets timestamp {timestamp}")
         found = self._log.offset_for_timestamp(timestamp)
-        if found is None or found.offset >= self._hw:
+        if found is None or found.offset >= limit:
             return OffsetAndTimestamp(-1, -1, self._leader_epoch)
         return OffsetAndTimestamp(found.offset, found.timestamp, self._leader_epoch)
 
@@ -405,7 +442,7 @@ class PartitionReplica:
                 state = self._followers.get(b)
                 hw = min(hw, state.leo if state is not None else -1)
         if hw > self._hw:  # never backwards
-            self._hw = hw
+            self._set_hw(hw)
             await self._notify()
 
     def _maybe_shrink_isr(self) -> None:
@@ -489,7 +526,7 @@ class PartitionReplica:
                 leo = self._log.log_end_offset
                 hw = min(result.high_watermark, leo)
                 if hw > self._hw:
-                    self._hw = hw
+                    self._set_hw(hw)
                 if result.log_start_offset > self._log.log_start_offset:
                     self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
             except asyncio.CancelledError:
@@ -554,7 +591,7 @@ class PartitionReplica:
             self._log.truncate_to(offset)
         leo = self._log.log_end_offset
         self._epochs.truncate_from_end(leo)
-        self._hw = min(self._hw, leo)
+        self._set_hw(min(self._hw, leo))
 
     async def _reset_below_log_start(self, leader: Any, epoch: int) -> None:
         start = (await leader.list_offsets.remote(EARLIEST_TIMESTAMP, epoch)).offset
@@ -562,7 +599,7 @@ class PartitionReplica:
             # Everything we hold is older than the leader's log start: start over there.
             self._log.truncate_fully_and_start_at(start)
             self._epochs.clear()
-            self._hw = start
+            self._set_hw(start)
 
     def _assign_epochs(self, headers: list[BatchHeader]) -> None:
         latest = self._epochs.latest_epoch
@@ -603,6 +640,8 @@ class PartitionReplica:
                 self._log.maybe_flush()
                 if time.monotonic() - last_retention >= self._retention_check_ms / 1000:
                     last_retention = time.monotonic()
+                    # producer.id.expiration.ms: forget idle producers (their snapshots shrink).
+                    self._log.remove_expired_producers()
                     deleted = self._log.delete_old_segments(high_watermark=self._hw)
                     self._log.delete_pending_files()
                     if deleted:
@@ -622,7 +661,7 @@ class PartitionReplica:
             return
         if self._cleaning is not None and not self._cleaning.done():
             return
-        if self._log.cleanable(self._hw):
+        if self._log.cleanable(self._lso()):
             self._cleaning = asyncio.get_running_loop().create_task(self.clean_now())
 
     async def _finish_cleaning(self) -> None:
@@ -634,8 +673,9 @@ class PartitionReplica:
                 logger.exception("%s-%d: cleaner pass failed", self.topic, self.partition)
 
     async def clean_now(self, force: bool = False) -> dict[str, Any] | None:
-        """Run one cleaner pass up to the high watermark; returns its stats (None: nothing to do)."""
-        stats = await asyncio.to_thread(self._log.clean, self._hw, force=force)
+        """Run one cleaner pass up to the last stable offset (never into an open transaction);
+        returns its stats (None: nothing to do)."""
+        stats = await asyncio.to_thread(self._log.clean, self._lso(), force=force)
         if stats is None:
             return None
         logger.info("%s-%d: cleaned %s", self.topic, self.partition, stats)
@@ -663,6 +703,8 @@ class PartitionReplica:
             "log_start_offset": self._log.log_start_offset,
             "log_end_offset": self._log.log_end_offset,
             "high_watermark": self._hw,
+            "last_stable_offset": self._lso(),
+            "first_unstable_offset": self._log.first_unstable_offset,
             "size_bytes": self._log.size_in_bytes,
             "segments": len(self._log.segments),
             "pid": os.getpid(),
@@ -709,14 +751,42 @@ class PartitionReplica:
     def _hw_value(self) -> int:
         return self._hw
 
+    def _set_hw(self, hw: int) -> None:
+        # The log needs every HW move: a completed transaction stays unstable until its
+        # marker is below the HW.
+        self._hw = hw
+        self._log.update_high_watermark(hw)
+
+    def _lso(self) -> int:
+        """The last stable offset: read_committed consumers never read past it."""
+        return self._log.last_stable_offset(self._hw)
+
     def _log_end(self) -> int:
         return self._log.log_end_offset
 
-    def _read(self, offset: int, max_bytes: int, follower: bool = False) -> FetchResult:
+    def _read(self, offset: int, max_bytes: int, follower: bool = False, committed: bool = False) -> FetchResult:
         hw = self._hw
-        data = self._log.read(offset, max_bytes, max_offset=None if follower else hw)
+        if follower:
+            lso = hw  # followers replicate everything; they ignore the LSO
+            data = self._log.read(offset, max_bytes)
+        else:
+            lso = self._log.last_stable_offset(hw)
+            data = self._log.read(offset, max_bytes, max_offset=lso if committed else hw)
+        aborted: tuple[tuple[int, int], ...] = ()
+        if committed and data.records:
+            # Kafka's bound: the aborted transactions that overlap the returned batches.
+            aborted = tuple(
+                (txn.producer_id, txn.first_offset)
+                for txn in self._log.collect_aborted_transactions(data.first_offset, data.next_offset)
+            )
         return FetchResult(
-            data.records, hw, hw, self._log.log_start_offset, self._log.log_end_offset, self._leader_epoch
+            data.records,
+            hw,
+            lso,
+            self._log.log_start_offset,
+            self._log.log_end_offset,
+            self._leader_epoch,
+            aborted,
         )
 
     def _has_bytes(self, limit: int, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
