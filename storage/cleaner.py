@@ -50,13 +50,17 @@ marks it as a delete horizon (record timestamp deltas count from it, so record
 timestamps are unchanged). A later pass removes the tombstone once the horizon has
 passed; with ``delete.retention.ms=0`` that is the next pass over the segment.
 
-Transactions are not built yet. Control batches (commit/abort markers) are always kept
-byte for byte, and transactional data batches are left out of the offset map, so they
-never make an older record of their key go (they are themselves removed when a newer
-non-transactional record of the key exists). Once transactions exist Kafka's cleaner
-also removes the records of aborted transactions (from the ``.txnindex``), keeps them out
-of the map, and removes a marker after ``delete.retention.ms`` once no data of its
-transaction remains; the cleaner never passes the last stable offset (the upper bound).
+Transactions, as Kafka's cleaner (``CleanedTransactionMetadata``). The cleanable range
+stops at the segment holding the log's first unstable offset, so every transaction in it
+is decided. The aborted ones are known from the ``.txnindex`` files
+(:meth:`Log.collect_aborted_transactions`): their records are left out of the offset map
+and removed (the batch is dropped, or kept empty when it is its producer's last). Committed
+transactional records compact like any other and enter the map. A marker stays while any
+batch of its transaction is still in the log; once none is, the first pass sets the
+marker batch's delete horizon (``now + delete.retention.ms``, KIP-534) and a pass after the
+horizon removes it (keeping it empty when it holds its producer's latest epoch and the
+producer has no data left). An ABORT marker kept because its transaction still has data
+keeps its entry in the cleaned segment's ``.txnindex``.
 
 The cleaner does per-record Python work (a digest and a dict lookup per record); it runs
 in the background, off the produce and fetch paths.
@@ -65,6 +69,7 @@ in the background, off the produce and fetch paths.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import os
 import struct
@@ -83,12 +88,15 @@ from storage.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     crc32c,
 )
 from storage.checkpoint import fsync_dir, read_offset, write_offset
+from storage.errors import CorruptRecordError
 from storage.record_batch import RecordBatch, RecordBatchBuilder
 from storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
+from storage.txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
     from storage.log import Log
@@ -289,9 +297,12 @@ def log_to_clean(log: Log, upper_bound_offset: int | None = None, now_ms: int | 
     ends = _segment_ends(segments, end)
     active = segments[-1]
     candidates = [active.base_offset]
-    if upper_bound_offset is not None:
-        # Whole segments only: the first segment that does not end at or below the bound.
-        candidates.extend(s.base_offset for s, e in zip(segments, ends, strict=True) if e > upper_bound_offset)
+    # Never at or past the first unstable offset: transactions there are not decided yet.
+    unstable = log.first_unstable_offset
+    for bound in (upper_bound_offset, unstable):
+        if bound is not None:
+            # Whole segments only: the first segment that does not end at or below the bound.
+            candidates.extend(s.base_offset for s, e in zip(segments, ends, strict=True) if e > bound)
     min_lag = log.config.min_compaction_lag_ms
     max_lag = log.config.max_compaction_lag_ms
     dirty_inactive = [s for s, e in zip(segments[:-1], ends[:-1], strict=True) if e > first_dirty]
@@ -442,6 +453,101 @@ def _empty_batch(h: BatchHeader) -> bytes:
     return bytes(head)
 
 
+def _with_delete_horizon(batch: RecordBatch, horizon: int) -> bytes:
+    """The control batch rebuilt with a KIP-534 delete horizon (its records and offsets unchanged)."""
+    h = batch.header
+    builder = RecordBatchBuilder(
+        h.compression,
+        timestamp_type=h.timestamp_type,
+        base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=True,
+        delete_horizon_ms=horizon,
+    )
+    for record in batch:
+        builder.append(
+            record.value, record.key, record.timestamp, record.headers, offset_delta=record.offset - h.base_offset
+        )
+    builder.override_last_offset(h.last_offset)
+    return builder.build()
+
+
+class _TxnState:
+    """Which batches belong to aborted transactions and which markers may go (Kafka's CleanedTransactionMetadata).
+
+    Fed the aborted transactions overlapping the segments being read, then every batch in
+    offset order. ``cleaned_index`` receives the entries of ABORT markers that must stay.
+    """
+
+    def __init__(self, cleaned_index: TransactionIndex | None = None) -> None:
+        self._pending: list[tuple[int, int, AbortedTxn]] = []  # heap by first offset
+        self._seen: set[AbortedTxn] = set()
+        self._aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, last offset of a batch seen or -1]
+        self._committed: set[int] = set()  # producers with a batch of an ongoing committed transaction seen
+        self.cleaned_index = cleaned_index
+
+    def add_aborted(self, txns: Iterable[AbortedTxn]) -> None:
+        for txn in txns:
+            if txn not in self._seen:
+                self._seen.add(txn)
+                heapq.heappush(self._pending, (txn.first_offset, txn.last_offset, txn))
+
+    def _consume_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= offset:
+            txn = heapq.heappop(pending)[2]
+            self._aborted.setdefault(txn.producer_id, [txn, -1])
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """A data batch was read; True when it belongs to an aborted transaction (its records go)."""
+        if self._pending:
+            self._consume_up_to(h.last_offset)
+        if not h.attributes & TRANSACTIONAL_MASK:
+            return False
+        aborted = self._aborted.get(h.producer_id)
+        if aborted is not None:
+            aborted[1] = h.last_offset
+            return True
+        self._committed.add(h.producer_id)
+        return False
+
+    def on_control_batch(self, h: BatchHeader, control_type: int | None) -> bool:
+        """A marker was read (``control_type`` None for an emptied one); True when it may be discarded."""
+        if self._pending:
+            self._consume_up_to(h.last_offset)
+        pid = h.producer_id
+        if control_type is None:
+            return True
+        if control_type == 0:
+            aborted = self._aborted.pop(pid, None)
+            if aborted is not None and aborted[1] >= 0:
+                # Data of the transaction is still in the log: keep the marker and its index entry.
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(aborted[0])
+                return False
+            return True
+        if control_type == 1:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+def _control_type(batch: RecordBatch) -> int | None:
+    """The marker type of a control batch (0 abort, 1 commit), None when it holds no record."""
+    if batch.header.records_count == 0:
+        return None
+    try:
+        return batch.control_record().type
+    except CorruptRecordError:
+        return -1  # unreadable: never discarded
+
+
 class _Pass:
     """The state of one clean pass over one log."""
 
@@ -463,7 +569,7 @@ class _Pass:
         started = time.perf_counter()
         segments = self.log.segments
         map_end = self._build_offset_map(segments)
-        last_of_producer = self._last_batch_of_each_producer(segments)
+        last_of_producer = self._active_producers()
         ends = _segment_ends(segments, self.log.log_end_offset)
         to_clean = [s for s, e in zip(segments[:-1], ends[:-1], strict=True) if s.base_offset < map_end and s.size > 0]
         completed = True
@@ -506,6 +612,8 @@ class _Pass:
         ends = _segment_ends(segments, self.log.log_end_offset)
         put, room = self.map.put, self.map.max_entries
         map_end = first
+        txns = _TxnState()
+        txns.add_aborted(self.log.collect_aborted_transactions(first, bound))
         for segment, seg_end in zip(segments, ends, strict=True):
             if seg_end <= first or segment.base_offset >= bound:
                 continue
@@ -523,9 +631,10 @@ class _Pass:
                     return map_end
                 self.map_bytes += h.size
                 self.map_messages += h.records_count
-                # Control batches hold no data; transactional data stays out until aborted
-                # transactions can be told apart (see the module docstring).
-                if not (h.is_control or h.is_transactional):
+                # Control batches hold no data; aborted transactions' records never count as latest.
+                if h.is_control:
+                    txns.on_control_batch(h, _control_type(batch))
+                elif not txns.on_batch(h):
                     offsets, _, keys, _, _ = batch._decode()  # lists: no Record objects on this path
                     for key, offset in zip(keys, offsets, strict=True):
                         if key is not None:
@@ -534,15 +643,15 @@ class _Pass:
             map_end = seg_end  # the whole segment is mapped, a hole at its end included
         return map_end
 
-    @staticmethod
-    def _last_batch_of_each_producer(segments: Sequence[LogSegment]) -> dict[int, int]:
-        """producer id -> last offset of its last data batch in the log (headers only)."""
-        last: dict[int, int] = {}
-        for segment in segments:
-            for h in segment.headers_from(0):
-                if h.producer_id >= 0 and not h.is_control:
-                    last[h.producer_id] = h.last_offset
-        return last
+    def _active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset or -1, epoch) of every producer the log's state keeps.
+
+        As Kafka's lastRecordsOfActiveProducers: the batch holding a producer's last data
+        offset is kept (empty if need be) so its sequence and epoch survive; a producer with
+        no data in its current epoch keeps its marker of that epoch.
+        """
+        with self.log._write_lock:
+            return {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self.log.producer_state.producers.items()}
 
     # -- grouping --------------------------------------------------------------------------
 
@@ -577,7 +686,7 @@ class _Pass:
 
     # -- rewriting -------------------------------------------------------------------------
 
-    def _clean_group(self, group: list[LogSegment], last_of_producer: dict[int, int]) -> bool:
+    def _clean_group(self, group: list[LogSegment], last_of_producer: dict[int, tuple[int, int]]) -> bool:
         """Write the group's cleaned segment and swap it in; False if the log changed meanwhile."""
         directory = self.log.dir
         base = group[0].base_offset
@@ -605,18 +714,26 @@ class _Pass:
         self.counts["bytes_written"] += cleaned.size
         return True
 
-    def _write_cleaned(self, group: list[LogSegment], cleaned: LogSegment, last_of_producer: dict[int, int]) -> None:
+    def _write_cleaned(
+        self, group: list[LogSegment], cleaned: LogSegment, last_of_producer: dict[int, tuple[int, int]]
+    ) -> None:
         parts: list[bytes] = []
         headers: list[BatchHeader] = []
         pending = 0
         last_segment = group[-1]
+        txns = _TxnState(cleaned.txn_index)
+        segments, end = self.log.segments, self.log.log_end_offset
         for segment in group:
+            # All aborted transactions overlapping the segment: the cleaned index is rebuilt whole.
+            n = next((i for i, s in enumerate(segments) if s is segment), None)
+            upper = segments[n + 1].base_offset if n is not None and n + 1 < len(segments) else end
+            txns.add_aborted(self.log.collect_aborted_transactions(segment.base_offset, upper))
             batches = _iter_batches(segment)
             batch = next(batches, None)
             while batch is not None:
                 following = next(batches, None)
                 is_last = following is None and segment is last_segment
-                out = self._filter(batch, last_of_producer, is_last)
+                out = self._filter(batch, last_of_producer, is_last, txns)
                 if out:
                     headers.append(BatchHeader(pending, *HEADER.unpack_from(out)))
                     parts.append(out)
@@ -628,16 +745,31 @@ class _Pass:
         if parts:
             cleaned.append(parts, pending, headers)
 
-    def _filter(self, batch: RecordBatch, last_of_producer: dict[int, int], is_last: bool) -> bytes:
+    def _filter(
+        self, batch: RecordBatch, last_of_producer: dict[int, tuple[int, int]], is_last: bool, txns: _TxnState
+    ) -> bytes:
         """The batch as it should be after cleaning: itself, rebuilt, empty, or b"" (dropped)."""
         h = batch.header
         self.counts["messages_read"] += h.records_count
         raw = batch._buf[h.position : h.position + h.size]
+        last = last_of_producer.get(h.producer_id) if h.producer_id >= 0 else None
         if h.is_control:
+            discardable = txns.on_control_batch(h, _control_type(batch))
+            # Kept (empty) when the producer has no data left and this is a marker of its epoch: fencing.
+            keep_empty = is_last or (last is not None and last[0] < 0 and last[1] == h.producer_epoch)
+            if h.records_count == 0:  # emptied by an earlier pass
+                return bytes(raw) if keep_empty else b""
+            horizon = h.delete_horizon_ms
+            if discardable and horizon is not None and horizon <= self.now:
+                return _empty_batch(h) if keep_empty else b""
             self.counts["messages_written"] += h.records_count
+            if discardable and horizon is None:
+                return _with_delete_horizon(batch, self.now + self.config.delete_retention_ms)
             return bytes(raw)
+        needed = is_last or (last is not None and last[0] == h.last_offset)
+        if txns.on_batch(h):  # an aborted transaction's batch: every record goes
+            return (_empty_batch(h) if h.records_count else bytes(raw)) if needed else b""
         if h.records_count == 0:  # an empty batch kept by an earlier pass: still needed?
-            needed = is_last or (h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset)
             return bytes(raw) if needed else b""
         get = self.map.get
         horizon = h.delete_horizon_ms
@@ -676,7 +808,7 @@ class _Pass:
                 builder.append(values[n], keys[n], timestamps[n], headers[n], offset_delta=offsets[n] - base)
             builder.override_last_offset(h.last_offset)
             return builder.build()
-        if is_last or (h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset):
+        if needed:
             return _empty_batch(h)
         return b""
 

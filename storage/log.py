@@ -819,7 +819,7 @@ class Log:
         for segment in rebuild:
             segment.txn_index.reset()
         rebuilding = {id(s) for s in rebuild}
-        replayed = 0
+        replayed = loaded = 0
         for segment in self.segments:
             if segment.next_offset <= start or segment.base_offset >= end or segment.size == 0:
                 continue
@@ -836,6 +836,7 @@ class Log:
                 replayed += 1
                 if h.producer_id < 0 or h.last_offset < start:
                     continue
+                loaded += 1
                 marker = None
                 if h.attributes & CONTROL_MASK:
                     try:
@@ -848,7 +849,7 @@ class Log:
                     txn, lso = done
                     segment.update_txn_index(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
         state.on_high_watermark_updated(min(self._high_watermark, end))
-        if replayed:
+        if loaded or replayed > _REPLAY_WITHOUT_SNAPSHOT:
             self._take_producer_snapshot(end)
 
     # -- compaction -----------------------------------------------------------------------
@@ -965,6 +966,8 @@ class Log:
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+# A replay that met no producer batch writes no snapshot (an fsync) unless it walked this many headers.
+_REPLAY_WITHOUT_SNAPSHOT = 10_000
 
 
 class _Slot(NamedTuple):
