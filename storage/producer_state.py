@@ -288,10 +288,13 @@ class ProducerAppendInfo:
         updated.add_batch_metadata(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         updated.last_timestamp = timestamp
         if updated.current_txn_first_offset >= 0 and not is_transactional:
-            raise InvalidTxnStateError(
+            message = (
                 f"producer {self.producer_id} has a transaction open since offset "
                 f"{updated.current_txn_first_offset}: expected a transactional write at offset {first_offset}"
             )
+            if self.origin != REPLICATION:
+                raise InvalidTxnStateError(message)
+            log.warning("%s", message)  # the leader wrote it: take it, the transaction stays open
         if updated.current_txn_first_offset < 0 and is_transactional:
             updated.current_txn_first_offset = first_offset
             self.started_txns.append(TxnMetadata(self.producer_id, first_offset))
