@@ -69,9 +69,13 @@ partitions_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 brokers_app = typer.Typer(help="Stop and start brokers.", no_args_is_help=True, rich_markup_mode="markdown")
+transactions_app = typer.Typer(
+    help="List and describe transactional producers.", no_args_is_help=True, rich_markup_mode="markdown"
+)
 app.add_typer(groups_app, name="groups")
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(brokers_app, name="brokers")
+app.add_typer(transactions_app, name="transactions")
 app.add_typer(perf_app, name="perf")
 
 # Rich consoles resolve sys.stdout/sys.stderr on every write, so CliRunner's capture works.
@@ -933,6 +937,50 @@ def perf_consume(
             f"{len(polls)} polls, {lat.mean():.2f} ms avg poll latency, {lat.max():.2f} ms max poll latency, "
             f"{p50:.2f} ms 50th, {p95:.2f} ms 95th, {p99:.2f} ms 99th."
         )
+
+
+# -- transactions (kafka-transactions) -----------------------------------------------------
+
+
+@transactions_app.command("list")
+@_handle_errors
+def transactions_list(
+    state: Annotated[list[str] | None, typer.Option("--state", help="Only ids in this state (repeatable).")] = None,
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+) -> None:
+    """Transactional ids with their producer id and state (kafka-transactions list)."""
+    table = Table()
+    for column in ("TransactionalId", "ProducerId", "TransactionState"):
+        table.add_column(column, justify="right" if column == "ProducerId" else "left")
+    listings = _connect(name, address).admin().list_transactions(states=state or None)
+    for t in sorted(listings, key=lambda t: t.transactional_id):
+        table.add_row(t.transactional_id, str(t.producer_id), t.state)
+    out.print(table)
+
+
+@transactions_app.command("describe")
+@_handle_errors
+def transactions_describe(
+    transactional_id: Annotated[str, typer.Argument(help="Transactional id.")],
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+) -> None:
+    """Producer id and epoch, state, timeout, start time and partitions of one transactional id
+    (kafka-transactions describe)."""
+    d = _connect(name, address).admin().describe_transactions([transactional_id])[transactional_id]
+    started = _kafka_time(datetime.fromtimestamp(d.start_ms / 1000)) if d.start_ms >= 0 else "-"
+    # One field per line: topic-partition lists are long and must not wrap mid-name.
+    for label, value in (
+        ("TransactionalId", d.transactional_id),
+        ("ProducerId", d.producer_id),
+        ("ProducerEpoch", d.producer_epoch),
+        ("TransactionState", d.state),
+        ("TransactionTimeoutMs", d.timeout_ms),
+        ("TransactionStartTime", started),
+        ("Partitions", ", ".join(str(tp) for tp in sorted(d.partitions)) or "-"),
+    ):
+        typer.echo(f"{label}: {value}")
 
 
 # -- consumer groups (kafka-consumer-groups) -----------------------------------------------

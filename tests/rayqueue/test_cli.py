@@ -406,3 +406,23 @@ def test_brokers_stop_start_elect_leaders_and_reassign(cluster, admin, new_topic
     consumer = cluster.consumer(auto_offset_reset="earliest")
     consumer.assign([TopicPartition(single, 0)])
     assert [r.value for r in consume_all(consumer, 1)] == [b"before the move"]
+
+
+def test_transactions_list_and_describe(cluster, new_topic):
+    topic = new_topic(partitions=2)
+    txn_id = f"cli-txn-{os.getpid()}"
+    producer = cluster.producer(transactional_id=txn_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"a", partition=0).get(30)
+        producer.send(topic, b"b", partition=1).get(30)
+        ongoing = rq("transactions", "describe", txn_id).output
+        assert "Ongoing" in ongoing and f"{topic}-0" in ongoing and f"{topic}-1" in ongoing
+        assert txn_id in rq("transactions", "list", "--state", "Ongoing").output
+        producer.commit_transaction()
+        assert "CompleteCommit" in rq("transactions", "describe", txn_id).output
+        assert txn_id not in rq("transactions", "list", "--state", "Ongoing").output
+        assert txn_id in rq("transactions", "list").output
+    finally:
+        producer.close(10)
