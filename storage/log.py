@@ -456,13 +456,24 @@ class Log:
             self._flush_locked(base_offset)
         # The producer state as of the new segment: recovery and truncation replay from here.
         self._take_producer_snapshot(base_offset)
-        # As Kafka, snapshots of the last two segments are enough (deeper truncation replays from the log start).
-        self._producer_state.delete_snapshots_before(segments[-1].base_offset if segments else base_offset)
         return new
 
     def _take_producer_snapshot(self, offset: int) -> None:
+        """Snapshot the producer state at ``offset`` and prune the older snapshots.
+
+        Kept, as Kafka keeps them: the snapshots at the bases of the last two segments
+        (recovery scans from the recovery point's segment, rolled and flushed together)
+        and the newest one; deeper truncation replays from the log start.
+        """
+        state = self._producer_state
         try:
-            self._producer_state.take_snapshot(offset)
+            state.take_snapshot(offset)
+            segments = self.segments
+            bases = {s.base_offset for s in segments[-2:]}
+            offsets = state.snapshot_offsets()
+            for old in offsets[:-1]:
+                if old not in bases:
+                    state.snapshot_path(old).unlink(missing_ok=True)
         except OSError as exc:  # not fatal: the next recovery replays more of the log
             log.warning("%s: could not write the producer state snapshot at %d: %s", self.dir, offset, exc)
 

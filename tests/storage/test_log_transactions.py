@@ -407,3 +407,21 @@ def test_idle_producers_expire(open_log, clock):
     assert log.remove_expired_producers() == 1  # Q has an open transaction
     assert log.producer_state.last_entry(P) is None and log.producer_state.last_entry(Q) is not None
     log.append(data(P, 0, 77))  # unknown again: any sequence
+
+
+def test_snapshots_do_not_pile_up(open_log):
+    log = open_log()
+    for n in range(4):
+        log.append(data(P, 0, n))
+        log.close()
+        log = open_log()
+    assert len(log.producer_state.snapshot_offsets()) == 1  # restarts without a roll keep the newest only
+    for n in range(4, 8):
+        log.roll()
+        log.append(data(P, 0, n))
+    bases = [s.base_offset for s in log.segments[-2:]]
+    assert log.producer_state.snapshot_offsets() == bases
+    log.close()
+    again = open_log()
+    assert again.producer_state.snapshot_offsets() == [*bases, again.log_end_offset]
+    assert again.producer_state.last_entry(P).last_seq == 7
