@@ -7,6 +7,7 @@ follower's fetch loop (``pause_fetching``), which stands in for a network partit
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
 import time
@@ -291,8 +292,10 @@ def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
 def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, new_topic):
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
-    # One request in flight keeps acknowledged records in send order across retries.
-    producer = cluster.producer(acks="all", linger_ms=2, max_in_flight_requests_per_connection=1)
+    # The idempotent producer (Kafka's default) keeps send order across retries with five
+    # requests in flight, and the replicas' producer state makes a retry of a batch the
+    # old leader had already replicated a duplicate, answered with its original offset.
+    producer = cluster.producer(acks="all", linger_ms=2, enable_idempotence=True)
     consumer = cluster.consumer(fetch_max_wait_ms=100)
     consumer.assign([tp])
     consumer.seek(tp, 0)
@@ -345,6 +348,10 @@ def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, ne
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), "acknowledged order is preserved"
     for j, offset in acked:
         assert final.get(offset) == b"%d" % j, f"acknowledged record {j} at {offset} lost"
+    copies = collections.Counter(final.values())
+    duplicated = {v: n for v, n in copies.items() if n > 1}
+    assert not duplicated, f"records written more than once: {sorted(duplicated.items())[:5]}"
+    assert list(final.values()) == sorted(final.values(), key=int), "the log holds the records in send order"
     for offset, value in seen:
         assert final.get(offset) == value, f"consumer read {value!r} at {offset}, later lost"
     assert len(acked) > 300 and len(seen) > 0
