@@ -4,13 +4,15 @@ fencing, markers, timeouts, restarts, and transactional offset commits."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import time
 
 import pytest
 import ray
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
-from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC
+from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
 from actors.types import TopicPartition
 from rayqueue.errors import (
     InvalidProducerEpochError,
@@ -339,3 +341,53 @@ def test_describe_and_list_transactions(cluster, admin, new_topic, request):
     # The state lives in the compacted internal topic.
     assert TRANSACTION_STATE_TOPIC in admin.list_topics(include_internal=True)
     assert admin.describe_configs(TRANSACTION_STATE_TOPIC)["cleanup.policy"][0] in (("compact",), ["compact"])
+
+
+def test_epoch_bumps_retries_and_exhaustion(cluster, request):
+    coordinator = cluster.transaction_coordinator
+    tid = new_tid(request)
+    first = ray.get(coordinator.init_producer_id.remote(tid))
+    # KIP-360: the current producer asks for a bump with its id and epoch ...
+    bumped = ray.get(coordinator.init_producer_id.remote(tid, 60000, first.producer_id, first.epoch))
+    assert (bumped.producer_id, bumped.epoch) == (first.producer_id, first.epoch + 1)
+    # ... and a retry of that request (its answer was lost) gets the same answer, no second bump.
+    again = ray.get(coordinator.init_producer_id.remote(tid, 60000, first.producer_id, first.epoch))
+    assert again == bumped
+
+    # An epoch at the int16 limit: the next instance gets a new producer id at epoch 0.
+    # (Written straight into __transaction_state, then reloaded by a restarted coordinator.)
+    record = {
+        "producer_id": bumped.producer_id,
+        "producer_epoch": 32766,
+        "last_producer_id": bumped.producer_id,
+        "last_producer_epoch": 32765,
+        "timeout_ms": 60000,
+        "state": "Empty",
+        "partitions": [],
+        "start_ms": -1,
+        "last_update_ms": int(time.time() * 1000),
+    }
+    partitions = len(cluster.metadata([TRANSACTION_STATE_TOPIC]).topics[TRANSACTION_STATE_TOPIC].partitions)
+    leader, epoch = leader_of(cluster, TRANSACTION_STATE_TOPIC, offsets_partition_for(tid, partitions))
+    builder = RecordBatchBuilder()
+    builder.append(json.dumps(record).encode(), key=transaction_key(tid))
+    ray.get(leader.produce.remote(builder.build(), -1, 30000, epoch))
+    restart(coordinator)
+    assert state_of(coordinator, tid).producer_epoch == 32766
+    rotated = ray.get(coordinator.init_producer_id.remote(tid))
+    assert rotated.producer_id != bumped.producer_id and rotated.epoch == 0
+    with pytest.raises(ProducerFencedError):
+        ray.get(coordinator.init_producer_id.remote(tid, 60000, bumped.producer_id, 32766 - 5))
+
+
+def test_idle_transactional_ids_expire(cluster, request):
+    coordinator = cluster.transaction_coordinator
+    tid = new_tid(request)
+    first = ray.get(coordinator.init_producer_id.remote(tid))
+    future = int(time.time() * 1000) + 8 * 24 * 3600 * 1000  # past transactional.id.expiration.ms (7 days)
+    assert ray.get(coordinator.expire_transactional_ids.remote(future)) >= 1
+    assert state_of(coordinator, tid).state == "Dead"
+    restart(coordinator)  # the tombstone is durable
+    assert state_of(coordinator, tid).state == "Dead"
+    fresh = ray.get(coordinator.init_producer_id.remote(tid))
+    assert fresh.producer_id != first.producer_id and fresh.epoch == 0
