@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Longest pause between retries that may wait out a transaction (Kafka's retry.backoff.max.ms).
+_MAX_BACKOFF_S = 1.0
+
 UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
 
 
@@ -112,6 +115,9 @@ class ConsumerCoordinator:
         self._heartbeat_s = config["heartbeat.interval.ms"] / 1000
         self._timeout_s = config["default.api.timeout.ms"] / 1000
         self._backoff_s = config["retry.backoff.ms"] / 1000
+        # KIP-447: a read_committed consumer starts only from stable offsets, not from one a
+        # transaction has committed but not completed yet.
+        self._require_stable = config["isolation.level"] == "read_committed"
         self._auto_commit = config["enable.auto.commit"]
         self._auto_commit_s = config["auto.commit.interval.ms"] / 1000
         self._protocols, self._custom = normalize_strategies(config["partition.assignment.strategy"])
@@ -299,12 +305,7 @@ class ConsumerCoordinator:
             self.listener.on_partitions_lost(lost)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
-        states = self._consumer._states
-        return {
-            tp: OffsetAndMetadata(states[tp].position)
-            for tp in partitions
-            if tp in states and states[tp].position is not None
-        }
+        return {tp: OffsetAndMetadata(p) for tp, p in self._consumer._positions(partitions).items()}
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -386,17 +387,32 @@ class ConsumerCoordinator:
         self._async_commits = keep
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offset of each partition (None where there is none)."""
+        """The group's committed offset of each partition (None where there is none).
+
+        A read_committed consumer asks for stable offsets (KIP-447): while a transaction's
+        offset commit for one of the partitions is pending, the coordinator answers the
+        retriable UnstableOffsetCommitError, and this retries with growing pauses until the
+        transaction completes or default.api.timeout.ms passes.
+        """
         wanted = list(partitions)
-        found = self._call(lambda: self._handle.fetch_offsets.remote(self.group_id, wanted))
+        stable = {"require_stable": True} if self._require_stable else {}
+        found = self._call(
+            lambda: self._handle.fetch_offsets.remote(self.group_id, wanted, **stable), growing_backoff=True
+        )
         return {tp: found.get(tp) for tp in wanted}
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """Group id, generation, member id and instance id (for transactional producers)."""
         return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
 
-    def _call(self, make_ref: Callable[[], Any]) -> Any:
+    def _call(self, make_ref: Callable[[], Any], growing_backoff: bool = False) -> Any:
+        """Call the coordinator, retrying retriable errors within default.api.timeout.ms.
+
+        ``growing_backoff`` doubles the pause after each retry up to _MAX_BACKOFF_S (Kafka's
+        retry.backoff.max.ms default), for waits that may last a whole transaction.
+        """
         deadline = time.monotonic() + self._timeout_s
+        pause = self._backoff_s
         while True:
             try:
                 return ray.get(make_ref(), timeout=max(0.1, deadline - time.monotonic()))
@@ -404,9 +420,12 @@ class ConsumerCoordinator:
                 raise KafkaTimeoutError(f"group coordinator did not answer within {self._timeout_s}s") from None
             except Exception as exc:  # noqa: BLE001
                 error = _kafka_error(exc)
-                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
+                remaining = deadline - time.monotonic()
+                if not (isinstance(error, KafkaError) and error.retriable) or remaining <= 0:
                     raise error from None
-                time.sleep(self._backoff_s)
+                time.sleep(min(pause, remaining))
+                if growing_backoff:
+                    pause = min(pause * 2, max(self._backoff_s, _MAX_BACKOFF_S))
 
     # -- leaving --------------------------------------------------------------------------
 
