@@ -76,6 +76,7 @@ from storage.producer_state import (
     ORIGINS,
     REPLICATION,
     Analysis,
+    CompletedTxn,
     Duplicate,
     ProducerStateManager,
     read_marker,
@@ -367,7 +368,9 @@ class Log:
                 raise KafkaStorageError(f"{self.dir} went offline: {exc}") from exc
             self._log_end_offset = next_offset
             if analysis is not None:
-                self._apply_producer_state(analysis, segment)
+                completed = self._producer_state.apply(analysis)
+                if completed:
+                    self._index_aborted(completed, segment)
             if next_offset - self._recovery_point >= self._flush_messages or self._flush_ms_set:
                 self._maybe_flush()
             return LogAppendInfo(
@@ -395,8 +398,7 @@ class Log:
             duplicate=True,
         )
 
-    def _apply_producer_state(self, analysis: Analysis, segment: LogSegment) -> None:
-        completed = self._producer_state.apply(analysis)
+    def _index_aborted(self, completed: Sequence[tuple[CompletedTxn, int]], segment: LogSegment) -> None:
         for txn, lso in completed:
             if txn.is_aborted:
                 try:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -504,7 +504,7 @@ class ProducerStateManager:
                 completed.append(done)
         return AppendAnalysis(list(infos.values()), completed)
 
-    def apply(self, analysis: Analysis) -> list[tuple[CompletedTxn, int]]:
+    def apply(self, analysis: Analysis) -> Sequence[tuple[CompletedTxn, int]]:
         """Take over the changes of a written append; returns the completed transactions with their LSO.
 
         The caller records the aborted ones in the transaction index of the segment that
@@ -512,9 +512,12 @@ class ProducerStateManager:
         """
         if type(analysis) is _FastUpdate:
             entry, batch = analysis
-            entry.add_batch_metadata(batch)
+            batches = entry.batches
+            batches.append(batch)
+            if len(batches) > NUM_BATCHES_TO_RETAIN:
+                del batches[0]
             entry.last_timestamp = batch.timestamp
-            return []
+            return ()
         assert type(analysis) is AppendAnalysis
         for info in analysis.infos:
             self.update(info)
