@@ -175,7 +175,6 @@ class Log:
         self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
         self._producer_state = ProducerStateManager(self.dir, self.config.producer_id_expiration_ms)
         self._high_watermark = 0  # as last told by update_high_watermark
-        self._producer_check_attrs = TRANSACTIONAL_MASK | CONTROL_MASK
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -327,7 +326,7 @@ class Log:
             raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
         if not assign_offsets:
             origin = REPLICATION
-        elif origin not in ORIGINS:
+        elif origin is not CLIENT and origin not in ORIGINS:
             raise InvalidRequestError(f"unknown append origin {origin!r}; use one of {', '.join(ORIGINS)}")
         with self._write_lock:
             self._check_writable()
@@ -353,7 +352,7 @@ class Log:
             first = headers[0]
             max_timestamp = first.max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
             analysis: Analysis | None = None
-            if first.producer_id >= 0 or len(headers) > 1 or first.attributes & self._producer_check_attrs:
+            if first.producer_id >= 0 or len(headers) > 1 or first.attributes & _TXN_OR_CONTROL:
                 # Checked before anything is written: a refused batch leaves the log untouched.
                 analysis = self._producer_state.analyze(headers, source, origin)
                 if type(analysis) is Duplicate:
@@ -979,6 +978,7 @@ class Log:
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_TXN_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
 # A replay that met no producer batch writes no snapshot (an fsync) unless it walked this many headers.
 _REPLAY_WITHOUT_SNAPSHOT = 10_000
 
