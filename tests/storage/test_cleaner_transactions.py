@@ -5,6 +5,8 @@ unstable offset is cleaned."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storage import Log, RecordBatchBuilder, build_control_batch, iter_batches
 from storage.cleaner import LogCleaner, log_to_clean
@@ -213,3 +215,75 @@ def test_a_crash_mid_swap_keeps_the_aborted_index(tmp_path, step):
         assert not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
         values = [r[2] for r in records(reopened)]
         assert b"committed-4" in values and (b"aborted-1" in values) == (step in ("swap:start", "swap:indexes_renamed"))
+
+
+# -- property: cleaning never changes what read_committed sees (latest value per key) -----------------
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["plain", "data", "txn", "commit", "abort", "roll"]),
+        st.sampled_from([P, Q]),
+        st.sampled_from([b"a", b"b", b"c", b"d"]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def committed_view(log: Log) -> list[tuple[int, bytes, bytes]]:
+    """Records a read_committed consumer keeps: aborted transactions' records dropped via the index."""
+    aborted = log.collect_aborted_transactions(0, log.log_end_offset)
+    out = []
+    for segment in log.segments:
+        for b in iter_batches(segment.read_bytes(0, segment.size)):
+            if b.is_control:
+                continue
+            for r in b:
+                if b.is_transactional and any(
+                    t.producer_id == b.producer_id and t.first_offset <= r.offset <= t.last_offset for t in aborted
+                ):
+                    continue
+                out.append((r.offset, r.key, r.value))
+    return out
+
+
+def latest_values(view: list[tuple[int, bytes, bytes]]) -> dict[bytes, bytes]:
+    return {k: v for _, k, v in view if k != FILLER}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, passes=st.integers(1, 3))
+def test_cleaning_preserves_the_committed_latest_values(tmp_path_factory, ops, passes):
+    clock = Clock()
+    log = open_log(tmp_path_factory.mktemp("prop") / "t-0", clock, **{"segment.bytes": 500, "delete.retention.ms": 0})
+    try:
+        seq = {P: 0, Q: 0}
+        in_txn = {P: False, Q: False}
+        for n, (kind, pid, key) in enumerate(ops):
+            value = b"%s%d" % (kind.encode(), n)
+            if kind == "roll":
+                log.roll()
+            elif kind == "plain":
+                log.append(batch([(key, value)]))
+            elif kind in ("data", "txn"):
+                if kind == "data" and in_txn[pid]:
+                    continue
+                log.append(batch([(key, value)], pid=pid, seq=seq[pid], txn=kind == "txn"))
+                seq[pid] += 1
+                in_txn[pid] = in_txn[pid] or kind == "txn"
+            elif in_txn[pid]:
+                end_txn(log, pid, commit=kind == "commit")
+                in_txn[pid] = False
+        for pid in (P, Q):
+            if in_txn[pid]:
+                end_txn(log, pid, commit=False)
+        log.update_high_watermark(log.log_end_offset)
+        expected = latest_values(committed_view(log))
+        for _ in range(passes):
+            clean(log, clock)
+            clock.now += 1
+            assert latest_values(committed_view(log)) == expected
+        # Everything but the fresh active segment was cleaned: no aborted record is left anywhere.
+        assert latest_values(records(log)) == expected
+    finally:
+        log.close()

@@ -4,6 +4,8 @@ transactions, snapshots, recovery, truncation and expiry."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storage import Log, RecordBatchBuilder, build_control_batch
 from storage.errors import (
@@ -425,3 +427,58 @@ def test_snapshots_do_not_pile_up(open_log):
     again = open_log()
     assert again.producer_state.snapshot_offsets() == [*bases, again.log_end_offset]
     assert again.producer_state.last_entry(P).last_seq == 7
+
+
+# -- property: every way of reopening gives the state of a full replay --------------------------------
+
+_op = st.tuples(st.sampled_from(["data", "txn", "commit", "abort", "roll", "dup"]), st.sampled_from([P, Q]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, min_size=1, max_size=30), torn=st.booleans())
+def test_reopening_always_rebuilds_the_state_of_a_full_replay(tmp_path_factory, ops, torn):
+    directory = tmp_path_factory.mktemp("prop") / "t-0"
+    clock = Clock()
+    log = Log(directory, {"segment.bytes": 600}, time_ms=clock)
+    seq = {P: 0, Q: 0}
+    open_txn = {P: False, Q: False}
+    last: dict[int, bytes] = {}
+    for kind, pid in ops:
+        if kind == "roll":
+            log.roll()
+        elif kind == "dup" and pid in last:
+            assert log.append(last[pid]).duplicate
+        elif kind in ("data", "txn") and not (kind == "data" and open_txn[pid]):
+            batch = data(pid, 0, seq[pid], 2, txn=kind == "txn")
+            log.append(batch)
+            last[pid] = batch
+            seq[pid] += 2
+            open_txn[pid] = open_txn[pid] or kind == "txn"
+        elif kind in ("commit", "abort"):
+            log.append(marker(pid, 0, commit=kind == "commit"), origin="coordinator")
+            open_txn[pid] = False
+    log.update_high_watermark(log.log_end_offset)
+    expected = (state(log), log.first_unstable_offset, log.collect_aborted_transactions(0, 10**6))
+
+    def picture(reopened: Log) -> tuple:
+        reopened.update_high_watermark(reopened.log_end_offset)
+        return state(reopened), reopened.first_unstable_offset, reopened.collect_aborted_transactions(0, 10**6)
+
+    log.close()
+    with Log(directory, time_ms=clock) as clean:
+        assert picture(clean) == expected
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    crashed = Log(directory, time_ms=clock)
+    assert picture(crashed) == expected  # a full replay
+    path = crashed.active_segment.log_path
+    abandon(crashed)
+    if torn:
+        with open(path, "ab") as file:
+            file.write(data(P, 0, 999, 3)[:40])
+    (directory / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    for index in directory.glob("*.txnindex"):
+        index.unlink()  # lost with the page cache: the recovery scan must rebuild what it scans
+    (directory / "recovery-point-offset-checkpoint").unlink(missing_ok=True)  # scan everything
+    with Log(directory, time_ms=clock) as recovered:
+        assert picture(recovered) == expected
