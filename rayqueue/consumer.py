@@ -73,6 +73,11 @@ class ConsumerRecord(NamedTuple):
 _tuple_new = tuple.__new__
 _RECORD_TYPE = repeat(ConsumerRecord)
 
+# Fetches per partition, answers buffered plus under way (bounds the client's memory), and
+# how many of them may be under way at once (the second at a predicted offset).
+_MAX_FETCHES = 3
+_MAX_IN_FLIGHT = 2
+
 # Building more records than this into one list pauses the cyclic GC (see _Chunk.take).
 _GC_PAUSE_MIN = 1000
 
@@ -233,8 +238,11 @@ class _PartitionState:
     paused: bool = False
     buffer: collections.deque = field(default_factory=collections.deque)  # of _Chunk, not handed out yet
     active: _Chunk | None = None  # the chunk an iteration is handing out
-    in_flight: Any = None  # ObjectRef of the pending fetch
+    # Fetches under way, oldest first: (ObjectRef, fetch generation, requested offset).
+    in_flight: collections.deque = field(default_factory=collections.deque)
     fetch_generation: int = 0  # bumped by seek: a fetch of an older generation is dropped
+    stride: int = 0  # offsets a full answer spanned last time (0: the last answer was not full)
+    readable_end: int = -1  # the HW (read_committed: the LSO) the last answer reported
     high_watermark: int = -1
     log_start_offset: int = -1
     retry_at: float = 0.0
@@ -583,9 +591,8 @@ class Consumer:
         Ray logs an "unhandled error" for every ref whose error nobody read, and a dropped
         long-poll often ends in one (NotLeader after a topic is deleted, the cancellation).
         """
-        if state.in_flight is not None:
-            ref = state.in_flight[0]
-            state.in_flight = None
+        while state.in_flight:
+            ref = state.in_flight.popleft()[0]
             ray.cancel(ref)
             self._abandoned.append(ref)
 
@@ -641,25 +648,41 @@ class Consumer:
             self._send_fetch(tp, state, now)
 
     def _send_fetch(self, tp: TopicPartition, state: _PartitionState, now: float) -> None:
-        """Start the partition's next fetch unless one is under way, it is paused or backing off,
-        or two fetches' worth of records already wait to be handed out."""
-        if state.in_flight is not None or state.paused or state.position is None or state.retry_at > now:
+        """Start the partition's next fetch unless it is paused or backing off, or enough
+        records are fetched or on their way (_MAX_FETCHES answers, buffered or in flight).
+
+        With a fetch under way, a second one is sent only when the next offset can be
+        predicted: the last answer was full (the leader holds a backlog) and spanned
+        ``stride`` offsets, so the one under way should end ``stride`` offsets after its
+        start; and only while that stays below the readable end the leader reported, so
+        the guess never long-polls or runs past the log. A wrong guess costs bytes, never
+        records: an overlap is cut off on arrival, a gap drops the guess (see _take_answers).
+        """
+        if state.paused or state.position is None or state.retry_at > now:
             return
-        if len(state.buffer) >= 2:
+        in_flight = state.in_flight
+        if len(state.buffer) + len(in_flight) >= _MAX_FETCHES:
             return
+        if not in_flight:
+            start = state.fetch_position
+        else:
+            if len(in_flight) >= _MAX_IN_FLIGHT or state.stride <= 0:
+                return
+            start = in_flight[-1][2] + state.stride
+            if start + state.stride > state.readable_end:
+                return
         try:
             leader = self._metadata.leader(tp)
         except KafkaError as exc:
             self._on_fetch_error(tp, state, exc)
             return
-        ref = leader.leader_handle.fetch.remote(
-            state.fetch_position, *self._fetch_args, self._isolation, leader.leader_epoch
-        )
-        state.in_flight = (ref, state.fetch_generation)
+        ref = leader.leader_handle.fetch.remote(start, *self._fetch_args, self._isolation, leader.leader_epoch)
+        in_flight.append((ref, state.fetch_generation, start))
 
     def _wait_for_fetches(self, timeout: float) -> None:
         self._reap_abandoned()
-        pending = {s.in_flight[0]: tp for tp, s in self._states.items() if s.in_flight is not None}
+        # Answers are taken in the order their fetches were sent: wait on the oldest of each.
+        pending = {s.in_flight[0][0]: tp for tp, s in self._states.items() if s.in_flight}
         if not pending:
             # Nothing to wait on (all paused or backing off): sleep out the shorter of the two.
             time.sleep(min(timeout, self._backoff))
@@ -669,32 +692,55 @@ class Consumer:
         for ref in ready:
             tp = pending[ref]
             state = self._states.get(tp)
-            if state is None or state.in_flight is None or state.in_flight[0] is not ref:
-                continue
-            generation = state.in_flight[1]
-            state.in_flight = None
+            if state is not None:
+                self._take_answers(tp, state, ref)
+
+    def _take_answers(self, tp: TopicPartition, state: _PartitionState, ref: Any) -> None:
+        """Take the partition's oldest answer (``ref``), and the next ones already in."""
+        while state.in_flight and state.in_flight[0][0] is ref:
+            _, generation, start = state.in_flight.popleft()
             try:
                 result = ray.get(ref)
             except Exception as exc:  # noqa: BLE001
-                if generation == state.fetch_generation:
-                    self._on_fetch_error(tp, state, _as_kafka_error(exc))
-                continue
+                result, error = None, _as_kafka_error(exc)
             if generation != state.fetch_generation:
-                continue  # a seek happened while this fetch was under way
+                return  # a seek happened while this fetch was under way
+            if start > state.fetch_position:
+                # A predicted offset past where the previous answer really ended: the gap
+                # would lose records. Drop this answer and the later guesses; fetch again.
+                self._abandon(state)
+                state.stride = 0
+                return
+            if result is None:
+                self._abandon(state)
+                self._on_fetch_error(tp, state, error)
+                return
             self._on_fetch(tp, state, result)
+            if not state.in_flight:
+                return
+            ref = state.in_flight[0][0]
+            if not ray.wait([ref], timeout=0)[0]:
+                return
 
     def _on_fetch(self, tp: TopicPartition, state: _PartitionState, result: Any) -> None:
         state.high_watermark = result.high_watermark
         state.log_start_offset = result.log_start_offset
+        state.readable_end = result.last_stable_offset if self._isolation else result.high_watermark
         data = result.records
         if not data:
+            state.stride = 0
             return
         bounds = batch_boundaries(data)
         if not bounds:
+            state.stride = 0
             return
         start = state.fetch_position
-        end = max(start, read_header(data, bounds[-1][0]).next_offset)
+        last = read_header(data, bounds[-1][0]).next_offset
+        end = max(start, last)
         state.fetch_position = end
+        # A full answer means a backlog: its span predicts where the next one will end.
+        full = len(data) * 2 >= self._fetch_args[0]
+        state.stride = last - read_header(data, 0).base_offset if full else 0
         # Ask for the next range before decoding this one, so the leader reads and ships it
         # while this thread decodes.
         self._send_fetch(tp, state, time.monotonic())
