@@ -170,6 +170,7 @@ class _Batch:
         "attempts",
         "base_sequence",
         "stamped",
+        "finished",
     )
 
     _sequence = itertools.count()
@@ -186,6 +187,7 @@ class _Batch:
         self.attempts = 0
         self.base_sequence = -1  # the producer sequence, given when first drained (idempotence)
         self.stamped = False  # whether data carries the producer id, epoch and base_sequence
+        self.finished = False
 
 
 class Producer:
@@ -239,10 +241,12 @@ class Producer:
         self._txn = TransactionManager(
             self._cluster, cfg["transactional.id"], cfg["transaction.timeout.ms"], self._backoff, self._max_block
         )
-        # Sequenced batches not yet finished, per partition in sequence order: an
-        # OutOfOrderSequence answer is retriable while an earlier one is still outstanding.
-        self._unacked: dict[TopicPartition, dict[_Batch, None]] = collections.defaultdict(dict)
+        # Per partition, the sequenced batches from the oldest unacknowledged one on, in
+        # sequence order (see _can_send); an OutOfOrderSequence answer is retriable while an
+        # earlier batch is still unacknowledged.
+        self._unacked: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
         self._adding_partitions = False  # an add_partitions_to_txn call is under way
+        self._grow_limit = max(self._batch_size, self._max_request // 2)  # see _held()
         self._sender = threading.Thread(target=self._run_sender, name=f"{cfg['client.id']}-sender", daemon=True)
         self._sender.start()
 
@@ -290,7 +294,7 @@ class Producer:
             batch.records += 1
             self._buffered += size
             batch.size += size
-            if batch.size >= self._batch_size:
+            if batch.size >= self._batch_size and not (self._idempotent and self._held(batch)):
                 self._close_batch(batch)
                 if key is None:
                     self._sticky.on_new_batch(topic, self._metadata.num_partitions(topic), partition)
@@ -704,7 +708,7 @@ class Producer:
         if self._completions:
             return True
         now = time.monotonic()
-        if any(now - b.created >= self._linger for b in self._open.values()):
+        if any(now - b.created >= self._linger and not self._held(b) for b in self._open.values()):
             return True
         if self._idempotent:
             txn = self._txn
@@ -719,21 +723,51 @@ class Producer:
         return any(
             q
             and tp not in self._muted
-            and self._in_flight[tp] < self._max_in_flight
+            and self._can_send(tp, q)
             and (partitions is None or tp in partitions or not adding)
             for tp, q in self._ready.items()
         )
 
+    def _can_send(self, tp: TopicPartition, queue: collections.deque[_Batch]) -> bool:
+        """Whether the first queued batch of ``tp`` may go now.
+
+        With idempotence the broker keeps the last five batches of a producer for dedup, so
+        a batch gets a sequence only while fewer than max.in.flight (<= 5) batches of its
+        partition got one since the oldest unacknowledged batch (acknowledged ones after it
+        count too, they are in the broker's five): a retried batch, if it was appended, is
+        then always among the broker's last five and answered as a duplicate.
+        """
+        if not self._idempotent:
+            return self._in_flight[tp] < self._max_in_flight
+        if queue[0].base_sequence >= 0:  # a retry, already counted as unacknowledged
+            return self._in_flight[tp] < self._max_in_flight
+        return len(self._unacked[tp]) < self._max_in_flight
+
     def _next_linger_wait(self) -> float | None:
-        if not self._open:
+        # Held batches wait for a completion, which notifies the condition anyway.
+        lingering = [b.created for b in self._open.values() if not self._held(b)]
+        if not lingering:
             return 0.5  # idle: new work, completions and close() all notify the condition
-        oldest = min(b.created for b in self._open.values())
-        return max(0.0005, oldest + self._linger - time.monotonic())
+        return max(0.0005, min(lingering) + self._linger - time.monotonic())
 
     def _expire_lingering(self) -> None:
         now = time.monotonic()
-        for batch in [b for b in self._open.values() if now - b.created >= self._linger]:
+        for batch in [b for b in self._open.values() if now - b.created >= self._linger and not self._held(b)]:
             self._close_batch(batch)
+
+    def _held(self, batch: _Batch) -> bool:
+        """Whether an open batch keeps filling past batch.size and linger.ms (idempotence only).
+
+        An idempotent producer has at most five unacknowledged batches per partition (the
+        broker's dedup window), so while a partition's window is full and a sealed batch
+        already waits, sealing more small batches gains nothing: the open one grows
+        instead, up to half of max.request.size, and goes as one batch when the window
+        opens. This keeps acks=all throughput with small batch.size values.
+        """
+        if not self._idempotent or batch.size >= self._grow_limit:
+            return False
+        tp = batch.tp
+        return len(self._unacked[tp]) >= self._max_in_flight and bool(self._ready.get(tp))
 
     def _take_doomed(self) -> tuple[list[_Batch], BaseException | None]:
         """Queued batches of a transaction in an error state (or being aborted): they fail."""
@@ -790,17 +824,17 @@ class Producer:
                 if not self._adding_partitions:
                     new_partitions.append(tp)
                 continue
-            while queue and self._in_flight[tp] < self._max_in_flight:
+            while queue and self._can_send(tp, queue):
                 batches, size = [], 0
-                if idempotent and queue[0].attempts:
-                    batches.append(queue.popleft())
+                if idempotent and queue[0].base_sequence >= 0:
+                    batches.append(queue.popleft())  # a retry goes alone
                 else:
-                    room = self._max_in_flight - self._in_flight[tp] if idempotent else self._max_request
+                    room = self._max_in_flight - len(self._unacked[tp]) if idempotent else self._max_request
                     while (
                         queue
                         and len(batches) < room
                         and (not batches or size + len(queue[0].data) <= self._max_request)
-                        and not (idempotent and queue[0].attempts)
+                        and queue[0].base_sequence < 0
                     ):
                         batch = queue.popleft()
                         batches.append(batch)
@@ -811,7 +845,7 @@ class Producer:
                         if batch.base_sequence < 0:
                             batch.base_sequence = txn.next_sequence(tp, batch.records)
                             batch.stamped = False
-                            unacked[batch] = None
+                            unacked.append(batch)
                     weight = len(batches)
                 else:
                     weight = 1
@@ -932,12 +966,15 @@ class Producer:
                 offset += batch.records
             return
         error = _as_kafka_error(error)
+        if self._transactional and isinstance(error, InvalidProducerEpochError):
+            # As Kafka's sender: a stale epoch means a newer instance fenced this one.
+            error = ProducerFencedError(f"{tp}: this producer was fenced by a newer instance: {error}")
         retry = isinstance(error, KafkaError) and error.retriable
         if isinstance(error, OutOfOrderSequenceError) and batches[0].base_sequence >= 0:
             # A gap because an earlier batch is being retried: resend after it, in order.
             with self._lock:
                 unacked = self._unacked.get(tp)
-                retry = bool(unacked) and next(iter(unacked)) is not batches[0]
+                retry = bool(unacked) and unacked[0] is not batches[0]
         if retry:
             self._metadata.invalidate(tp.topic)
         now = time.monotonic()
@@ -975,7 +1012,10 @@ class Producer:
             self._unfinished.discard(batch)
             self._space.notify_all()
             if batch.base_sequence >= 0:
-                self._unacked[batch.tp].pop(batch, None)
+                batch.finished = True
+                unacked = self._unacked[batch.tp]
+                while unacked and unacked[0].finished:
+                    unacked.popleft()
                 if error is not None:
                     # The broker may or may not hold it: its sequence cannot simply be reused.
                     self._txn.epoch_bump_needed = True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import random
 import threading
 
@@ -15,11 +14,6 @@ from rayqueue.errors import InvalidConfigError, InvalidRecordError, NetworkError
 from rayqueue.transaction_manager import increment_sequence
 from storage.record_batch import iter_batches
 from tests.helpers import wait_for
-
-# The broker's half (sequence checks and dedup in storage.producer_state) lands separately.
-needs_broker_dedup = pytest.mark.skipif(
-    importlib.util.find_spec("storage.producer_state") is None, reason="the broker does not dedup yet"
-)
 
 
 def raw_batches(cluster, topic: str, partition: int) -> list:
@@ -137,7 +131,6 @@ def test_non_idempotent_producer_sends_no_producer_id(cluster, new_topic):
     assert (batch.producer_id, batch.base_sequence) == (-1, -1)
 
 
-@needs_broker_dedup
 @pytest.mark.parametrize("bulk", [False, True])
 def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_topic, bulk):
     """The leader appends, but the producer sees a NetworkError (the answer was lost), for a
@@ -175,13 +168,14 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     assert offsets == list(range(len(values)))
 
 
-@needs_broker_dedup
 def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topic):
     """Batch 1's request is lost before the leader sees it while batch 2 is in flight: the
     leader answers batch 2 OutOfOrderSequence (a gap), which is retriable because batch 1
     is being retried; both land once, in order."""
     topic = new_topic()
     producer = cluster.producer(linger_ms=0)
+    # The leader knows the producer (for an unknown one it accepts any sequence, as Kafka).
+    producer.send(topic, b"warm", partition=0).get(30)
     real = producer._produce
     calls: list = []
     first = _Lost()
@@ -201,11 +195,11 @@ def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topi
     wait_for(lambda: calls, timeout=30, what="the first produce call")
     two = producer.send_many(topic, [b"b0", b"b1"], partition=0)
     producer.flush(60)
-    assert [(base, n) for _, base, n in one.get(10)] == [(0, 3)]
-    assert [(base, n) for _, base, n in two.get(10)] == [(3, 2)]
+    assert [(base, n) for _, base, n in one.get(10)] == [(1, 3)]
+    assert [(base, n) for _, base, n in two.get(10)] == [(4, 2)]
     assert len(calls) >= 4  # two first attempts and two retries
     producer.close()
-    assert [v for _, v in log_values(cluster, topic, 0)] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+    assert [v for _, v in log_values(cluster, topic, 0)] == [b"warm", b"a0", b"a1", b"a2", b"b0", b"b1"]
 
 
 def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic):
@@ -234,7 +228,6 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
     assert [r.value for b in batches for r in b] == [b"first", b"after"]
 
 
-@needs_broker_dedup
 def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_topic):
     topic = new_topic(partitions=2)
     producer = cluster.producer(batch_size=500, linger_ms=1)
