@@ -106,9 +106,10 @@ class _Chunk:
         tp: TopicPartition,
         leader_epoch: int,
         offsets: list[int],
-        columns: tuple[list, list, list, list, list | None],
+        columns: tuple[Any, Any, Any, Any, Any],
         end_offset: int,
     ) -> None:
+        # Each column is a list, or a repeat() when every record has the same value.
         timestamps, types, keys, values, headers = columns
         self.offsets = offsets
         self.columns = columns
@@ -123,7 +124,7 @@ class _Chunk:
             types,
             keys,
             values,
-            repeat(()) if headers is None else headers,
+            headers,
             repeat(leader_epoch),
         )
         self.records: Iterator[ConsumerRecord] = map(_tuple_new, _RECORD_TYPE, rows)
@@ -160,7 +161,7 @@ class _Chunk:
         """A new chunk of the records not taken yet; this one stops."""
         left = length_hint(self.cursor)
         i = len(self.offsets) - left
-        columns = tuple(None if c is None else c[i:] for c in self.columns)
+        columns = tuple(c[i:] if type(c) is list else c for c in self.columns)
         rest = _Chunk(*self._meta, self.offsets[i:], columns, self.end_offset)  # type: ignore[arg-type]
         self.stop()
         return rest
@@ -773,17 +774,25 @@ class Consumer:
         """
         cols = decode_columns(data, headers=True, check_crc=self._check_crcs, min_offset=start)
         if len(cols) == 0:
-            return _Chunk(tp, leader_epoch, [], ([], [], [], [], None), end)
-        keys = cols.key.to_pylist()
+            return _Chunk(tp, leader_epoch, [], ([], [], [], [], []), end)
+        keys: Any = repeat(None) if cols.key.null_count == len(cols) else cols.key.to_pylist()
         values = cols.value.to_pylist()
-        if self._key_deserializer is not None:
+        if self._key_deserializer is not None and type(keys) is list:
             keys = [None if k is None else self._key_deserializer(k) for k in keys]
         if self._value_deserializer is not None:
             values = [None if v is None else self._value_deserializer(v) for v in values]
-        headers = None
+        headers: Any = repeat(())
         if cols.headers is not None and len(cols.headers.values):
             headers = [tuple((h["key"], h["value"]) for h in hs) for hs in cols.headers.to_pylist()]
-        columns = (cols.timestamp.tolist(), cols.timestamp_type.tolist(), keys, values, headers)
+        types = cols.timestamp_type
+        same_type = types[0] == types[-1] and (types == types[0]).all()
+        columns = (
+            cols.timestamp.tolist(),
+            repeat(int(types[0])) if same_type else types.tolist(),
+            keys,
+            values,
+            headers,
+        )
         return _Chunk(tp, leader_epoch, cols.offset.tolist(), columns, end)
 
     def _raise_partition_error(self) -> None:

@@ -2,7 +2,8 @@
 
 One producer, one partition, acks=1, 100-byte and 1 KB values:
 - ``send()`` one record at a time, and the bulk ``send_many()``;
-- one consumer iterating records;
+- one consumer iterating records, with Kafka's default fetch size (max.partition.fetch.bytes
+  1 MB) and with 4 MB fetches as a user may configure;
 each as records/s and MB/s, and as a ratio to
 - the Ray transport ceiling: raw actor calls moving the same bytes (1 MB per call,
   five calls in flight, as the producer sends), and
@@ -112,8 +113,8 @@ def produce_bulk(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int) ->
     return rate
 
 
-def consume(cluster: rayqueue.Cluster, topic: str, n: int) -> float:
-    consumer = cluster.consumer(auto_offset_reset="earliest")
+def consume(cluster: rayqueue.Cluster, topic: str, n: int, **config: int) -> float:
+    consumer = cluster.consumer(auto_offset_reset="earliest", **config)
     consumer.assign([TopicPartition(topic, 0)])
     start = time.perf_counter()
     seen = 0
@@ -137,6 +138,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="records per 100-byte run")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-")
+    # A Ray of its own unless RAY_ADDRESS names one: a bare ray.init() would attach to any
+    # cluster `ray start` left running on this machine.
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS") or "local",
+        num_cpus=None if os.environ.get("RAY_ADDRESS") else 8,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     cluster = rayqueue.launch(log_dirs=root)
     admin = cluster.admin()
     rows = []
@@ -152,10 +161,12 @@ def main() -> None:
             one = produce_one_by_one(cluster, t1, value, n)
             bulk = produce_bulk(cluster, t2, value, n)
             read = consume(cluster, t2, n)
+            read_4mb = consume(cluster, t2, n, max_partition_fetch_bytes=4 << 20)
             for name, rate, ceiling, queue in (
                 ("send() one at a time", one, ceiling_send, queue_put),
                 ("send_many() bulk", bulk, ceiling_send, queue_put),
                 ("consumer iterating", read, ceiling_receive, queue_get),
+                ("  with 4 MB fetches", read_4mb, ceiling_receive, queue_get),
             ):
                 rows.append((size, name, rate, rate * size / 1e6, rate * size / 1e6 / ceiling, rate / queue))
             print(
