@@ -50,6 +50,7 @@ from storage.errors import (
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
@@ -67,6 +68,8 @@ LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 NO_EPOCH = -1
 CONSUMER_REPLICA_ID = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+# How long a batch that arrived ahead of its producer's previous one waits for it.
+REORDER_WAIT_S = 5.0
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 
 # Broker settings a replica needs for replication; the controller passes its values.
@@ -275,6 +278,10 @@ class PartitionReplica:
             )
         try:
             info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
+        except OutOfOrderSequenceError:
+            if origin != "client":
+                raise
+            info = await self._append_in_order(records, origin, leader_epoch, min(timeout_ms / 1000, REORDER_WAIT_S))
         except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
         if not info.duplicate:
@@ -300,6 +307,28 @@ class PartitionReplica:
                 f"{self.topic}-{self.partition}: ISR shrank to {list(self._isr)} below min.insync.replicas={min_isr}"
             )
         return result
+
+    async def _append_in_order(self, records: bytes, origin: str, leader_epoch: int, timeout_s: float) -> Any:
+        """Append a batch that came ahead of its producer's previous one.
+
+        An async Ray actor runs calls out of order (a call whose arguments arrive first runs
+        first), so a producer's in-flight batches may reach the log swapped, which Kafka's
+        TCP connection never does. Wait for the log to grow (the missing batch) and try
+        again, until ``timeout_s``; then the OutOfOrderSequenceError stands.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            end = self._log.log_end_offset
+            grew = await self._wait_until(
+                lambda end=end: self._closed or self._role != LEADER or self._log.log_end_offset != end,
+                deadline - time.monotonic(),
+            )
+            self._check_leader(leader_epoch)
+            try:
+                return self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
+            except OutOfOrderSequenceError:
+                if not grew or time.monotonic() >= deadline:
+                    raise
 
     async def write_txn_marker(
         self,
@@ -379,6 +408,13 @@ class PartitionReplica:
         A timestamp past every record answers offset -1, as Kafka does.
         """
         self._check_leader(leader_epoch)
+        if timestamp != EARLIEST_TIMESTAMP and self._epoch_start_offset > self._hw:
+            # Kafka's rule: a new leader whose HW has not yet reached the start of its epoch
+            # (its followers have not fetched yet) would answer an end offset that is too low.
+            raise OffsetNotAvailableError(
+                f"{self.topic}-{self.partition}: the new leader's high watermark {self._hw} has not reached "
+                f"its epoch start {self._epoch_start_offset} yet"
+            )
         limit = self._lso() if isolation_level == READ_COMMITTED else self._hw
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(limit, -1, self._leader_epoch)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import ray
 
-from rayqueue.errors import InvalidProducerEpochError, NotEnoughReplicasError
+from rayqueue.errors import InvalidProducerEpochError, NotEnoughReplicasError, OutOfOrderSequenceError
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import wait_for
 
@@ -131,3 +131,22 @@ def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_to
     # ... leaves the old epoch unable to write.
     with pytest.raises(InvalidProducerEpochError):
         ray.get(new_leader.produce.remote(txn_batch(pid, 0, 2, [b"zombie"]), -1, 30000, meta.leader_epoch))
+
+
+def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):
+    """Ray runs an async actor's calls out of order: a producer's second batch may arrive
+    first. It waits for the first instead of failing with OutOfOrderSequence."""
+    topic = new_topic()
+    leader, epoch = leader_of(cluster, topic)
+    pid = next(_pids)
+    ray.get(leader.produce.remote(txn_batch(pid, 0, 0, [b"1", b"2"], transactional=False), -1, 30000, epoch))
+    third = leader.produce.remote(txn_batch(pid, 0, 3, [b"4"], transactional=False), -1, 30000, epoch)
+    ready, _ = ray.wait([third], timeout=0.3)
+    assert not ready  # held back, not refused
+    second = ray.get(leader.produce.remote(txn_batch(pid, 0, 2, [b"3"], transactional=False), -1, 30000, epoch))
+    assert second.base_offset == 2 and ray.get(third, timeout=30).base_offset == 3
+    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert values_of(fetched.records) == [b"1", b"2", b"3", b"4"]
+    # A gap that is never filled still fails, once the wait is over.
+    with pytest.raises(OutOfOrderSequenceError):
+        ray.get(leader.produce.remote(txn_batch(pid, 0, 9, [b"x"], transactional=False), 1, 1000, epoch))
