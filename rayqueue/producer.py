@@ -171,6 +171,7 @@ class _Batch:
         "base_sequence",
         "stamped",
         "finished",
+        "seal_at",
     )
 
     _sequence = itertools.count()
@@ -188,6 +189,7 @@ class _Batch:
         self.base_sequence = -1  # the producer sequence, given when first drained (idempotence)
         self.stamped = False  # whether data carries the producer id, epoch and base_sequence
         self.finished = False
+        self.seal_at = 0  # send() seals the open batch once its size reaches this
 
 
 class Producer:
@@ -238,6 +240,7 @@ class Producer:
             or cfg["transactional.id"] is not None
         )
         self._transactional = cfg["transactional.id"] is not None
+        self._guarded = self._transactional  # send() checks state: closed, or a transaction open
         self._txn = TransactionManager(
             self._cluster, cfg["transactional.id"], cfg["transaction.timeout.ms"], self._backoff, self._max_block
         )
@@ -245,6 +248,7 @@ class Producer:
         # sequence order (see _can_send); an OutOfOrderSequence answer is retriable while an
         # earlier batch is still unacknowledged.
         self._unacked: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._confirmed: set[TopicPartition] = set()  # partitions that acknowledged our epoch
         self._adding_partitions = False  # an add_partitions_to_txn call is under way
         self._grow_limit = max(self._batch_size, self._max_request // 2)  # see _held()
         self._sender = threading.Thread(target=self._run_sender, name=f"{cfg['client.id']}-sender", daemon=True)
@@ -263,10 +267,8 @@ class Producer:
         callback: Callable[[RecordMetadata | None, BaseException | None], Any] | None = None,
     ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its RecordMetadata."""
-        if self._closed:
-            raise KafkaError("producer is closed")
-        if self._transactional:
-            self._txn.check_send()
+        if self._guarded:  # one check on the hot path for both
+            self._check_can_send()
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
@@ -294,10 +296,13 @@ class Producer:
             batch.records += 1
             self._buffered += size
             batch.size += size
-            if batch.size >= self._batch_size and not (self._idempotent and self._held(batch)):
-                self._close_batch(batch)
-                if key is None:
-                    self._sticky.on_new_batch(topic, self._metadata.num_partitions(topic), partition)
+            if batch.size >= batch.seal_at:
+                if self._idempotent and self._held(batch):
+                    batch.seal_at = batch.size + self._batch_size // 4 + 1  # look again a bit later
+                else:
+                    self._close_batch(batch)
+                    if key is None:
+                        self._sticky.on_new_batch(topic, self._metadata.num_partitions(topic), partition)
         future = FutureRecordMetadata(batch.result, delta)
         if callback is not None:
             future.add_callback(callback)
@@ -317,10 +322,8 @@ class Producer:
         sticky chunks of ``batch.size`` spread over the partitions) and encoded as whole
         batches without per-record futures. Returns a BulkSendResult to wait on.
         """
-        if self._closed:
-            raise KafkaError("producer is closed")
-        if self._transactional:
-            self._txn.check_send()
+        if self._guarded:
+            self._check_can_send()
         values = _as_list(values)
         keys = _as_list(keys) if keys is not None else None
         n = len(values)
@@ -344,6 +347,12 @@ class Producer:
                 )
             )
         return BulkSendResult(results)
+
+    def _check_can_send(self) -> None:
+        if self._closed:
+            raise KafkaError("producer is closed")
+        if self._transactional:
+            self._txn.check_send()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until it is acknowledged (or failed)."""
@@ -370,7 +379,7 @@ class Producer:
             self.flush(timeout)
         finally:
             with self._lock:
-                self._closed = True
+                self._closed = self._guarded = True
                 self._wakeup.notify_all()
             self._sender.join(timeout=10)
 
@@ -504,6 +513,7 @@ class Producer:
                 raise
             with self._lock:
                 self._unacked.clear()
+                self._confirmed.clear()
         txn.complete_transaction()
 
     def _transaction_call_failed(self, exc: BaseException, fatal: bool = False) -> None:
@@ -568,6 +578,7 @@ class Producer:
         if tp is None:
             tp = self._topic_partitions[slot] = TopicPartition(*slot)
         batch = _Batch(tp, RecordBatchBuilder(self._compression))
+        batch.seal_at = self._batch_size
         batch.result.timestamps = []
         self._open[slot] = batch
         return batch
@@ -741,7 +752,13 @@ class Producer:
             return self._in_flight[tp] < self._max_in_flight
         if queue[0].base_sequence >= 0:  # a retry, already counted as unacknowledged
             return self._in_flight[tp] < self._max_in_flight
-        return len(self._unacked[tp]) < self._max_in_flight
+        return len(self._unacked[tp]) < self._window(tp)
+
+    def _window(self, tp: TopicPartition) -> int:
+        # Until the leader has acknowledged a batch of this producer id and epoch it accepts
+        # any first sequence (Kafka's rule for an unknown producer), and Ray may deliver
+        # concurrent calls out of order: one batch at a time until then.
+        return self._max_in_flight if tp in self._confirmed else 1
 
     def _next_linger_wait(self) -> float | None:
         # Held batches wait for a completion, which notifies the condition anyway.
@@ -790,6 +807,7 @@ class Producer:
             return False
         bumped = txn.bump_idempotent_epoch()
         self._unacked.clear()
+        self._confirmed.clear()
         for queue in self._ready.values():
             for batch in queue:
                 batch.base_sequence = -1
@@ -829,7 +847,7 @@ class Producer:
                 if idempotent and queue[0].base_sequence >= 0:
                     batches.append(queue.popleft())  # a retry goes alone
                 else:
-                    room = self._max_in_flight - len(self._unacked[tp]) if idempotent else self._max_request
+                    room = self._window(tp) - len(self._unacked[tp]) if idempotent else self._max_request
                     while (
                         queue
                         and len(batches) < room
@@ -1012,6 +1030,8 @@ class Producer:
             self._unfinished.discard(batch)
             self._space.notify_all()
             if batch.base_sequence >= 0:
+                if error is None:
+                    self._confirmed.add(batch.tp)
                 batch.finished = True
                 unacked = self._unacked[batch.tp]
                 while unacked and unacked[0].finished:
