@@ -60,14 +60,31 @@ def subscribed(cluster, group, topics, listener=None, **overrides):
 
 
 def settle(consumers, partitions, timeout=30.0, sink=None):
-    """Poll every consumer until their assignments split ``partitions`` exactly."""
+    """Poll every consumer until the group is stable and their assignments split ``partitions`` exactly.
+
+    Each member's own view must equal what the coordinator assigned it in the current
+    generation: a member that has joined a generation but not yet synced still shows
+    its previous partitions, and mixed views can add up to a split that never existed.
+    """
     wanted = set(partitions)
+    admin = consumers[0]._cluster.admin()
+    group = consumers[0].group_metadata().group_id
 
     def done():
         for c in consumers:
             got = c.poll(20)
             if sink is not None:
                 sink.extend(got)
+        desc = admin.describe_groups([group])[group]
+        if desc.state != "Stable":
+            return False
+        given = {m.member_id: set(m.assignment) for m in desc.members}
+        metas = [c.group_metadata() for c in consumers]
+        if any(
+            m.generation_id != desc.generation_id or given.get(m.member_id) != c.assignment()
+            for m, c in zip(metas, consumers, strict=True)
+        ):
+            return False
         owned = [c.assignment() for c in consumers]
         union = set().union(*owned)
         balanced = all(owned) or len(consumers) > len(wanted)
