@@ -36,14 +36,14 @@ from rayqueue.config import CONSUMER_CONFIG
 from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener, IllegalStateError
 from rayqueue.metadata import MetadataCache, call_controller
 from rayqueue.producer import _as_kafka_error
-from storage.batch_header import NO_PRODUCER_ID, batch_boundaries, read_header
+from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
     InvalidConfigError,
     KafkaError,
     OffsetOutOfRangeError,
 )
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.record_batch import RecordBatch, RecordBatchBuilder, decode_columns
+from storage.record_batch import RecordBatchBuilder, committed_batches, decode_columns
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,6 @@ _MAX_IN_FLIGHT = 2
 
 # Building more records than this into one list pauses the cyclic GC (see _Chunk.take).
 _GC_PAUSE_MIN = 1000
-
-_ABORT = 0  # control record type of an abort marker (1 is commit)
 
 
 class _Chunk:
@@ -180,42 +178,6 @@ def _warm_decoder() -> None:
     cols = decode_columns(builder.build(), headers=True)
     cols.value.to_pylist()
     cols.headers.to_pylist()
-
-
-def _drop_aborted(data: bytes, bounds: list[tuple[int, int]], aborted: Iterable[tuple[int, int]]) -> bytes:
-    """The batches of ``data`` that a read_committed consumer may see (Kafka's Fetcher).
-
-    ``aborted`` lists (producer id, first offset) of the aborted transactions overlapping the
-    fetch. Walking the batches in order, every aborted transaction that begins at or before
-    a batch's last offset marks its producer as aborted; a transactional batch of an aborted
-    producer is dropped; that producer's ABORT marker ends the drop. Control batches go as
-    well (the decoder would skip them anyway). Per-batch work only.
-    """
-    queue = sorted(aborted, key=lambda t: t[1])
-    next_txn = 0
-    aborted_pids: set[int] = set()
-    kept: list[tuple[int, int]] = []
-    for position, size in bounds:
-        header = read_header(data, position)
-        if header.producer_id != NO_PRODUCER_ID:
-            last = header.last_offset
-            while next_txn < len(queue) and queue[next_txn][1] <= last:
-                aborted_pids.add(queue[next_txn][0])
-                next_txn += 1
-            if header.is_control:
-                if RecordBatch(data, position).control_record().type == _ABORT:
-                    aborted_pids.discard(header.producer_id)
-                continue
-            if header.is_transactional and header.producer_id in aborted_pids:
-                continue
-        if kept and kept[-1][1] == position:
-            kept[-1] = (kept[-1][0], position + size)
-        else:
-            kept.append((position, position + size))
-    if len(kept) == 1 and kept[0] == (0, bounds[-1][0] + bounds[-1][1]):
-        return data
-    view = memoryview(data)
-    return b"".join(view[start:end] for start, end in kept)
 
 
 class ConsumerRecords:
@@ -762,7 +724,7 @@ class Consumer:
         # while this thread decodes.
         self._send_fetch(tp, state, time.monotonic())
         if self._isolation and result.aborted_transactions:
-            data = _drop_aborted(data, bounds, result.aborted_transactions)
+            data = committed_batches(data, bounds, result.aborted_transactions)
         # Appended even when empty (markers, aborted data only): taking it moves the position.
         state.buffer.append(self._decode(tp, data, start, result.leader_epoch, end))
 

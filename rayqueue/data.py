@@ -32,7 +32,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 from actors.types import TopicPartition
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError
-from storage.record_batch import HEADERS_TYPE, decode_columns
+from storage.record_batch import HEADERS_TYPE, committed_batches, decode_columns
 
 logger = logging.getLogger(__name__)
 
@@ -386,6 +386,8 @@ def read_range(
         empty_answers = 0
         next_position = read_header(data, bounds[-1][0]).next_offset
         ref = send(next_position) if next_position < r.end else None
+        if isolation_level and result.aborted_transactions:
+            data = committed_batches(data, bounds, result.aborted_transactions)
         table = _to_table(data, r, position, schema, check_crc)
         position = next_position
         if table.num_rows:

@@ -94,7 +94,7 @@ from storage.batch_header import (
 )
 from storage.checkpoint import fsync_dir, read_offset, write_offset
 from storage.errors import CorruptRecordError
-from storage.record_batch import RecordBatch, RecordBatchBuilder
+from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch, RecordBatchBuilder
 from storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
 from storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -522,7 +522,7 @@ class _TxnState:
         pid = h.producer_id
         if control_type is None:
             return True
-        if control_type == 0:
+        if control_type == CONTROL_ABORT:
             aborted = self._aborted.pop(pid, None)
             if aborted is not None and aborted[1] >= 0:
                 # Data of the transaction is still in the log: keep the marker and its index entry.
@@ -530,7 +530,7 @@ class _TxnState:
                     self.cleaned_index.append(aborted[0])
                 return False
             return True
-        if control_type == 1:
+        if control_type == CONTROL_COMMIT:
             if pid in self._committed:
                 self._committed.discard(pid)
                 return False
@@ -539,7 +539,7 @@ class _TxnState:
 
 
 def _control_type(batch: RecordBatch) -> int | None:
-    """The marker type of a control batch (0 abort, 1 commit), None when it holds no record."""
+    """The marker type of a control batch (CONTROL_ABORT or CONTROL_COMMIT), None when it holds no record."""
     if batch.header.records_count == 0:
         return None
     try:

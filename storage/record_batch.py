@@ -129,17 +129,21 @@ def _make_record(offset: int, timestamp: int, key: Any, value: Any, headers: tup
     return record
 
 
+CONTROL_ABORT = 0  # the control record types of end-transaction markers
+CONTROL_COMMIT = 1
+
+
 class ControlRecord(NamedTuple):
     """The content of a control batch's record: an end-transaction marker."""
 
     version: int
-    type: int  # 0 abort, 1 commit (other values: control types this version does not know)
+    type: int  # CONTROL_ABORT, CONTROL_COMMIT (other values: control types this version does not know)
     coordinator_epoch: int
 
     @property
     def is_commit(self) -> bool:
         """Whether the marker commits (rather than aborts) the transaction."""
-        return self.type == 1
+        return self.type == CONTROL_COMMIT
 
 
 # ---------------------------------------------------------------------------------------
@@ -1239,19 +1243,62 @@ def build_control_batch(
     )
     builder.append(
         _CONTROL_VALUE.pack(0, coordinator_epoch),
-        key=_CONTROL_KEY.pack(0, 1 if commit else 0),
+        key=_CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
         timestamp=timestamp,
     )
     return builder.build()
 
 
+def committed_batches(
+    data: bytes, bounds: Sequence[tuple[int, int]], aborted: Iterable[tuple[int, int]]
+) -> bytes | memoryview:
+    """The batches of ``data`` a read_committed reader may see (as Kafka's client Fetcher filters).
+
+    ``bounds`` are the batches' (position, size) (``batch_boundaries(data)``); ``aborted``
+    lists (producer id, first offset) of the aborted transactions overlapping the fetch,
+    as a fetch answer carries them. Walking the batches in order, every aborted transaction
+    that begins at or before a batch's last offset marks its producer as aborted; a
+    transactional batch of an aborted producer is dropped; that producer's ABORT marker
+    ends the drop. Control batches go as well (the decoder would skip them anyway). Per-batch
+    work only; ``data`` itself comes back when nothing is dropped.
+    """
+    queue = sorted(aborted, key=lambda t: t[1])
+    next_txn = 0
+    aborted_pids: set[int] = set()
+    kept: list[tuple[int, int]] = []
+    for position, size in bounds:
+        header = read_header(data, position)
+        if header.producer_id != NO_PRODUCER_ID:
+            last = header.last_offset
+            while next_txn < len(queue) and queue[next_txn][1] <= last:
+                aborted_pids.add(queue[next_txn][0])
+                next_txn += 1
+            if header.is_control:
+                if RecordBatch(data, position).control_record().type == CONTROL_ABORT:
+                    aborted_pids.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborted_pids:
+                continue
+        if kept and kept[-1][1] == position:
+            kept[-1] = (kept[-1][0], position + size)
+        else:
+            kept.append((position, position + size))
+    if bounds and len(kept) == 1 and kept[0] == (0, bounds[-1][0] + bounds[-1][1]):
+        return data
+    view = memoryview(data)
+    return b"".join(view[start:end] for start, end in kept)
+
+
 __all__ = [
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "ControlRecord",
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
     "RecordColumns",
     "build_control_batch",
+    "committed_batches",
     "decode_columns",
     "iter_batches",
 ]

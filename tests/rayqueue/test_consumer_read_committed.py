@@ -15,9 +15,9 @@ import pytest
 import ray
 
 from actors.types import FetchResult, OffsetAndTimestamp, TopicPartition
-from rayqueue.consumer import Consumer, _drop_aborted
+from rayqueue.consumer import Consumer
 from storage.batch_header import batch_boundaries, read_header
-from storage.record_batch import RecordBatchBuilder, build_control_batch, decode_columns
+from storage.record_batch import RecordBatchBuilder, build_control_batch, committed_batches, decode_columns
 from tests.helpers import wait_for
 
 TS = 1_700_000_000_000
@@ -175,16 +175,16 @@ def offsets_of(data: bytes) -> list[int]:
     return decode_columns(data).offset.tolist()
 
 
-def test_drop_aborted_skips_aborted_batches_and_every_marker():
+def test_committed_batches_skips_aborted_batches_and_every_marker():
     log, visible, everything = interleaved_log()
     data = b"".join(log.batches)
     assert offsets_of(data) == everything  # the decoder alone skips only the markers
-    kept = _drop_aborted(data, batch_boundaries(data), [(1, 0)])
+    kept = committed_batches(data, batch_boundaries(data), [(1, 0)])
     assert offsets_of(kept) == visible
     assert all(not read_header(kept, p).is_control for p, _ in batch_boundaries(kept))
 
 
-def test_drop_aborted_abort_marker_ends_the_skip_for_that_producer_only():
+def test_committed_batches_abort_marker_ends_the_skip_for_that_producer_only():
     log = Log()
     log.data([b"x"], 7, txn=True)  # 0 aborted
     log.data([b"y"], 8, txn=True)  # 1 aborted too (another producer)
@@ -194,12 +194,12 @@ def test_drop_aborted_abort_marker_ends_the_skip_for_that_producer_only():
     log.end_txn(8, commit=False)  # 5
     log.end_txn(7, commit=True)  # 6
     data = b"".join(log.batches)
-    kept = _drop_aborted(data, batch_boundaries(data), [(8, 1), (7, 0)])  # any order
+    kept = committed_batches(data, batch_boundaries(data), [(8, 1), (7, 0)])  # any order
     assert offsets_of(kept) == after
     assert still[0] not in offsets_of(kept)
 
 
-def test_drop_aborted_txn_that_began_before_the_fetch_and_one_that_begins_later():
+def test_committed_batches_txn_that_began_before_the_fetch_and_one_that_begins_later():
     log = Log()
     log.data([b"a"], 3, txn=True)  # 0: aborted, before the fetch start
     log.data([b"n1"])  # 1
@@ -211,16 +211,16 @@ def test_drop_aborted_txn_that_began_before_the_fetch_and_one_that_begins_later(
     log.data([b"d"], 4, txn=True)  # 7: ... its second aborts
     log.end_txn(4, commit=False)  # 8
     data = b"".join(log.batches[1:])  # a fetch from offset 1
-    kept = _drop_aborted(data, batch_boundaries(data), [(3, 0), (4, 7)])
+    kept = committed_batches(data, batch_boundaries(data), [(3, 0), (4, 7)])
     assert offsets_of(kept) == [1, 4, *later]
 
 
-def test_drop_aborted_keeps_the_buffer_when_nothing_goes():
+def test_committed_batches_keeps_the_buffer_when_nothing_goes():
     log = Log()
     log.data([b"a", b"b"])
     log.data([b"c"], 5, txn=True)
     data = b"".join(log.batches)
-    assert _drop_aborted(data, batch_boundaries(data), [(6, 0)]) is data
+    assert committed_batches(data, batch_boundaries(data), [(6, 0)]) is data
 
 
 # -- the consumer over fetch answers built here --------------------------------------------

@@ -174,6 +174,41 @@ def test_headers_are_read_when_asked(cluster, new_topic):
     assert "headers" not in data.read(topic, cluster=cluster).schema().names
 
 
+def test_read_committed_leaves_out_aborted_transactions(cluster, new_topic):
+    topic = new_topic(partitions=1)
+    producer = cluster.producer(transactional_id=f"{topic}-txn")
+    producer.init_transactions()
+    for value, commit in ((b"aborted-1", False), (b"committed-1", True), (b"aborted-2", False)):
+        producer.begin_transaction()
+        producer.send(topic, value, partition=0)
+        producer.send(topic, value + b"-b", partition=0)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.flush(30)  # written, then aborted
+            producer.abort_transaction()
+    plain = cluster.producer()
+    plain.send(topic, b"plain", partition=0).get(30)
+    plain.close()
+    producer.close()
+
+    def values(isolation_level: str) -> list[bytes]:
+        ds = data.read(topic, cluster=cluster, isolation_level=isolation_level)
+        return pa.concat_tables(ray.get(ds.to_arrow_refs())).column("value").to_pylist()
+
+    assert values("read_committed") == [b"committed-1", b"committed-1-b", b"plain"]
+    everything = [
+        b"aborted-1",
+        b"aborted-1-b",
+        b"committed-1",
+        b"committed-1-b",
+        b"aborted-2",
+        b"aborted-2-b",
+        b"plain",
+    ]
+    assert values("read_uncommitted") == everything
+
+
 def test_read_retries_a_stale_or_dead_leader(cluster, new_topic):
     topic = new_topic(partitions=1)
     expected = produce(cluster, topic, 1, 1000, linger_ms=1)
