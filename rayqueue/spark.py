@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from actors.types import TopicPartition
+from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue import data
 from storage.errors import InvalidConfigError, KafkaError
 
@@ -204,6 +204,7 @@ def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[
 # A stream's progress is its group's committed offsets, kept by the group coordinator in
 # __consumer_offsets (so `rayqueue groups describe GROUP` shows a stream's lag).
 
+
 def load_offsets(group_id: str, tps: Iterable[TopicPartition], *, cluster: Any = None) -> dict[TopicPartition, int]:
     """The offsets ``group_id`` committed for ``tps`` in ``__consumer_offsets`` (absent: never committed)."""
     cluster = data._cluster_or_connect(cluster)
@@ -231,6 +232,35 @@ def commit_offsets(
 
 
 # -- micro-batch streaming ------------------------------------------------------------------
+
+
+def _write_batch_in_transaction(
+    producer: Any, df: Any, topic: str, group_id: str, offsets: Mapping[TopicPartition, int]
+) -> int:
+    """Write ``df`` to ``topic`` and commit ``offsets`` for ``group_id`` in one transaction.
+
+    The rows leave Spark as Arrow blocks (RayDP) and are produced from this process by the
+    one transactional producer: a Kafka transaction belongs to one producer, so the write
+    tasks of ``write()`` cannot share it. Any failure aborts the transaction and raises.
+    """
+    if "value" not in df.columns:
+        raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
+    ds = ray.data.from_spark(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
+    producer.begin_transaction()
+    try:
+        rows = 0
+        for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            rows += data.write_table(producer, topic, table)[0]
+        group = ConsumerGroupMetadata(group_id, -1, "", None)  # a standalone stream, not a group member
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(o) for tp, o in offsets.items()}, group)
+        producer.commit_transaction()
+    except BaseException:
+        try:
+            producer.abort_transaction()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            logger.warning("stream %r: abort after a failed batch failed too", group_id, exc_info=True)
+        raise
+    return rows
 
 
 class StreamHandle:
@@ -317,19 +347,24 @@ def stream(
     max_batches: int | None = None,
     until_idle: bool = False,
     producer_config: Mapping[str, Any] | None = None,
+    transactional_id: str | None = None,
     background: bool = True,
 ) -> StreamHandle:
-    """Run ``transform`` over new records of ``source_topics`` in micro-batches into ``sink_topic``.
+    """Run ``transform`` over new records of ``source_topics`` in micro-batches into ``sink_topic``, exactly once.
 
-    Each batch reads from the committed offsets of ``group_id`` (``starting_offsets`` for
-    partitions never committed) up to the high watermarks seen when the batch starts
-    (at most ``max_records_per_partition`` each), writes ``transform(df)`` (a DataFrame
-    with a ``value`` column and optional key/partition/headers) to ``sink_topic``, then
-    commits the end offsets: at-least-once, since a crash between write and commit
-    replays that batch. Batches start every ``trigger_interval`` seconds, or at once
-    while data is waiting. The loop ends on ``StreamHandle.stop()``, after
-    ``max_batches`` batches, or (``until_idle``) at the first batch with no new data.
-    With ``background`` it runs in a thread; otherwise this returns when it ends.
+    Each batch reads committed records (read_committed) from the committed offsets of
+    ``group_id`` (``starting_offsets`` for partitions never committed) up to the last
+    stable offsets seen when the batch starts (at most ``max_records_per_partition``
+    each), and writes ``transform(df)`` (a DataFrame with a ``value`` column and optional
+    key/partition/headers/timestamp) to ``sink_topic`` and the batch's end offsets to
+    the group in ONE transaction of a producer with ``transactional_id`` (default
+    ``rayqueue-stream-<group_id>``). A stream that dies mid-batch leaves an open
+    transaction that the next stream with the same id aborts when it starts (it fences
+    the old one), so a read_committed reader of ``sink_topic`` sees every batch once.
+    Batches start every ``trigger_interval`` seconds, or at once while data is waiting.
+    The loop ends on ``StreamHandle.stop()``, after ``max_batches`` batches, or
+    (``until_idle``) at the first batch with no new data. With ``background`` it runs
+    in a thread; otherwise this returns when it ends.
     """
     if starting_offsets not in ("earliest", "latest"):
         raise InvalidConfigError(f"starting_offsets must be 'earliest' or 'latest', got {starting_offsets!r}")
@@ -343,7 +378,7 @@ def stream(
             _run_stream(
                 spark, cluster, topics, group_id, transform, sink_topic, handle,
                 trigger_interval, starting_offsets, max_records_per_partition, max_batches, until_idle,
-                producer_config,
+                producer_config, transactional_id or f"rayqueue-stream-{group_id}",
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the handle
             logger.exception("stream %r failed", group_id)
@@ -374,9 +409,39 @@ def _run_stream(
     max_batches: int | None,
     until_idle: bool,
     producer_config: Mapping[str, Any] | None,
+    transactional_id: str,
+) -> None:
+    producer = cluster.producer({**(producer_config or {}), "transactional.id": transactional_id})
+    try:
+        # Fences an earlier stream with this id and aborts its open transaction, so the
+        # offsets loaded below are those of the last committed batch.
+        producer.init_transactions()
+        _stream_batches(
+            spark, cluster, topics, group_id, transform, sink_topic, handle, trigger_interval,
+            starting_offsets, max_records_per_partition, max_batches, until_idle, producer,
+        )  # fmt: skip
+    finally:
+        producer.close(30)
+
+
+def _stream_batches(
+    spark: Any,
+    cluster: Any,
+    topics: list[str],
+    group_id: str,
+    transform: Callable[[Any], Any],
+    sink_topic: str,
+    handle: StreamHandle,
+    trigger_interval: float,
+    starting_offsets: str,
+    max_records_per_partition: int | None,
+    max_batches: int | None,
+    until_idle: bool,
+    producer: Any,
 ) -> None:
     positions: dict[TopicPartition, int] = {}
     loaded = False
+    committed_only = {"isolation_level": "read_committed"}
     while not handle._stop.is_set():
         started = time.monotonic()
         # Partitions are looked up every batch so that added partitions are picked up.
@@ -393,15 +458,18 @@ def _run_stream(
                         committed[r.tp] = r.start
             positions.update(committed)
             loaded = True
-        ends = {r.tp: r.end for r in data.offset_ranges(topics, cluster=cluster, starting_offsets=_spec(positions))}
+        ranges = data.offset_ranges(topics, cluster=cluster, starting_offsets=_spec(positions), **committed_only)
+        ends = {r.tp: r.end for r in ranges}
         if max_records_per_partition:
             ends = {tp: min(end, positions[tp] + max_records_per_partition) for tp, end in ends.items()}
         advanced = {tp: end for tp, end in ends.items() if end > positions[tp]}
         if advanced:
-            df = read(spark, topics, cluster=cluster, starting_offsets=_spec(positions), ending_offsets=_spec(ends))
+            df = read(
+                spark, topics, cluster=cluster, starting_offsets=_spec(positions), ending_offsets=_spec(ends),
+                **committed_only,
+            )  # fmt: skip
             rows_read = sum(end - positions[tp] for tp, end in advanced.items())
-            written = write(transform(df), sink_topic, cluster=cluster, producer_config=producer_config)
-            commit_offsets(group_id, advanced, cluster=cluster)
+            written = _write_batch_in_transaction(producer, transform(df), sink_topic, group_id, advanced)
             positions.update(advanced)
             handle._batch_done(rows_read, written, advanced)
             logger.info("stream %r: batch %d wrote %d rows; offsets %s", group_id, handle.batches, written, advanced)

@@ -225,3 +225,43 @@ def test_stream_resumes_after_stop_without_loss(spark, cluster, new_topic):
     assert handle.batches >= 2
     handle.stop()
     assert sorted(sink_values()) == sorted(f"E{i}" for i in range(800))
+
+
+@pytest.mark.spark
+def test_stream_cut_off_before_its_commit_writes_each_record_once(spark, cluster, new_topic, monkeypatch):
+    """A stream that dies after writing a batch but before committing it leaves an open
+    transaction (nothing aborts it: the process is gone). The next stream of the group
+    fences it, which aborts that transaction, and writes the batch again: read_committed
+    readers see every record once, read_uncommitted ones see the aborted copy too."""
+    from rayqueue.producer import Producer
+
+    source, sink = new_topic(partitions=2), new_topic(partitions=1)
+    group = f"stream-{source}"
+    producer = cluster.producer()
+    producer.send_many(source, [f"e{i}".encode() for i in range(300)]).get(30)
+    producer.close()
+
+    def transform(df):
+        return df.select("key", "value")
+
+    def sink_values(isolation_level: str) -> list[bytes]:
+        df = rq_spark.read(spark, sink, cluster=cluster, isolation_level=isolation_level)
+        return [bytes(r["value"]) for r in df.collect()]
+
+    def killed(self):  # the process dies between the write and the commit
+        raise RuntimeError("killed before the commit")
+
+    with monkeypatch.context() as m:
+        m.setattr(Producer, "commit_transaction", killed)
+        m.setattr(Producer, "abort_transaction", lambda self: None)
+        with pytest.raises(RuntimeError, match="killed before the commit"):
+            rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
+    assert rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster) == {}
+
+    handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
+    assert handle.rows_written == 300
+    expected = sorted(f"e{i}".encode() for i in range(300))
+    assert sorted(sink_values("read_committed")) == expected
+    assert sorted(sink_values("read_uncommitted")) == sorted(expected * 2)
+    committed = rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster)
+    assert sum(committed.values()) == 300
