@@ -109,11 +109,11 @@ class AbstractIndex:
         return self.entry.unpack_from(self._mmap, n * self.entry_size)
 
     def _append_raw(self, *fields: int) -> None:
-        if self._entries >= self._max_entries:
-            raise CorruptIndexError(f"index {self.path.name} is full ({self._entries} entries)")
-        assert self._mmap is not None
-        self.entry.pack_into(self._mmap, self._entries * self.entry_size, *fields)
-        self._entries += 1
+        entries = self._entries
+        if entries >= self._max_entries:
+            raise CorruptIndexError(f"index {self.path.name} is full ({entries} entries)")
+        self.entry.pack_into(self._mmap, entries * self.entry_size, *fields)  # type: ignore[arg-type]
+        self._entries = entries + 1
         self._last = fields
 
     def _last_fields(self) -> tuple[int, ...] | None:

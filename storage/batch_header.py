@@ -174,7 +174,9 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, ma
         raise CorruptRecordError(f"batch at byte {position} needs {size} bytes, {end - position} left")
     actual = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
     if actual != header.crc:
-        raise CorruptRecordError(f"CRC mismatch in batch at byte {position}: stored {header.crc:#x}, computed {actual:#x}")
+        raise CorruptRecordError(
+            f"CRC mismatch in batch at byte {position}: stored {header.crc:#x}, computed {actual:#x}"
+        )
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise CorruptRecordError(f"batch at byte {position} has negative lastOffsetDelta or recordsCount")
     if header.compression > 4:
@@ -191,11 +193,12 @@ def check_batches(
     one record, offsets contiguous inside each batch (recordsCount == lastOffsetDelta + 1),
     as Kafka's broker requires before it assigns offsets in place.
     """
-    headers = []
-    position, end = 0, len(buf)
+    end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty record set")
-    while position < end:
+    headers = []
+    position = 0
+    while True:
         header = check_batch(buf, position, end, max_batch_size)
         if producer_batches and (header.records_count == 0 or header.records_count != header.last_offset_delta + 1):
             raise CorruptRecordError(
@@ -203,8 +206,9 @@ def check_batches(
                 f"lastOffsetDelta {header.last_offset_delta}"
             )
         headers.append(header)
-        position += header.size
-    return headers
+        position += header.batch_length + LOG_OVERHEAD
+        if position >= end:
+            return headers
 
 
 def scan_valid_prefix(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[BatchHeader], int]:

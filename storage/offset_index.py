@@ -26,14 +26,12 @@ class OffsetIndex(AbstractIndex):
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); both must be larger than the last entry's."""
         relative = offset - self.base_offset
-        last = self._last_fields()
-        if last is not None:
-            last_offset, last_position = last
-            if relative <= last_offset or position <= last_position:
-                raise CorruptIndexError(
-                    f"index entry ({offset}, {position}) is not after the last one "
-                    f"({last_offset + self.base_offset}, {last_position})"
-                )
+        last = self._last if self._last is not None else self._last_fields()
+        if last is not None and (relative <= last[0] or position <= last[1]):
+            raise CorruptIndexError(
+                f"index entry ({offset}, {position}) is not after the last one "
+                f"({last[0] + self.base_offset}, {last[1]})"
+            )
         self._append_raw(relative, position)
 
     def lookup(self, target_offset: int) -> tuple[int, int]:

@@ -57,19 +57,30 @@ def filename_prefix(offset: int) -> str:
 _IOV_MAX = 1024  # POSIX minimum of IOV_MAX; Linux's value
 
 
-def write_fully(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-    """``os.writev`` the parts until every byte is written (a write may be short)."""
+def write_fully(fd: int, parts: Sequence[bytes | bytearray | memoryview], size: int = -1) -> None:
+    """``os.writev`` the parts until every byte is written (a write may be short).
+
+    ``size``, the parts' total length when the caller knows it, lets the usual complete
+    write return after its one system call.
+    """
+    pending = 0  # bytes written from the front of what is left
+    if size >= 0 and len(parts) <= _IOV_MAX:
+        pending = os.writev(fd, parts)
+        if pending == size:
+            return
     views = [memoryview(p) for p in parts]
     first = 0
-    while first < len(views):
-        written = os.writev(fd, views[first : first + _IOV_MAX])
-        if written <= 0:
-            raise OSError(errno.EIO, "write returned 0 bytes")
-        while first < len(views) and written >= views[first].nbytes:
-            written -= views[first].nbytes
+    while True:
+        while first < len(views) and pending >= views[first].nbytes:
+            pending -= views[first].nbytes
             first += 1
-        if written:
-            views[first] = views[first][written:]
+        if first == len(views):
+            return
+        if pending:
+            views[first] = views[first][pending:]
+        pending = os.writev(fd, views[first : first + _IOV_MAX])
+        if pending <= 0:
+            raise OSError(errno.EIO, "write returned 0 bytes")
 
 
 class LogSegment:
@@ -165,13 +176,26 @@ class LogSegment:
         """
         start = self._size
         try:
-            write_fully(self._fd, parts)
+            write_fully(self._fd, parts, size)
         except OSError as exc:
             self._undo_partial_write(start)
             raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
         if start == 0:
             self._rolling_based_timestamp = headers[0].max_timestamp
-        self._index_batches(headers, start)
+        if len(headers) == 1:  # the usual append: _index_batches without its loop
+            h = headers[0]
+            last_offset = h.base_offset + h.last_offset_delta
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp = last_offset
+            since = self._bytes_since_last_index_entry
+            if since > self._index_interval:
+                self.offset_index.append(last_offset, start)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                since = 0
+            self._bytes_since_last_index_entry = since + size
+        else:
+            self._index_batches(headers, start)
         self._size = start + size
         self._next_offset = headers[-1].next_offset
 

@@ -29,14 +29,10 @@ class TimeIndex(AbstractIndex):
         ``skip_full_check`` lets the segment write one final entry into the slot kept free
         for it when it rolls, as Kafka does.
         """
-        last = self._last_fields()
-        if last is not None:
-            last_ts, last_rel = last
-            if timestamp <= last_ts:
-                return
-            if offset - self.base_offset < last_rel:
-                return
-        if skip_full_check or not self.is_full:
+        last = self._last if self._last is not None else self._last_fields()
+        if last is not None and (timestamp <= last[0] or offset - self.base_offset < last[1]):
+            return
+        if skip_full_check or self._entries < self._max_entries - 1:  # not is_full
             self._append_raw(timestamp, offset - self.base_offset)
 
     @property

@@ -371,6 +371,27 @@ def test_io_error_on_append_leaves_log_consistent(open_log, monkeypatch):
     assert _offsets(log.read(0, 10**6).records) == [(0, 1), (2, 2)]
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 61, 62, 200])
+def test_short_writes_are_continued_until_the_batch_is_whole(open_log, monkeypatch, chunk):
+    """A write may take fewer bytes than asked without an error; the rest follows, once."""
+    log = open_log()
+    real_writev = os.writev
+    calls = []
+
+    def short_writev(fd, parts):
+        data = b"".join(bytes(p) for p in parts)
+        calls.append(len(data))
+        return real_writev(fd, [data[:chunk]])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    batches = [make_batch([b"x" * 300, b"y"]), make_batch([b"z" * 40])]
+    for batch in batches:
+        log.append(batch)
+    monkeypatch.undo()
+    assert len(calls) > 2 and log.size_in_bytes == sum(len(b) for b in batches)
+    assert _offsets(log.read(0, 10**6).records) == [(0, 1), (2, 2)]
+
+
 def test_io_error_on_flush(open_log, monkeypatch):
     log = open_log()
     log.append(make_batch([b"a"]))
