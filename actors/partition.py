@@ -70,6 +70,8 @@ CONSUMER_REPLICA_ID = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 # How long a batch that arrived ahead of its producer's previous one waits for it.
 REORDER_WAIT_S = 5.0
+# Producer sessions whose call order a leader remembers (the oldest are forgotten first).
+MAX_ORDER_SESSIONS = 10_000
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 
 # Broker settings a replica needs for replication; the controller passes its values.
@@ -126,6 +128,7 @@ class PartitionReplica:
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
         self._data_arrived: asyncio.Condition | None = None
+        self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
         self._closed = False
         self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
@@ -256,6 +259,7 @@ class PartitionReplica:
         timeout_ms: int = 30000,
         leader_epoch: int = NO_EPOCH,
         origin: str = "client",
+        order: tuple[str, int, int] | None = None,
     ) -> ProduceResult:
         """Append whole record batches; returns where the first one landed.
 
@@ -265,25 +269,41 @@ class PartitionReplica:
         data: epoch and sequence checks) or "coordinator" (markers and transactional offset
         commits: epoch checks only). A retried batch the log already holds appends nothing
         and is answered with its original offsets (for acks=-1 once the HW covers them).
+
+        ``order`` = (session, n, oldest) comes with the calls of a producer without
+        idempotence, numbered per partition: call n is appended after the session's calls
+        from ``oldest`` (the oldest it has unanswered) to n - 1, waiting up to
+        REORDER_WAIT_S for them. Kafka gets that order from its TCP connection; Ray may
+        start an async actor's calls out of order (a call whose arguments arrive first
+        runs first).
         """
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
         if not isinstance(records, (bytes, bytearray, memoryview)):
             raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
         self._check_leader(leader_epoch)
-        min_isr = self._config["min.insync.replicas"]
-        if acks == -1 and len(self._isr) < min_isr:
-            raise NotEnoughReplicasError(
-                f"{self.topic}-{self.partition}: ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
-            )
+        if order is not None:
+            await self._wait_for_turn(order, min(timeout_ms / 1000, REORDER_WAIT_S))
         try:
-            info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
-        except OutOfOrderSequenceError:
-            if origin != "client":
-                raise
-            info = await self._append_in_order(records, origin, leader_epoch, min(timeout_ms / 1000, REORDER_WAIT_S))
-        except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
-            raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
+            self._check_leader(leader_epoch)
+            min_isr = self._config["min.insync.replicas"]
+            if acks == -1 and len(self._isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.partition}: ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
+                )
+            try:
+                info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
+            except OutOfOrderSequenceError:
+                if origin != "client":
+                    raise
+                info = await self._append_in_order(
+                    records, origin, leader_epoch, min(timeout_ms / 1000, REORDER_WAIT_S)
+                )
+            except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
+        finally:
+            if order is not None:
+                await self._end_turn(order)
         if not info.duplicate:
             await self._advance_hw()
             await self._notify()
@@ -307,6 +327,25 @@ class PartitionReplica:
                 f"{self.topic}-{self.partition}: ISR shrank to {list(self._isr)} below min.insync.replicas={min_isr}"
             )
         return result
+
+    async def _wait_for_turn(self, order: tuple[str, int, int], timeout_s: float) -> None:
+        """Wait until the calls of ``order``'s session numbered below its own were appended
+        (or failed), at most ``timeout_s``: after that it goes ahead, as a call after a lost
+        one would in Kafka."""
+        session, n, oldest = order
+        turns = self._next_turns
+        expected = max(turns.pop(session, oldest), oldest)
+        turns[session] = expected  # re-inserted: the dict's order is least recently used first
+        if len(turns) > MAX_ORDER_SESSIONS:
+            del turns[next(iter(turns))]
+        if n > expected:
+            await self._wait_until(lambda: self._closed or self._next_turns.get(session, n) >= n, timeout_s)
+
+    async def _end_turn(self, order: tuple[str, int, int]) -> None:
+        session, n, _ = order
+        if self._next_turns.get(session, -1) <= n:
+            self._next_turns[session] = n + 1
+            await self._notify()
 
     async def _append_in_order(self, records: bytes, origin: str, leader_epoch: int, timeout_s: float) -> Any:
         """Append a batch that came ahead of its producer's previous one.

@@ -73,6 +73,9 @@ MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
 def producer_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
     """Parse a producer configuration and settle ``enable.idempotence`` as Kafka 3.x does.
 
+    ``delivery.timeout.ms`` must be at least ``linger.ms + request.timeout.ms`` (an error
+    when given, raised to that when defaulted, as Kafka's producer does).
+
     Idempotence needs acks=all, retries > 0 and max.in.flight.requests.per.connection <= 5.
     When the user asked for it (``enable.idempotence=true`` or a ``transactional.id``) a
     conflicting key is an InvalidConfigError naming both; when it is only the default, the
@@ -80,6 +83,15 @@ def producer_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> C
     """
     cfg = PRODUCER_CONFIG.parse(values, **kwargs)
     given = {PRODUCER_CONFIG.canonical(key) for key in {**(values or {}), **kwargs}}
+    floor = cfg["linger.ms"] + cfg["request.timeout.ms"]
+    if cfg["delivery.timeout.ms"] < floor:
+        # Kafka's rule: refused when the user set it, raised to the floor when defaulted.
+        if "delivery.timeout.ms" in given:
+            raise InvalidConfigError(
+                f"delivery.timeout.ms={cfg['delivery.timeout.ms']} should be equal to or larger than "
+                f"linger.ms + request.timeout.ms = {floor}"
+            )
+        cfg = cfg.with_overrides({"delivery.timeout.ms": floor})
     transactional = cfg["transactional.id"] is not None
     if not cfg["enable.idempotence"]:
         if transactional:

@@ -31,6 +31,7 @@ import logging
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,11 @@ logger = logging.getLogger(__name__)
 
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+# (session, request number, oldest unanswered number) of a call without idempotence; see Producer._drain.
+Order = tuple[str, int, int]
+# Guards _BatchResult.callbacks between add_callback and completion (held for a few
+# instructions; shared by every batch, so a record's future stays a two-slot view).
+_callbacks_lock = threading.Lock()
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
 
 
@@ -101,15 +107,21 @@ class _BatchResult:
 
     def done(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
-        self.event.set()
-        for callback, delta in self.callbacks or ():
-            try:
-                if error is None:
-                    callback(self.metadata(delta), None)
-                else:
-                    callback(None, error)
-            except Exception:  # a user callback must not kill the sender
-                logger.exception("producer callback failed")
+        with _callbacks_lock:  # a callback added meanwhile is either taken here or runs at once
+            self.event.set()
+            callbacks, self.callbacks = self.callbacks, None
+        for callback, delta in callbacks or ():
+            self.call(callback, delta)
+
+    def call(self, callback: Callable[..., Any], delta: int) -> None:
+        """Run one record's callback with the batch's outcome."""
+        try:
+            if self.error is None:
+                callback(self.metadata(delta), None)
+            else:
+                callback(None, self.error)
+        except Exception:  # a user callback must not kill the sender
+            logger.exception("producer callback failed")
 
     def metadata(self, delta: int) -> RecordMetadata:
         timestamp = self.log_append_time
@@ -146,13 +158,13 @@ class FutureRecordMetadata:
     def add_callback(self, callback: Callable[[RecordMetadata | None, BaseException | None], Any]) -> None:
         """Call ``callback(metadata, None)`` on success or ``callback(None, error)`` on failure."""
         batch = self._batch
-        if batch.event.is_set():
-            batch.callbacks = [(callback, self._delta)]
-            batch.done(batch.base_offset, batch.log_append_time, batch.error)
-            return
-        if batch.callbacks is None:
-            batch.callbacks = []
-        batch.callbacks.append((callback, self._delta))
+        with _callbacks_lock:
+            if not batch.event.is_set():
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((callback, self._delta))
+                return
+        batch.call(callback, self._delta)
 
 
 class _Batch:
@@ -227,8 +239,15 @@ class Producer:
         self._topic_partitions: dict[tuple[str, int], TopicPartition] = {}
         self._ready: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
         self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
+        # Without idempotence nothing on the broker orders a partition's concurrent calls
+        # (Kafka has its TCP connection; Ray may start an async actor's calls in any order).
+        # Each call carries (session, its number, the oldest number still unanswered), and
+        # the replica appends them in number order (see PartitionReplica.produce).
+        self._session = uuid.uuid4().hex
+        self._next_turn: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._open_turns: dict[TopicPartition, collections.deque[int]] = collections.defaultdict(collections.deque)
         self._muted: set[TopicPartition] = set()
-        self._completions: collections.deque[tuple[list[_Batch], int, Any]] = collections.deque()
+        self._completions: collections.deque[tuple[list[_Batch], int, Order | None, Any]] = collections.deque()
         self._unfinished: set[_Batch] = set()  # queued or in flight: what flush() waits for
         self._requests_in_flight = 0
         self._buffered = 0
@@ -697,6 +716,7 @@ class Producer:
                 completions = list(self._completions)
                 self._completions.clear()
                 doomed, doom_error = self._take_doomed()
+                expired = self._take_expired()
                 need_producer_id = self._maybe_bump_epoch() or (
                     self._idempotent
                     and not self._transactional
@@ -704,21 +724,29 @@ class Producer:
                     and any(self._ready.values())
                 )
                 requests, new_partitions = self._drain()
-            for batches, weight, outcome in completions:
-                self._complete(batches, weight, outcome)
+            for batches, weight, order, outcome in completions:
+                self._complete(batches, weight, order, outcome)
             for batch in doomed:
                 self._finish(batch, -1, -1, doom_error)
+            for batch in expired:
+                waited = (time.monotonic() - batch.created) * 1000
+                error = KafkaTimeoutError(
+                    f"Expiring {batch.records} record(s) for {batch.tp}: {waited:.0f} ms has passed since batch creation"
+                )
+                self._finish(batch, -1, -1, error)
             if need_producer_id:
                 self._fetch_producer_id()
             if new_partitions:
                 self._add_partitions_to_txn(new_partitions)
-            for tp, batches, weight in requests:
-                self._send(tp, batches, weight)
+            for tp, batches, weight, order in requests:
+                self._send(tp, batches, weight, order)
 
     def _has_work(self) -> bool:
         if self._completions:
             return True
         now = time.monotonic()
+        if any(q and now - q[0].created > self._delivery_timeout for q in self._ready.values()):
+            return True  # to expire it
         if any(now - b.created >= self._linger and not self._held(b) for b in self._open.values()):
             return True
         if self._idempotent:
@@ -786,6 +814,17 @@ class Producer:
         tp = batch.tp
         return len(self._unacked[tp]) >= self._max_in_flight and bool(self._ready.get(tp))
 
+    def _take_expired(self) -> list[_Batch]:
+        """Queued batches older than delivery.timeout.ms, taken out to fail (Kafka's
+        RecordAccumulator.expiredBatches). A partition's queue is in creation order (retries
+        go back in sequence order), so only its head needs a look."""
+        oldest = time.monotonic() - self._delivery_timeout
+        expired = []
+        for queue in self._ready.values():
+            while queue and queue[0].created < oldest:
+                expired.append(queue.popleft())
+        return expired
+
     def _take_doomed(self) -> tuple[list[_Batch], BaseException | None]:
         """Queued batches of a transaction in an error state (or being aborted): they fail."""
         if not self._transactional:
@@ -815,14 +854,14 @@ class Producer:
         logger.info("producer %d: sequences restart under epoch %d", txn.producer_id, txn.epoch)
         return not bumped
 
-    def _drain(self) -> tuple[list[tuple[TopicPartition, list[_Batch], int]], list[TopicPartition]]:
+    def _drain(self) -> tuple[list[tuple[TopicPartition, list[_Batch], int, Order | None]], list[TopicPartition]]:
         """Take ready batches, several per partition up to max.request.size per call.
 
         With idempotence a partition has at most max.in.flight (<= 5) unacknowledged
         batches, each batch gets its sequence here, in order, and a batch being retried
         goes alone (the broker answers a duplicate for its whole request).
         """
-        requests: list[tuple[TopicPartition, list[_Batch], int]] = []
+        requests: list[tuple[TopicPartition, list[_Batch], int, Order | None]] = []
         new_partitions: list[TopicPartition] = []
         idempotent = self._idempotent
         txn = self._txn
@@ -864,12 +903,17 @@ class Producer:
                             batch.base_sequence = txn.next_sequence(tp, batch.records)
                             batch.stamped = False
                             unacked.append(batch)
-                    weight = len(batches)
+                    weight, order = len(batches), None
                 else:
                     weight = 1
+                    turn = self._next_turn[tp]
+                    self._next_turn[tp] = turn + 1
+                    open_turns = self._open_turns[tp]
+                    open_turns.append(turn)
+                    order = (self._session, turn, open_turns[0])
                 self._in_flight[tp] += weight
                 self._requests_in_flight += 1
-                requests.append((tp, batches, weight))
+                requests.append((tp, batches, weight, order))
         if new_partitions:
             self._adding_partitions = True
         return requests, new_partitions
@@ -937,7 +981,7 @@ class Producer:
             self._adding_partitions = False
             self._wakeup.notify_all()
 
-    def _send(self, tp: TopicPartition, batches: list[_Batch], weight: int) -> None:
+    def _send(self, tp: TopicPartition, batches: list[_Batch], weight: int, order: Order | None) -> None:
         txn = self._txn
         for batch in batches:
             batch.attempts += 1
@@ -947,22 +991,24 @@ class Producer:
         try:
             leader = self._metadata.leader(tp)
             data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
-            ref = self._produce(leader, data)
+            ref = self._produce(leader, data, order)
         except Exception as exc:  # metadata errors: treat like a failed call
-            self._push_completion(batches, weight, exc)
+            self._push_completion(batches, weight, order, exc)
             return
-        ref.future().add_done_callback(lambda fut, b=batches, w=weight: self._push_completion(b, w, fut))
+        ref.future().add_done_callback(lambda fut, b=batches, w=weight, o=order: self._push_completion(b, w, o, fut))
 
-    def _produce(self, leader: Any, data: bytes) -> Any:
+    def _produce(self, leader: Any, data: bytes, order: Order | None = None) -> Any:
         """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
-        return leader.leader_handle.produce.remote(data, self._acks, self._request_timeout_ms, leader.leader_epoch)
+        return leader.leader_handle.produce.remote(
+            data, self._acks, self._request_timeout_ms, leader.leader_epoch, "client", order
+        )
 
-    def _push_completion(self, batches: list[_Batch], weight: int, outcome: Any) -> None:
+    def _push_completion(self, batches: list[_Batch], weight: int, order: Order | None, outcome: Any) -> None:
         with self._lock:
-            self._completions.append((batches, weight, outcome))
+            self._completions.append((batches, weight, order, outcome))
             self._wakeup.notify_all()
 
-    def _complete(self, batches: list[_Batch], weight: int, outcome: Any) -> None:
+    def _complete(self, batches: list[_Batch], weight: int, order: Order | None, outcome: Any) -> None:
         tp = batches[0].tp
         error: BaseException | None
         if isinstance(outcome, BaseException):
@@ -975,6 +1021,8 @@ class Producer:
         with self._lock:
             self._in_flight[tp] -= weight
             self._requests_in_flight -= 1
+            if order is not None:
+                self._open_turns[tp].remove(order[1])
             if not self._requests_in_flight:
                 self._wakeup.notify_all()
         if error is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -39,3 +40,17 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
             raise AssertionError(f"got {len(records)} of {expected} records within {timeout}s")
         records.extend(consumer.poll(200))
     return records
+
+
+class LostCall:
+    """What ``Producer._produce`` returns for a call whose answer is lost: a ref look-alike
+    whose future fails when ``fail()`` is called (the sender only uses ``future()``)."""
+
+    def __init__(self) -> None:
+        self._future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def future(self) -> concurrent.futures.Future:
+        return self._future
+
+    def fail(self, error: BaseException) -> None:
+        self._future.set_exception(error)

@@ -8,6 +8,7 @@ import pytest
 import ray
 
 from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
+from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -52,6 +53,52 @@ def test_produce_then_fetch_returns_the_same_bytes(cluster, new_topic):
     # The broker patched only baseOffset and partitionLeaderEpoch: the rest is the producer's bytes.
     assert fetched.records[61 : len(first)] == first[61:] and fetched.records[17:21] == first[17:21]
     assert [r.value for b in batches for r in b] == [b"a", b"b", b"c", b"d"]
+
+
+def test_calls_without_idempotence_are_appended_in_their_order(cluster, new_topic):
+    """Ray may start calls out of order; a producer without idempotence numbers them and the
+    leader appends them in that order (Kafka's TCP order), never waiting long for a lost one."""
+    topic = new_topic()
+    leader, epoch = leader_of(cluster, topic)
+    # Calls 1 and 2 of session "s" reach the leader first: they wait for call 0.
+    later = [leader.produce.remote(batch([b"%d" % n]), 1, 30000, epoch, "client", ("s", n, 0)) for n in (2, 1)]
+    ready, _ = ray.wait(later, num_returns=1, timeout=0.5)
+    assert not ready
+    first = leader.produce.remote(batch([b"0"]), 1, 30000, epoch, "client", ("s", 0, 0))
+    assert [r.base_offset for r in ray.get([first, *reversed(later)], timeout=30)] == [0, 1, 2]
+    # A call whose predecessors never come (lost before they reached the leader) goes ahead
+    # after its timeout, as Kafka's reordering after a failed request.
+    alone = ray.get(leader.produce.remote(batch([b"9"]), 1, 300, epoch, "client", ("lost", 9, 7)), timeout=30)
+    assert alone.base_offset == 3
+    # Another session is not held up by "s", and "s" goes on in order from where it was.
+    other = ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch, "client", ("t", 0, 0)), timeout=30)
+    assert other.base_offset == 4
+    assert ray.get(leader.produce.remote(batch([b"3"]), 1, 30000, epoch, "client", ("s", 3, 3))).base_offset == 5
+    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"0", b"1", b"2", b"9", b"x", b"3"]
+
+
+def test_producer_without_idempotence_keeps_partition_order(cluster, new_topic):
+    """acks=1 turns idempotence off; five calls in flight of batches large enough to travel
+    through Ray's object store still land in send order."""
+    topic = new_topic()
+    producer = cluster.producer(acks=1, linger_ms=0, batch_size=200_000)
+    assert not producer._idempotent
+    n = 100_000
+    filler = b"x" * 300
+    for i in range(n):
+        producer.send(topic, b"%06d" % i + filler)
+    producer.flush(60)
+    producer.close()
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    got: list[int] = []
+    for record in consumer:
+        got.append(int(record.value[:6]))
+        if len(got) == n:
+            break
+    consumer.close()
+    assert got == list(range(n))
 
 
 def test_fetch_long_polls_until_data_arrives(cluster, new_topic):
@@ -194,7 +241,13 @@ def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_t
     producer.close()
     assert len(acked) == 300
     # The controller restarted the replica (same broker, same data) and made it leader again.
-    meta = wait_for(lambda: cluster.metadata([topic]).topics[topic].partitions[0].leader_handle and cluster.metadata([topic]).topics[topic].partitions[0], 60)
+    meta = wait_for(
+        lambda: (
+            cluster.metadata([topic]).topics[topic].partitions[0].leader_handle
+            and cluster.metadata([topic]).topics[topic].partitions[0]
+        ),
+        60,
+    )
     assert meta.leader_epoch >= 1
     fetched = ray.get(meta.leader_handle.fetch.remote(0, 1 << 24, 0))
     values = [int(r.value) for b in iter_batches(fetched.records) for r in b]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import random
 import threading
 
@@ -13,7 +12,7 @@ from rayqueue.config import producer_config
 from rayqueue.errors import InvalidConfigError, InvalidRecordError, NetworkError
 from rayqueue.transaction_manager import increment_sequence
 from storage.record_batch import iter_batches
-from tests.helpers import wait_for
+from tests.helpers import LostCall, wait_for
 
 
 def raw_batches(cluster, topic: str, partition: int) -> list:
@@ -36,20 +35,6 @@ def raw_batches(cluster, topic: str, partition: int) -> list:
 def log_values(cluster, topic: str, partition: int) -> list[tuple[int, bytes]]:
     """(offset, value) of every data record in the partition's log."""
     return [(r.offset, r.value) for b in raw_batches(cluster, topic, partition) if not b.is_control for r in b]
-
-
-class _Lost:
-    """What ``Producer._produce`` returns for a call whose answer is lost: a ref look-alike
-    whose future fails when ``fail()`` is called (the sender only uses ``future()``)."""
-
-    def __init__(self) -> None:
-        self._future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def future(self) -> concurrent.futures.Future:
-        return self._future
-
-    def fail(self, error: BaseException) -> None:
-        self._future.set_exception(error)
 
 
 # -- configuration ---------------------------------------------------------------------
@@ -142,8 +127,8 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     rng = random.Random(7)
     lost = []
 
-    def lossy(leader, data):
-        ref = real(leader, data)
+    def lossy(leader, data, *order):
+        ref = real(leader, data, *order)
         if rng.random() < 0.33:
             ray.get(ref, timeout=30)  # appended at the leader ...
             lost.append(len(data))
@@ -178,13 +163,13 @@ def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topi
     producer.send(topic, b"warm", partition=0).get(30)
     real = producer._produce
     calls: list = []
-    first = _Lost()
+    first = LostCall()
 
-    def scripted(leader, data):
+    def scripted(leader, data, *order):
         calls.append(len(data))
         if len(calls) == 1:
             return first  # lost on the way: the leader never sees batch 1 ...
-        ref = real(leader, data)
+        ref = real(leader, data, *order)
         if len(calls) == 2:
             # ... and the loss shows only after batch 2 has been answered.
             ref.future().add_done_callback(lambda _: first.fail(NetworkError("injected: request lost")))
@@ -210,11 +195,11 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
     real = producer._produce
     calls = []
 
-    def failing(leader, data):
+    def failing(leader, data, *order):
         calls.append(len(data))
         if len(calls) == 2:
             raise InvalidRecordError("injected: rejected for good")
-        return real(leader, data)
+        return real(leader, data, *order)
 
     producer._produce = failing
     assert producer.send(topic, b"first", partition=0).get(30).offset == 0
@@ -235,8 +220,8 @@ def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_to
     rng = random.Random(3)
     lock = threading.Lock()
 
-    def lossy(leader, data):
-        ref = real(leader, data)
+    def lossy(leader, data, *order):
+        ref = real(leader, data, *order)
         with lock:
             lose = rng.random() < 0.2
         if lose:

@@ -9,9 +9,15 @@ import pyarrow as pa
 import pytest
 
 from rayqueue import TopicPartition
-from rayqueue.errors import InvalidConfigError, KafkaTimeoutError, RecordTooLargeError, UnknownTopicOrPartitionError
+from rayqueue.errors import (
+    InvalidConfigError,
+    KafkaTimeoutError,
+    NetworkError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
 from rayqueue.partitioner import partition_for_key
-from tests.helpers import consume_all
+from tests.helpers import LostCall, consume_all, wait_for
 
 
 def test_records_come_back_in_order_per_partition_across_topics(cluster, new_topic):
@@ -110,10 +116,63 @@ def test_callbacks_serializers_and_record_metadata(cluster, new_topic):
     assert done.wait(10)
     md, err = seen[0]
     assert err is None and (md.topic, md.partition, md.offset) == (topic, 0, 0)
-    consumer = cluster.consumer(auto_offset_reset="earliest", value_deserializer=bytes.decode, key_deserializer=bytes.decode)
+    consumer = cluster.consumer(
+        auto_offset_reset="earliest", value_deserializer=bytes.decode, key_deserializer=bytes.decode
+    )
     consumer.assign([TopicPartition(topic, 0)])
     (record,) = consume_all(consumer, 1)
     assert (record.key, record.value) == ("k", "hello")
+
+
+def test_a_callback_runs_once_whether_it_comes_before_or_after_completion():
+    """add_callback races the sender completing the batch: each callback runs exactly once."""
+    from rayqueue.producer import FutureRecordMetadata, _BatchResult
+
+    tp = TopicPartition("t", 0)
+    for round_ in range(300):
+        result = _BatchResult(tp)
+        result.timestamps = [0, 1, 2]
+        calls: list = []
+        completer = threading.Thread(target=result.done, args=(10, -1, None))
+        completer.start()
+        for delta in range(3):
+            FutureRecordMetadata(result, delta).add_callback(
+                lambda md, err, calls=calls: calls.append((md.offset, err))
+            )
+        completer.join()
+        assert sorted(calls) == [(10, None), (11, None), (12, None)], round_
+
+
+def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
+    """A batch queued behind a hung call expires after delivery.timeout.ms (Kafka's
+    accumulator expiry); the hung one, answered late with a retriable error, is not retried
+    past it either. The timeout must cover linger.ms + request.timeout.ms, as in Kafka."""
+    with pytest.raises(InvalidConfigError, match="delivery.timeout.ms"):
+        cluster.producer(delivery_timeout_ms=1000, request_timeout_ms=2000)
+    topic = new_topic()
+    producer = cluster.producer(
+        acks=1, linger_ms=0, max_in_flight_requests_per_connection=1, request_timeout_ms=1000, delivery_timeout_ms=1500
+    )
+    hung = LostCall()
+    real = producer._produce
+    calls: list[int] = []
+
+    def first_call_hangs(leader, data, *order):
+        calls.append(len(data))
+        return hung if len(calls) == 1 else real(leader, data, *order)
+
+    producer._produce = first_call_hangs
+    first = producer.send(topic, b"first")
+    wait_for(lambda: calls, timeout=30, what="the first produce call")
+    second = producer.send(topic, b"second")
+    with pytest.raises(KafkaTimeoutError, match="since batch creation"):
+        second.get(30)
+    assert not first.done() and len(calls) == 1
+    hung.fail(NetworkError("injected: the answer never came"))
+    with pytest.raises(KafkaTimeoutError):
+        first.get(30)
+    assert producer.send(topic, b"third").get(30).offset == 0  # the producer goes on
+    producer.close()
 
 
 def test_seek_position_pause_resume_and_offsets_for_times(cluster, new_topic):

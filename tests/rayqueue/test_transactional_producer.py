@@ -250,11 +250,11 @@ def test_a_failed_send_makes_commit_raise_until_aborted(cluster, new_topic, txn_
     real = producer._produce
     calls = []
 
-    def failing(leader, data):
+    def failing(leader, data, *order):
         calls.append(len(data))
         if len(calls) == 2:
             raise InvalidRecordError("injected: rejected for good")
-        return real(leader, data)
+        return real(leader, data, *order)
 
     producer._produce = failing
     producer.begin_transaction()
