@@ -42,6 +42,7 @@ import ray
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME, INTERNAL_TOPICS
+from actors.coordinator_log import replay_partition
 from actors.types import (
     GroupDescription,
     JoinGroupResult,
@@ -68,8 +69,7 @@ from storage.errors import (
     UnstableOffsetCommitError,
     error_for_code,
 )
-from storage.log import EARLIEST_TIMESTAMP
-from storage.record_batch import RecordBatchBuilder, iter_batches
+from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatchBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -318,28 +318,23 @@ class GroupCoordinator:
 
     async def _load_partition(self, p: int) -> int:
         part = await self._leader(p)
-        start = (await part.leader_handle.list_offsets.remote(EARLIEST_TIMESTAMP, part.leader_epoch)).offset
-        offset, count = start, 0
-        while True:
-            result = await part.leader_handle.fetch.remote(offset, 1 << 20, 0, 1, 0, part.leader_epoch)
-            for batch in iter_batches(result.records):
-                if batch.is_control:
-                    marker = batch.control_record()
-                    if batch.base_offset >= offset and marker.type in (0, 1):
-                        self._end_pending(batch.producer_id, marker.is_commit, partition=p)
-                elif batch.is_transactional:
-                    for record in batch:
-                        if record.offset >= offset:
-                            self._apply_pending(batch.producer_id, record.key, record.value)
-                            count += 1
-                else:
-                    for record in batch:
-                        if record.offset >= offset:
-                            self._apply(record.key, record.value)
-                            count += 1
-                offset = batch.next_offset
-            if not result.records or offset >= result.high_watermark:
-                return count
+        count = 0
+        async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
+            if batch.is_control:
+                marker = batch.control_record()
+                if batch.base_offset >= first and marker.type in (CONTROL_ABORT, CONTROL_COMMIT):
+                    self._end_pending(batch.producer_id, marker.is_commit, partition=p)
+            elif batch.is_transactional:
+                for record in batch:
+                    if record.offset >= first:
+                        self._apply_pending(batch.producer_id, record.key, record.value)
+                        count += 1
+            else:
+                for record in batch:
+                    if record.offset >= first:
+                        self._apply(record.key, record.value)
+                        count += 1
+        return count
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one ``__consumer_offsets`` record to the cache (replay and live writes alike)."""
@@ -375,9 +370,9 @@ class GroupCoordinator:
         k = json.loads(key)
         if k[0] == OFFSET_KEY_VERSION:
             _, group_id, topic, partition = k
-            self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[
-                TopicPartition(topic, partition)
-            ] = decode_offset(value)
+            self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[TopicPartition(topic, partition)] = (
+                decode_offset(value)
+            )
 
     def _end_pending(self, producer_id: int, committed: bool, partition: int | None = None) -> int:
         """Apply (commit) or drop (abort) a producer's pending offsets; only the groups of
@@ -385,9 +380,7 @@ class GroupCoordinator:
         groups = self._pending.get(producer_id)
         if not groups:
             return 0
-        done = [
-            g for g in groups if partition is None or offsets_partition_for(g, self._num_partitions) == partition
-        ]
+        done = [g for g in groups if partition is None or offsets_partition_for(g, self._num_partitions) == partition]
         count = 0
         for group_id in done:
             offsets = groups.pop(group_id)

@@ -39,6 +39,7 @@ import ray
 
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME
+from actors.coordinator_log import replay_partition
 from actors.group_coordinator import (
     GROUP_COORDINATOR_NAME,
     OFFSETS_TOPIC,
@@ -60,8 +61,7 @@ from storage.errors import (
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
-from storage.log import EARLIEST_TIMESTAMP
-from storage.record_batch import RecordBatchBuilder, iter_batches
+from storage.record_batch import RecordBatchBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -245,19 +245,14 @@ class TransactionCoordinator:
 
     async def _load_partition(self, p: int) -> int:
         part = await self._state_leader(p)
-        start = (await part.leader_handle.list_offsets.remote(EARLIEST_TIMESTAMP, part.leader_epoch)).offset
-        offset, count = start, 0
-        while True:
-            result = await part.leader_handle.fetch.remote(offset, 1 << 20, 0, 1, 0, part.leader_epoch)
-            for batch in iter_batches(result.records):
-                if not batch.is_control:
-                    for record in batch:
-                        if record.offset >= offset and record.key is not None:
-                            self._apply(record.key, record.value)
-                            count += 1
-                offset = batch.next_offset
-            if not result.records or offset >= result.high_watermark:
-                return count
+        count = 0
+        async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
+            if not batch.is_control:
+                for record in batch:
+                    if record.offset >= first and record.key is not None:
+                        self._apply(record.key, record.value)
+                        count += 1
+        return count
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         version, tid = json.loads(key)
