@@ -21,6 +21,9 @@ from rayqueue.metadata import MetadataCache, call_controller
 from storage.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
+# Kafka's default.api.timeout.ms: how long a call to partition leaders keeps retrying.
+_API_TIMEOUT_S = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
@@ -130,20 +133,23 @@ class Admin:
         )
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Delete records before each offset (-1: the high watermark); returns the new log start offsets."""
-        refs = {}
-        for tp, offset in offsets.items():
-            leader = self._metadata.leader(tp)
-            refs[tp] = leader.leader_handle.delete_records.remote(offset, leader.leader_epoch)
-        return {tp: ray.get(ref) for tp, ref in refs.items()}
+        """Delete records before each offset (-1: the high watermark); returns the new log start offsets.
+
+        Sent to each partition's leader; a leader that moved or died meanwhile is looked up
+        again (default.api.timeout.ms).
+        """
+        calls = {
+            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(o, m.leader_epoch)
+            for tp, offset in offsets.items()
+        }
+        return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
 
     def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
-        """Offsets by spec: -2 earliest, -1 latest, or a timestamp in ms."""
-        refs = {}
-        for tp, spec in specs.items():
-            leader = self._metadata.leader(tp)
-            refs[tp] = leader.leader_handle.list_offsets.remote(spec, leader.leader_epoch)
-        return {tp: ray.get(ref) for tp, ref in refs.items()}
+        """Offsets by spec: -2 earliest, -1 latest, or a timestamp in ms (leaders looked up again as needed)."""
+        calls = {
+            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ts, m.leader_epoch) for tp, spec in specs.items()
+        }
+        return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
 
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""
@@ -253,9 +259,7 @@ class Admin:
         """Producer id and epoch, state, timeout, start time and partitions of each
         transactional id (unknown ids show state Dead)."""
         ids = list(transactional_ids)
-        descriptions = self._coordinator_call(
-            "transaction_coordinator", lambda c: c.describe_transactions.remote(ids)
-        )
+        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(ids))
         return {d.transactional_id: d for d in descriptions}
 
     def list_transactions(
@@ -265,9 +269,7 @@ class Admin:
         or of ``producer_ids`` (Kafka's ListTransactions filters)."""
         wanted_states = set(states) if states is not None else None
         wanted_pids = set(producer_ids) if producer_ids is not None else None
-        descriptions = self._coordinator_call(
-            "transaction_coordinator", lambda c: c.describe_transactions.remote(None)
-        )
+        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(None))
         return [
             TransactionListing(d.transactional_id, d.producer_id, d.state)
             for d in descriptions

@@ -34,8 +34,7 @@ import ray
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
 from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener, IllegalStateError
-from rayqueue.metadata import MetadataCache, call_controller
-from rayqueue.producer import _as_kafka_error
+from rayqueue.metadata import MetadataCache, as_kafka_error, call_controller
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
     InvalidConfigError,
@@ -593,22 +592,12 @@ class Consumer:
             raise KafkaError(f"{tp} is not assigned to this consumer") from None
 
     def _list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
-        deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                refs = {}
-                for tp, ts in specs.items():
-                    leader = self._metadata.leader(tp)
-                    # read_committed: "latest" is the last stable offset (Kafka's ListOffsets).
-                    refs[tp] = leader.leader_handle.list_offsets.remote(ts, leader.leader_epoch, self._isolation)
-                return {tp: ray.get(ref) for tp, ref in refs.items()}
-            except Exception as exc:  # noqa: BLE001
-                error = _as_kafka_error(exc)
-                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
-                    raise error from None
-                for tp in specs:
-                    self._metadata.invalidate(tp.topic)
-                time.sleep(self._backoff)
+        isolation = self._isolation  # read_committed: "latest" is the last stable offset (Kafka's ListOffsets)
+        calls = {
+            tp: lambda m, ts=ts: m.leader_handle.list_offsets.remote(ts, m.leader_epoch, isolation)
+            for tp, ts in specs.items()
+        }
+        return self._metadata.call_leaders(calls, self._timeout, self._backoff)
 
     def _resolve_positions(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         missing = [tp for tp in (partitions or self._states) if self._states[tp].position is None]
@@ -681,7 +670,7 @@ class Consumer:
             try:
                 result = ray.get(ref)
             except Exception as exc:  # noqa: BLE001
-                result, error = None, _as_kafka_error(exc)
+                result, error = None, as_kafka_error(exc)
             if generation != state.fetch_generation:
                 return  # a seek happened while this fetch was under way
             if start > state.fetch_position:

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
 
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
-from storage.errors import LeaderNotAvailableError, NetworkError, UnknownTopicOrPartitionError
+from storage.errors import KafkaError, LeaderNotAvailableError, NetworkError, UnknownTopicOrPartitionError
+
+
+def as_kafka_error(error: BaseException) -> BaseException:
+    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
+    if isinstance(error, KafkaError):
+        return error
+    if isinstance(error, ray.exceptions.RayActorError):
+        return NetworkError(f"actor unavailable: {type(error).__name__}")
+    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
+        return error.cause
+    return error
 
 
 def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:
@@ -82,6 +94,32 @@ class MetadataCache:
                     self._fetched_at[name] = now
                 else:
                     self._topics.pop(name, None)
+
+    def call_leaders(
+        self,
+        make_calls: Mapping[TopicPartition, Callable[[PartitionMetadata], Any]],
+        timeout_s: float,
+        backoff_s: float = 0.1,
+    ) -> dict[TopicPartition, Any]:
+        """Call each partition's leader at once (``make(meta)`` returns the call's ObjectRef)
+        and return the answers.
+
+        A retriable error (the leader moved, was fenced, died, or none is elected yet)
+        refreshes the metadata and repeats every call until ``timeout_s``; any other error
+        is raised as it is (Kafka's clients do the same for ListOffsets and DeleteRecords).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                refs = {tp: make(self.leader(tp)) for tp, make in make_calls.items()}
+                return {tp: ray.get(ref) for tp, ref in refs.items()}
+            except Exception as exc:  # noqa: BLE001 - sorted into retriable and not below
+                error = as_kafka_error(exc)
+                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
+                    raise error from None
+            for topic in {tp.topic for tp in make_calls}:
+                self.invalidate(topic)
+            time.sleep(backoff_s)
 
     def invalidate(self, topic: str) -> None:
         """Forget ``topic`` so that the next lookup asks the controller."""

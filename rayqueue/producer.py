@@ -1031,7 +1031,7 @@ class Producer:
                 self._finish(batch, offset, result.log_append_time, None)
                 offset += batch.records
             return
-        error = _as_kafka_error(error)
+        error = as_kafka_error(error)
         if self._transactional and isinstance(error, InvalidProducerEpochError):
             # As Kafka's sender: a stale epoch means a newer instance fenced this one.
             error = ProducerFencedError(f"{tp}: this producer was fenced by a newer instance: {error}")
@@ -1141,6 +1141,3 @@ def _as_list(values: Any) -> list:
 def _average_size(values: list) -> int:
     sample = values[:64]
     return sum(len(v) for v in sample if v is not None) // max(1, len(sample))
-
-
-_as_kafka_error = as_kafka_error

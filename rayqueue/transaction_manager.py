@@ -22,12 +22,12 @@ import ray
 
 from actors.types import TopicPartition
 from rayqueue.consumer_coordinator import IllegalStateError
+from rayqueue.metadata import as_kafka_error
 from storage.errors import (
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
-    NetworkError,
     ProducerFencedError,
 )
 
@@ -115,17 +115,6 @@ def coordinator_call(
         logger.debug("%s: retrying after %s", what, error)
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
-
-
-def as_kafka_error(error: BaseException) -> BaseException:
-    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
-    if isinstance(error, KafkaError):
-        return error
-    if isinstance(error, ray.exceptions.RayActorError):
-        return NetworkError(f"actor unavailable: {type(error).__name__}")
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
-        return error.cause
-    return error
 
 
 class TransactionManager:
@@ -392,7 +381,6 @@ __all__ = [
     "TransactionAbortedError",
     "TransactionManager",
     "TransactionState",
-    "as_kafka_error",
     "coordinator_call",
     "increment_sequence",
 ]
