@@ -16,6 +16,7 @@ import ray
 
 from actors.types import FetchResult, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
+from rayqueue.metadata import MetadataCache
 from storage.batch_header import batch_boundaries, read_header
 from storage.record_batch import RecordBatchBuilder, build_control_batch, committed_batches, decode_columns
 from tests.helpers import wait_for
@@ -107,7 +108,9 @@ class FakeLeader:
         return self.log.fetch(offset, max_bytes, isolation_level)
 
 
-class FakeMetadata:
+class FakeMetadata(MetadataCache):
+    """The consumer's metadata cache, answering with the fake leader (no controller)."""
+
     def __init__(self, leader: FakeLeader) -> None:
         self._leader = leader
 
