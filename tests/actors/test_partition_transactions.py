@@ -114,9 +114,11 @@ def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_to
     ray.get(leader.produce.remote(txn_batch(pid, 0, 0, [b"t1", b"t2"]), -1, 30000, epoch))
     ray.kill(leader, no_restart=True)  # the controller elects another ISR member
     meta = wait_for(
-        lambda: (m := cluster.metadata([topic]).topics[topic].partitions[0]).leader_epoch > epoch
-        and m.leader_handle is not None
-        and m,
+        lambda: (
+            (m := cluster.metadata([topic]).topics[topic].partitions[0]).leader_epoch > epoch
+            and m.leader_handle is not None
+            and m
+        ),
         60,
         what="a new leader",
     )
@@ -150,3 +152,29 @@ def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):
     # A gap that is never filled still fails, once the wait is over.
     with pytest.raises(OutOfOrderSequenceError):
         ray.get(leader.produce.remote(txn_batch(pid, 0, 9, [b"x"], transactional=False), 1, 1000, epoch))
+
+
+def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, new_topic):
+    """Followers keep the producer state too: after a failover, a batch the producer retries
+    (its first answer was lost with the old leader) is a duplicate on the new leader."""
+    topic = new_topic(partitions=1, replication_factor=3)
+    old, epoch = leader_of(cluster, topic)
+    pid = next(_pids)
+    batches = [txn_batch(pid, 0, seq, [b"v%d" % seq], transactional=False) for seq in range(3)]
+    first = [ray.get(old.produce.remote(b, -1, 30000, epoch)) for b in batches]  # acks=all: on every replica
+    ray.kill(old, no_restart=True)
+
+    def new_leader():
+        handle, new_epoch = leader_of(cluster, topic)
+        return (handle, new_epoch) if new_epoch > epoch and handle is not None else None
+
+    leader, new_epoch = wait_for(new_leader, timeout=60, what="a new leader")
+    # Every one of the producer's last batches is answered from the state, nothing appended.
+    for batch, original in zip(batches, first, strict=True):
+        again = ray.get(leader.produce.remote(batch, -1, 30000, new_epoch))
+        assert (again.base_offset, again.last_offset) == (original.base_offset, original.last_offset)
+    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert values_of(fetched.records) == [b"v0", b"v1", b"v2"]
+    # The next sequence goes on where the old leader left off.
+    nxt = ray.get(leader.produce.remote(txn_batch(pid, 0, 3, [b"v3"], transactional=False), -1, 30000, new_epoch))
+    assert nxt.base_offset == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 
 import pytest
 import ray
@@ -55,6 +56,10 @@ class PipelineWorker:
                 producer.begin_transaction()
                 for record in records:
                     producer.send(sink, b"t-" + record.value, key=record.key)
+                # The records are written; "processing" the batch takes a moment before the
+                # commit, as real work would (a window for a kill between write and commit).
+                producer.flush()
+                time.sleep(0.05)
                 offsets = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in records.partitions()}
                 producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
                 producer.commit_transaction()
@@ -79,8 +84,8 @@ def _committed_total(admin, group: str, tps: list[TopicPartition]) -> int:
     return sum(om.offset for om in offsets.values() if om is not None)
 
 
-def _read_committed(cluster, topic: str, partitions: int, expected: int) -> list[bytes]:
-    consumer = cluster.consumer(isolation_level="read_committed", auto_offset_reset="earliest", fetch_max_wait_ms=100)
+def _read_all(cluster, topic: str, partitions: int, expected: int, isolation_level: str) -> list[bytes]:
+    consumer = cluster.consumer(isolation_level=isolation_level, auto_offset_reset="earliest", fetch_max_wait_ms=100)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
     values: list[bytes] = []
@@ -136,23 +141,40 @@ def _run_with_failures(cluster, admin, source: str, sink: str, partitions: int, 
 
 
 def _assert_exactly_once(cluster, source_values: list[bytes], sink: str, partitions: int) -> None:
-    got = _read_committed(cluster, sink, partitions, len(source_values))
+    got = _read_all(cluster, sink, partitions, len(source_values), "read_committed")
     counts = collections.Counter(got)
     duplicated = {v: n for v, n in counts.items() if n > 1}
     assert not duplicated, f"{len(duplicated)} records written more than once, e.g. {list(duplicated.items())[:3]}"
     assert set(counts) == {b"t-" + v for v in source_values}
 
 
+def _uncommitted_data_in(cluster, topic: str, partitions: int) -> bool:
+    """Whether a transaction has written records to ``topic`` that are not committed yet."""
+    meta = cluster.metadata([topic]).topics[topic]
+    states = ray.get([meta.partitions[p].leader_handle.describe.remote() for p in range(partitions)])
+    return any(s["high_watermark"] > s["last_stable_offset"] for s in states)
+
+
 def test_pipeline_process_killed_at_random_moments(cluster, admin, new_topic):
     source, sink = new_topic(2, 1), new_topic(2, 1)
     values = _fill_source(cluster, source)
 
+    txn_id = f"{sink}-txn"
+
+    def mid_transaction() -> bool:
+        ongoing = admin.describe_transactions([txn_id])[txn_id].state == "Ongoing"
+        return ongoing and _uncommitted_data_in(cluster, sink, 2)
+
     def kill_worker(worker) -> bool:
+        # Killed inside a transaction whose records are written and whose offsets are not committed.
+        wait_for(mid_transaction, timeout=60, interval=0.005, what="an open transaction with data")
         ray.kill(worker, no_restart=True)
         return True
 
     _run_with_failures(cluster, admin, source, sink, 2, kill_worker, kills=4, seed=11)
     _assert_exactly_once(cluster, values, sink, 2)
+    # The kills left aborted copies behind, which only a read_uncommitted reader sees.
+    assert len(_read_all(cluster, sink, 2, RECORDS, "read_uncommitted")) > RECORDS
 
 
 def test_pipeline_survives_partition_leader_kills(cluster, admin, new_topic):
