@@ -26,6 +26,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import psutil  # noqa: E402
 import ray  # noqa: E402
+from bench_ray import start_ray  # noqa: E402
 from ray.util.queue import Queue  # noqa: E402
 
 import rayqueue  # noqa: E402
@@ -138,14 +139,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="records per 100-byte run")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-")
-    # A Ray of its own unless RAY_ADDRESS names one: a bare ray.init() would attach to any
-    # cluster `ray start` left running on this machine.
-    ray.init(
-        address=os.environ.get("RAY_ADDRESS") or "local",
-        num_cpus=None if os.environ.get("RAY_ADDRESS") else 8,
-        include_dashboard=False,
-        log_to_driver=False,
-    )
+    start_ray()
     cluster = rayqueue.launch(log_dirs=root)
     admin = cluster.admin()
     rows = []

@@ -24,6 +24,7 @@ import time
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray  # noqa: E402
+from bench_ray import start_ray  # noqa: E402
 
 import rayqueue  # noqa: E402
 from rayqueue import TopicPartition  # noqa: E402
@@ -57,42 +58,62 @@ def throughput(cluster, admin, name: str, rf: int, acks: str, records: int, bulk
         admin.delete_topic(name)
 
 
+def _wait(predicate, timeout: float, what: str) -> None:
+    """Poll ``predicate`` until true; TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} within {timeout:.0f}s")
+        time.sleep(0.001)
+
+
+def _dead(handle) -> bool:
+    try:
+        ray.get(handle.describe.remote(), timeout=5)
+        return False
+    except ray.exceptions.RayActorError:
+        return True
+
+
 def failover_times(cluster, admin, kills: int) -> list[float]:
-    """Seconds from a leader's death to the first acks=all record acknowledged after it."""
+    """Seconds from a leader's kill to the first acks=all record that the new leader acknowledged.
+
+    ``ray.kill`` takes effect a moment after the call, so the old leader may still answer a
+    send or two: only sends issued after its death is confirmed count.
+    """
     name = "bench-failover"
     admin.create_topic(name, 1, 3)
     tp = TopicPartition(name, 0)
     producer = cluster.producer(acks="all", linger_ms=0, retry_backoff_ms=10)
-    acked_at: list[float] = []
+    acks: list[tuple[float, float]] = []  # (issued, acknowledged)
     stop = threading.Event()
 
     def produce() -> None:
         while not stop.is_set():
+            issued = time.monotonic()
             producer.send(name, VALUE, partition=0).get(120)
-            acked_at.append(time.monotonic())
+            acks.append((issued, time.monotonic()))
 
     worker = threading.Thread(target=produce)
     worker.start()
     times = []
     try:
         for _ in range(kills):
-            # Wait for a healthy partition (full ISR) so each kill starts from the same state.
-            deadline = time.monotonic() + 60
-            while True:
+            # A healthy partition (full ISR) before each kill, so every kill starts alike.
+            def healthy() -> bool:
                 meta = admin.describe_topics([name])[name].partitions[0]
-                if meta.leader >= 0 and len(meta.isr) == 3 and len(admin.replica_handles(tp)) == 3:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError("partition did not recover")
-                time.sleep(0.05)
-            count = len(acked_at)
-            while len(acked_at) < count + 20:
-                time.sleep(0.01)
+                return meta.leader >= 0 and len(meta.isr) == 3 and len(admin.replica_handles(tp)) == 3
+
+            _wait(healthy, 60, "healthy partition")
+            leader = admin.describe_topics([name])[name].partitions[0].leader_handle
+            count = len(acks)
+            _wait(lambda c=count: len(acks) >= c + 20, 60, "acknowledged records")
             killed = time.monotonic()
-            ray.kill(meta.leader_handle, no_restart=True)
-            while not acked_at or acked_at[-1] <= killed:
-                time.sleep(0.001)
-            first = next(t for t in acked_at if t > killed)
+            ray.kill(leader, no_restart=True)
+            _wait(lambda h=leader: _dead(h), 30, "dead leader")
+            dead = time.monotonic()
+            _wait(lambda d=dead: acks and acks[-1][0] > d, 60, "acknowledgement from the new leader")
+            first = next(acked for issued, acked in acks if issued > dead)
             times.append(first - killed)
     finally:
         stop.set()
@@ -110,7 +131,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5)
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-replication-")
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    start_ray()
     cluster = rayqueue.launch(log_dirs=root)
     admin = cluster.admin()
     try:

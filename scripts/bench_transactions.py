@@ -26,6 +26,7 @@ import time
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray  # noqa: E402
+from bench_ray import start_ray  # noqa: E402
 
 import rayqueue  # noqa: E402
 
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="runs of each case (the best is kept)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-txn-")
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    start_ray()
     cluster = rayqueue.launch(log_dirs=root)
     admin = cluster.admin()
     try:
