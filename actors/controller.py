@@ -61,6 +61,15 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 NO_LEADER = -1
+_ATTACHED, _STARTED = "attached", "started"
+
+
+def _restarted_by_ray() -> bool:
+    """True inside an actor that Ray has restarted (False outside any actor)."""
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:
+        return False
+    return bool(context.was_current_actor_reconstructed)
 
 
 def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
@@ -200,6 +209,11 @@ class Controller:
             self._state.cluster_id,
             len(self._state.topics),
         )
+        if _restarted_by_ray():
+            # Leaders call alter_partition and replicas die whether or not a client calls us:
+            # a restarted controller brings itself up. The call runs once __init__ returns.
+            # (A first start waits for register_brokers, which binds brokers to live nodes.)
+            ray.get_runtime_context().current_actor.start.remote()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -220,6 +234,16 @@ class Controller:
         await self._ensure_started()
         return await self.get_metadata()
 
+    async def start(self) -> None:
+        """Bring a (re)started controller up (idempotent): attach to or create every replica,
+        watch them, run the leader rebalance loop. A failed attempt is retried."""
+        while not self._started and not self._stopping:
+            try:
+                await self._ensure_started()
+            except Exception:
+                logger.exception("controller start failed; retrying")
+                await asyncio.sleep(1.0)
+
     async def _ensure_started(self) -> None:
         """After a (re)start, attach to or create every replica and watch it."""
         if self._started:
@@ -227,12 +251,14 @@ class Controller:
         async with self._mutex():
             if self._started:
                 return
-            starts = []
-            for topic in self._state.topics.values():
-                for p, part in enumerate(topic.partitions):
-                    for broker in part.replicas:
-                        starts.append(self._attach_or_start(topic.name, p, broker))
-            await asyncio.gather(*starts)
+            keys = [
+                (topic.name, p, broker)
+                for topic in self._state.topics.values()
+                for p, part in enumerate(topic.partitions)
+                for broker in part.replicas
+            ]
+            outcomes = await asyncio.gather(*(self._attach_or_start(*key) for key in keys))
+            recreated = {key for key, outcome in zip(keys, outcomes, strict=True) if outcome == _STARTED}
             for topic in self._state.topics.values():
                 for p, part in enumerate(topic.partitions):
                     # A replica that could not come back (node gone, broker stopped) is no
@@ -240,7 +266,10 @@ class Controller:
                     for b in part.replicas:
                         if (topic.name, p, b) not in self._handles:
                             self._remove_from_isr(topic.name, p, b)
-                    await self._elect_if_needed(topic.name, p, bump=False)
+                    # A leader that died unseen and was recreated starts a new term: a new
+                    # epoch makes its followers re-truncate and fetch from the new actor.
+                    leader_recreated = (topic.name, p, topic.partitions[p].leader) in recreated
+                    await self._elect_if_needed(topic.name, p, bump=leader_recreated)
                     if part.target is not None:
                         self._track_reassignment(topic.name, p)
             if self._rebalancer is None:
@@ -454,18 +483,23 @@ class Controller:
 
     # -- replicas: start, watch, restart --------------------------------------------------
 
-    async def _attach_or_start(self, topic: str, partition: int, broker_id: int) -> None:
+    async def _attach_or_start(self, topic: str, partition: int, broker_id: int) -> str | None:
+        """Attach to the replica's live actor or create it; returns _ATTACHED, _STARTED or
+        None (its broker is stopped or its node is down)."""
         key = (topic, partition, broker_id)
         name = replica_actor_name(topic, partition, broker_id)
+        outcome = _ATTACHED
         try:
             handle = ray.get_actor(name, namespace=self._namespace)
             await handle.ping.remote()
         except (ValueError, ray.exceptions.RayActorError):
             handle = await self._start_replica(topic, partition, broker_id)
             if handle is None:
-                return
+                return None
+            outcome = _STARTED
         self._handles[key] = handle
         self._watch(key, handle)
+        return outcome
 
     async def _start_replica(self, topic: str, partition: int, broker_id: int) -> Any | None:
         broker = self._state.brokers[broker_id]
@@ -670,6 +704,9 @@ class Controller:
         leader at the current leader and partition epochs, so a stale change never applies.
         Only live replicas may join.
         """
+        # A leader may call before any client does after a controller restart: the live
+        # replicas must be known before an expansion is judged.
+        await self._ensure_started()
         async with self._mutex():
             t = self._state.topics.get(topic)
             if t is None or partition >= len(t.partitions):
@@ -898,7 +935,9 @@ class Controller:
         self._state.apply(record)
 
     def _write_broker(self, broker_id: int, node_id: str, data_dir: str, alive: bool) -> None:
-        self._write({"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": alive})
+        self._write(
+            {"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": alive}
+        )
 
     def _write_partition(self, topic: str, partition: int, part: _Partition) -> None:
         self._write(

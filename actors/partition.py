@@ -118,6 +118,7 @@ class PartitionReplica:
         self._leader_epoch = NO_EPOCH
         self._partition_epoch = 0
         self._leader_id = -1
+        self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._replicas: tuple[int, ...] = (broker_id,)
         self._isr: tuple[int, ...] = (broker_id,)
         self._pending_isr: tuple[int, ...] | None = None
@@ -169,6 +170,7 @@ class PartitionReplica:
         self._role = LEADER
         self._leader_epoch = leader_epoch
         self._leader_id = self.broker_id
+        self._leader_handle = None
         self._partition_epoch = partition_epoch
         self._pending_isr = None
         self._followers = {}
@@ -216,6 +218,8 @@ class PartitionReplica:
             self._role == FOLLOWER
             and leader_epoch == self._leader_epoch
             and leader_id == self._leader_id
+            # The same leader at the same epoch may be a new actor (recreated after it died).
+            and leader == self._leader_handle
             and self._fetcher is not None
             and not self._fetcher.done()
         ):
@@ -224,6 +228,7 @@ class PartitionReplica:
         self._role = FOLLOWER
         self._leader_epoch = leader_epoch
         self._leader_id = leader_id
+        self._leader_handle = leader
         self._pending_isr = None
         self._followers = {}
         self._fetcher = asyncio.get_running_loop().create_task(self._follow(leader, leader_epoch))

@@ -7,7 +7,8 @@ import time
 import pytest
 import ray
 
-from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
+from actors.controller import assign_replicas, new_cluster_id, replica_actor_name, validate_topic_name
+from actors.partition import PartitionReplica
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
@@ -275,3 +276,98 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
     assert [p.leader >= 0 for p in meta.partitions] == [True, True]
     leader = meta.partitions[1].leader_handle
     ray.get(leader.produce.remote(batch([b"after restart"]), 1, 30000, meta.partitions[1].leader_epoch))
+
+
+def _replica(cluster, topic: str, partition: int, broker: int):
+    """The replica actor by name (not through the controller), or None when it is not alive."""
+    try:
+        handle = ray.get_actor(replica_actor_name(topic, partition, broker), namespace=cluster.namespace)
+        return handle, ray.get(handle.describe.remote(), timeout=5)
+    except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return None
+
+
+def _led_past(cluster, topic: str, replicas, epoch: int):
+    """(broker, handle, info) of a leader at an epoch above ``epoch`` that every live replica
+    follows, seen on the replicas themselves; None while there is none."""
+    seen = {b: r for b in replicas if (r := _replica(cluster, topic, 0, b)) is not None}
+    leaders = [(b, h, i) for b, (h, i) in seen.items() if i["role"] == "leader" and i["leader_epoch"] > epoch]
+    if len(leaders) != 1:
+        return None
+    b, _, info = leaders[0]
+    followers = [i for o, (_, i) in seen.items() if o != b]
+    if any((i["role"], i["leader_id"], i["leader_epoch"]) != ("follower", b, info["leader_epoch"]) for i in followers):
+        return None
+    return leaders[0]
+
+
+def _all_in_sync(cluster, topic: str, replicas, leader: int) -> bool:
+    seen = {b: r[1] for b in replicas if (r := _replica(cluster, topic, 0, b)) is not None}
+    ends = {i["log_end_offset"] for i in seen.values()}
+    return len(seen) == len(replicas) and sorted(seen[leader]["isr"]) == sorted(replicas) and len(ends) == 1
+
+
+def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(cluster, admin, new_topic):
+    """Ray restarts a killed controller; with no client calling it, it must still attach to the
+    replicas, elect when a leader dies and accept ISR changes from leaders (alter_partition)."""
+    topic = new_topic(1, 3)
+    meta = admin.describe_topics([topic])[topic].partitions[0]
+    replicas = meta.replicas
+    ray.get(meta.leader_handle.produce.remote(batch([b"before"]), -1, 30000, meta.leader_epoch))
+    before = cluster.describe()["controller_epoch"]
+    ray.kill(cluster.controller, no_restart=False)
+    # From here until the end nothing calls the controller. The leader dies while the
+    # controller restarts: it is either seen dying or recreated at start, with a new epoch
+    # either way (followers of a recreated leader must fetch from the new actor).
+    ray.kill(meta.leader_handle, no_restart=True)
+    broker, leader, info = wait_for(
+        lambda: _led_past(cluster, topic, replicas, meta.leader_epoch), 60, what="a leader after the restart"
+    )
+    ray.get(leader.produce.remote(batch([b"first"]), -1, 30000, info["leader_epoch"]))
+    # Every replica, the killed one included, gets back in sync: its ISR return went
+    # through alter_partition on the restarted controller.
+    wait_for(lambda: _all_in_sync(cluster, topic, replicas, broker), 60, what="all replicas in sync")
+    # The restarted controller watches the replicas: a second leader death, now surely after
+    # it came up, moves leadership to another in-sync replica.
+    ray.kill(leader, no_restart=True)
+    broker2, leader2, info2 = wait_for(
+        lambda: _led_past(cluster, topic, replicas, info["leader_epoch"]), 60, what="a leader after the second kill"
+    )
+    assert broker2 != broker
+    ray.get(leader2.produce.remote(batch([b"second"]), -1, 30000, info2["leader_epoch"]))
+    wait_for(lambda: _all_in_sync(cluster, topic, replicas, broker2), 60, what="all replicas in sync again")
+    values = [r.value for b in iter_batches(ray.get(leader2.read_local.remote(0))[0]) for r in b]
+    assert values == [b"before", b"first", b"second"]
+    # Only now a client asks: the metadata agrees with what the replicas showed.
+    assert cluster.describe()["controller_epoch"] == before + 1
+    after = admin.describe_topics([topic])[topic].partitions[0]
+    assert (after.leader, after.leader_epoch, sorted(after.isr)) == (broker2, info2["leader_epoch"], sorted(replicas))
+
+
+def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session, tmp_path):
+    """A leader actor recreated at the same epoch and broker id is a new handle: a follower
+    told about it must fetch from it, not keep retrying the dead one."""
+    replica = ray.remote(PartitionReplica).options(num_cpus=0, max_concurrency=100)
+    config = {"segment.bytes": 1 << 20}
+    leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
+    follower = replica.remote("t", 0, 1, str(tmp_path / "b1"), config)
+    fast = {"replica.fetch.wait.max.ms": 50}
+    try:
+        ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 300000, 0, None, fast))
+        ray.get(follower.become_follower.remote(0, 0, leader, [0, 1], [0, 1], 0, 300000, fast))
+        ray.get(leader.produce.remote(batch([b"a"]), 1, 30000, 0))
+        wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="first fetch")
+        ray.get(leader.close.remote())
+        ray.kill(leader)
+        leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
+        ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 300000, 0, None, fast))
+        ray.get(leader.produce.remote(batch([b"b"]), 1, 30000, 0))
+        assert ray.get(follower.become_follower.remote(0, 0, leader, [0, 1], [0, 1], 0, 300000, fast))
+        wait_for(
+            lambda: ray.get(follower.describe.remote())["log_end_offset"] == 2, 30, what="fetch from the new leader"
+        )
+        records = ray.get(follower.read_local.remote(0))[0]
+        assert [r.value for b in iter_batches(records) for r in b] == [b"a", b"b"]
+    finally:
+        for handle in (leader, follower):
+            ray.kill(handle)
