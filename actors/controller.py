@@ -94,6 +94,15 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def new_topic_id() -> str:
+    """A topic id (KIP-516) as Kafka's Uuid.randomUuid() makes one: never starting with "-",
+    so that it cannot be mistaken for a command-line option."""
+    while True:
+        topic_id = new_cluster_id()
+        if not topic_id.startswith("-"):
+            return topic_id
+
+
 def assign_replicas(
     num_partitions: int, replication_factor: int, brokers: list[int], first_partition: int = 0, start: int | None = None
 ) -> list[list[int]]:
@@ -132,6 +141,8 @@ class _Topic:
     name: str
     configs: dict[str, Any]
     partitions: list[_Partition] = field(default_factory=list)
+    # KIP-516: tells a recreated topic from a deleted one of the same name (on every replica's disk).
+    topic_id: str = ""
 
 
 @dataclass
@@ -157,7 +168,9 @@ class ClusterState:
                 record["broker_id"], record["node_id"], record["data_dir"], record.get("alive", True)
             )
         elif kind == "topic":
-            self.topics[record["name"]] = _Topic(record["name"], record["configs"])
+            self.topics[record["name"]] = _Topic(record["name"], record["configs"], topic_id=record.get("topic_id", ""))
+        elif kind == "topic_id":
+            self.topics[record["name"]].topic_id = record["topic_id"]
         elif kind == "topic_config":
             self.topics[record["name"]].configs = record["configs"]
         elif kind == "partition":
@@ -196,6 +209,10 @@ class Controller:
         if not self._state.cluster_id:
             self._write({"type": "cluster", "cluster_id": new_cluster_id()})
         self._write({"type": "controller_epoch", "epoch": self._state.controller_epoch + 1})
+        for topic in self._state.topics.values():
+            if not topic.topic_id:
+                # A metadata log written before topic ids: the topic gets one now, for good.
+                self._write({"type": "topic_id", "name": topic.name, "topic_id": new_topic_id()})
         self._handles: dict[tuple[str, int, int], Any] = {}
         self._watches: dict[tuple[str, int, int], asyncio.Task] = {}
         self._lock: asyncio.Lock | None = None
@@ -325,11 +342,12 @@ class Controller:
                 if rf < 1:
                     raise InvalidReplicationFactorError(f"replication factor {rf}; must be at least 1")
                 assignment = assign_replicas(partitions, rf, live)
-            self._write({"type": "topic", "name": name, "configs": overrides})
+            self._write({"type": "topic", "name": name, "configs": overrides, "topic_id": new_topic_id()})
             for p, replicas in enumerate(assignment):
                 self._write_partition(name, p, _Partition(replicas, NO_LEADER, -1, list(replicas)))
             await asyncio.gather(*(self._attach_or_start(name, p, b) for p, r in enumerate(assignment) for b in r))
             for p in range(len(assignment)):
+                self._drop_offline_from_isr(name, p)
                 await self._elect_if_needed(name, p, bump=True)
             if self._effective_config(self._state.topics[name])["min.insync.replicas"] > len(assignment[0]):
                 logger.warning("topic %s: min.insync.replicas exceeds the replication factor; acks=all will fail", name)
@@ -369,6 +387,7 @@ class Controller:
                 *(self._attach_or_start(name, current + i, b) for i, r in enumerate(assignment) for b in r)
             )
             for p in range(current, total):
+                self._drop_offline_from_isr(name, p)
                 await self._elect_if_needed(name, p, bump=True)
             return self._topic_metadata(topic)
 
@@ -526,7 +545,12 @@ class Controller:
                         scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
                     )
                     .remote(
-                        topic, partition, broker_id, broker.data_dir, self._effective_config(self._state.topics[topic])
+                        topic,
+                        partition,
+                        broker_id,
+                        broker.data_dir,
+                        self._effective_config(self._state.topics[topic]),
+                        self._state.topics[topic].topic_id,
                     )
                 )
                 await handle.ping.remote()
@@ -587,6 +611,14 @@ class Controller:
                 _Partition(part.replicas, leader, part.leader_epoch, isr, part.partition_epoch + 1, part.target),
             )
 
+    def _drop_offline_from_isr(self, topic: str, partition: int) -> None:
+        """A new partition's ISR holds only the replicas that came up (Kafka leaves fenced
+        brokers out), so a stopped broker does not hold its high watermark back."""
+        part = self._state.topics[topic].partitions[partition]
+        for b in part.replicas:
+            if (topic, partition, b) not in self._handles:
+                self._remove_from_isr(topic, partition, b)
+
     async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
         key = (topic, partition, broker_id)
         handle = self._handles.pop(key, None)
@@ -600,6 +632,15 @@ class Controller:
         except ray.exceptions.RayActorError:
             pass
         ray.kill(handle, no_restart=True)
+        # ray.kill returns before the actor is gone: a replica started next under the same
+        # name (a topic deleted and created again) must not attach to this closed one.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(handle.ping.remote(), 1.0)
+            except (ray.exceptions.RayActorError, TimeoutError):
+                return
+            await asyncio.sleep(0.05)
 
     async def _elect_if_needed(self, topic: str, partition: int, bump: bool) -> None:
         """Give the partition a leader (the current one if alive, else the first live ISR member
@@ -1004,4 +1045,5 @@ class Controller:
             tuple(self._partition_metadata(topic.name, p, part) for p, part in enumerate(topic.partitions)),
             topic.name in INTERNAL_TOPICS,
             dict(topic.configs),
+            topic.topic_id,
         )

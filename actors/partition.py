@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ import ray
 from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
 from storage import Log, log_config
 from storage.batch_header import BatchHeader
-from storage.checkpoint import read_offset, write_offset
+from storage.checkpoint import fsync_dir, read_offset, write_offset
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -73,6 +74,7 @@ REORDER_WAIT_S = 5.0
 # Producer sessions whose call order a leader remembers (the oldest are forgotten first).
 MAX_ORDER_SESSIONS = 10_000
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
 
 # Broker settings a replica needs for replication; the controller passes its values.
 DEFAULT_REPLICATION = {
@@ -85,6 +87,50 @@ DEFAULT_REPLICATION = {
 def partition_dir(data_dir: str, topic: str, partition: int) -> Path:
     """Kafka's partition directory: ``<log.dir>/<topic>-<partition>``."""
     return Path(data_dir) / f"{topic}-{partition}"
+
+
+def read_topic_id(directory: Path) -> str | None:
+    """The topic id in the directory's ``partition.metadata`` (Kafka's PartitionMetadataFile),
+    or None when there is none (a new directory, or one written before topic ids)."""
+    try:
+        text = (directory / PARTITION_METADATA_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    if fields.get("version") != "0" or not fields.get("topic_id"):
+        raise KafkaStorageError(f"malformed {directory / PARTITION_METADATA_FILE}: {text!r}")
+    return fields["topic_id"]
+
+
+def write_topic_id(directory: Path, topic_id: str) -> None:
+    """Write ``partition.metadata`` atomically (temporary file, fsync, rename)."""
+    path = directory / PARTITION_METADATA_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.write(f"version: 0\ntopic_id: {topic_id}\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def remove_stray(directory: Path, topic_id: str | None) -> bool:
+    """Delete ``directory`` if it belongs to a deleted topic of the same name (its topic id is
+    not ``topic_id``); True if it did. Renamed first (Kafka's ``-stray`` suffix) so that a crash
+    midway never leaves half of the old log where the new topic's replica would open it."""
+    for leftover in directory.parent.glob(f"{directory.name}.*-stray"):
+        shutil.rmtree(leftover, ignore_errors=True)  # an earlier removal cut short
+    if topic_id is None or not directory.exists():
+        return False
+    found = read_topic_id(directory)
+    if found is None or found == topic_id:
+        return False
+    stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
+    os.replace(directory, stray)
+    fsync_dir(directory.parent)
+    shutil.rmtree(stray, ignore_errors=True)
+    logger.warning("%s held topic id %s, not %s: a deleted topic's stray replica, removed", directory, found, topic_id)
+    return True
 
 
 @dataclass(slots=True)
@@ -100,14 +146,27 @@ class _Follower:
 class PartitionReplica:
     """One replica of a partition. Created by the controller, pinned to its broker's node."""
 
-    def __init__(self, topic: str, partition: int, broker_id: int, data_dir: str, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        broker_id: int,
+        data_dir: str,
+        config: dict[str, Any],
+        topic_id: str | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
+        self.topic_id = topic_id
         self._config = log_config(config)
         self._dir = partition_dir(data_dir, topic, partition)
+        # A topic deleted while this broker was down left its directory here (KIP-516).
+        remove_stray(self._dir, topic_id)
         # Opening recovers the log: indexes rebuilt, torn tail cut.
         self._log = Log(self._dir, self._config)
+        if topic_id is not None and read_topic_id(self._dir) != topic_id:
+            write_topic_id(self._dir, topic_id)
         self._epochs = LeaderEpochFileCache(self._dir)
         # Recovery may have cut a torn tail that the epoch cache still covers.
         self._epochs.truncate_from_end(self._log.log_end_offset)
@@ -772,6 +831,7 @@ class PartitionReplica:
             "topic": self.topic,
             "partition": self.partition,
             "broker_id": self.broker_id,
+            "topic_id": self.topic_id,
             "role": self._role,
             "leader_id": self._leader_id,
             "leader_epoch": self._leader_epoch,

@@ -93,12 +93,13 @@ class PartitionMetadata:
 
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
-    """A topic's partitions, internal flag and non-default configs."""
+    """A topic's partitions, internal flag, non-default configs and topic id."""
 
     name: str
     partitions: tuple[PartitionMetadata, ...]
     internal: bool = False
     configs: dict[str, Any] = field(default_factory=dict, compare=False)
+    topic_id: str = ""  # KIP-516: a recreated topic gets a new one
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ import time
 import pytest
 import ray
 
-from actors.controller import assign_replicas, new_cluster_id, replica_actor_name, validate_topic_name
+from actors.controller import Controller, assign_replicas, new_cluster_id, replica_actor_name, validate_topic_name
+from actors.metadata_log import MetadataLog
 from actors.partition import PartitionReplica
 from rayqueue import TopicPartition
 from rayqueue.errors import (
@@ -371,3 +372,63 @@ def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session,
     finally:
         for handle in (leader, follower):
             ray.kill(handle)
+
+
+def test_metadata_log_without_topic_ids_loads_and_gets_them(ray_session, tmp_path):
+    """A metadata log written before topic ids (KIP-516) still loads: each topic gets an id
+    once, written to the log, and keeps it across restarts."""
+    log = MetadataLog(tmp_path / "__cluster_metadata-0")
+    for record in [
+        {"type": "cluster", "cluster_id": new_cluster_id()},
+        {"type": "controller_epoch", "epoch": 1},
+        {"type": "broker", "broker_id": 0, "node_id": "n", "data_dir": str(tmp_path / "broker-0"), "alive": True},
+        {"type": "topic", "name": "old", "configs": {}},
+        {
+            "type": "partition",
+            "topic": "old",
+            "partition": 0,
+            "replicas": [0],
+            "leader": 0,
+            "leader_epoch": 0,
+            "isr": [0],
+            "partition_epoch": 0,
+        },
+    ]:
+        log.append(record)
+    log.close()
+    ids = []
+    for _ in range(2):  # a plain object, not an actor: only the replay and its writes run
+        controller = Controller("ns", {"log.dirs": str(tmp_path)})
+        ids.append(controller._topic_metadata(controller._state.topics["old"]).topic_id)
+        controller._metadata.close()
+    assert ids[0] and ids[0] == ids[1] and not ids[0].startswith("-")
+    log = MetadataLog(tmp_path / "__cluster_metadata-0")
+    assert [r for r in log.replay() if r["type"] == "topic_id"] == [
+        {"type": "topic_id", "name": "old", "topic_id": ids[0]}
+    ]
+    log.close()
+
+
+def test_replica_keeps_its_topics_directory_and_removes_a_deleted_ones(tmp_path):
+    """partition.metadata: a directory without one (written before topic ids) is adopted, one
+    with the same topic id is reopened, one with another id is a deleted topic's stray."""
+    directory = tmp_path / "t-0"
+
+    def open_replica(topic_id):
+        replica = PartitionReplica("t", 0, 0, str(tmp_path), {}, topic_id)
+        return replica, replica._log.log_end_offset
+
+    replica, _ = open_replica(None)  # no topic id known: nothing checked or written
+    replica._log.append(batch([b"a", b"b"]), leader_epoch=0)
+    replica._log.close()
+    assert not (directory / "partition.metadata").exists()
+    replica, end = open_replica("first-id")
+    assert end == 2 and (directory / "partition.metadata").read_text() == "version: 0\ntopic_id: first-id\n"
+    replica._log.close()
+    replica, end = open_replica("first-id")
+    assert end == 2
+    replica._log.close()
+    replica, end = open_replica("second-id")
+    assert end == 0 and (directory / "partition.metadata").read_text() == "version: 0\ntopic_id: second-id\n"
+    replica._log.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t-0"]

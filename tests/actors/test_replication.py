@@ -11,6 +11,7 @@ import collections
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -357,3 +358,43 @@ def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, ne
     assert len(acked) > 300 and len(seen) > 0
     producer.close(10)
     consumer.close()
+
+
+def _replica_data_dir(cluster, broker: int) -> Path:
+    return Path(next(b.data_dir for b in cluster.describe()["brokers"] if b.broker_id == broker))
+
+
+def test_topic_recreated_while_a_broker_was_down_holds_none_of_the_old_records(admin, cluster, new_topic):
+    """KIP-516: a topic deleted while one of its brokers is stopped leaves its directory there;
+    a new topic of the same name has a new topic id, so that broker's replica sees the old
+    directory as a stray of the deleted topic, removes it and starts empty."""
+    topic = new_topic(1, 2)
+    meta = partition_meta(admin, topic)
+    old_id = admin.describe_topics([topic])[topic].topic_id
+    down = next(b for b in meta.replicas if b != meta.leader)
+    for i in range(5):  # one batch each: a truncation keeps whole batches below its offset
+        ray.get(meta.leader_handle.produce.remote(batch([b"old%d" % i]), -1, 30000, meta.leader_epoch))
+    # The follower knows these records are committed (its HW reached them) before it stops.
+    follower = admin.replica_handles(TopicPartition(topic, 0))[down]
+    wait_for(lambda: ray.get(follower.describe.remote())["high_watermark"] == 5, 30, what="follower HW")
+    directory = _replica_data_dir(cluster, down) / f"{topic}-0"
+    admin.stop_broker(down)
+    try:
+        admin.delete_topic(topic)
+        assert (directory / "00000000000000000000.log").exists()  # the stopped broker kept it
+        created = admin.create_topic(topic, replica_assignment=[list(meta.replicas)])
+        assert created.topic_id and created.topic_id != old_id
+        new = created.partitions[0]
+        assert new.isr == (meta.leader,)  # the stopped broker's replica starts outside the ISR
+        # Fewer new records than old ones: with the old log, the returning replica would keep
+        # old0..old2 after truncating to the leader's end of epoch 0.
+        ray.get(new.leader_handle.produce.remote(batch([b"new0", b"new1", b"new2"]), -1, 30000, new.leader_epoch))
+    finally:
+        admin.start_broker(down)
+    logs = wait_in_sync(admin, topic)
+    assert list(log_values(logs[down]).values()) == [b"new0", b"new1", b"new2"]
+    assert logs[down] == logs[meta.leader]
+    handles = admin.replica_handles(TopicPartition(topic, 0))
+    assert ray.get(handles[down].describe.remote())["topic_id"] == created.topic_id
+    assert (directory / "partition.metadata").read_text() == f"version: 0\ntopic_id: {created.topic_id}\n"
+    assert not list(directory.parent.glob(f"{topic}-0.*-stray"))
