@@ -428,6 +428,11 @@ class Controller:
             for (t, _, _), handle in list(self._handles.items()):
                 if t == name:
                     await handle.update_config.remote(effective)
+            if effective["unclean.leader.election.enable"]:
+                # As Kafka does when the setting is turned on: offline partitions elect at once.
+                for p, part in enumerate(topic.partitions):
+                    if (name, p, part.leader) not in self._handles:
+                        await self._elect_if_needed(name, p, bump=False)
             return merged
 
     # -- producer ids ---------------------------------------------------------------------

@@ -374,6 +374,35 @@ def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session,
             ray.kill(handle)
 
 
+def test_alter_partition_refuses_stale_epochs_and_wrong_leaders(cluster, admin, new_topic):
+    """Kafka's AlterPartition fencing: a change from anyone but the current leader at the
+    current leader and partition epochs returns the committed state and changes nothing."""
+    topic = new_topic(1, 3)
+    meta = admin.describe_topics([topic])[topic].partitions[0]
+    controller = cluster.controller
+    committed = (meta.leader_epoch, meta.partition_epoch, list(meta.isr))
+    shrunk = [meta.leader]
+    other = next(b for b in meta.replicas if b != meta.leader)
+    stale = [
+        (meta.leader, meta.leader_epoch, meta.partition_epoch - 1),  # stale partition epoch
+        (meta.leader, meta.leader_epoch, meta.partition_epoch + 1),  # partition epoch from the future
+        (meta.leader, meta.leader_epoch - 1, meta.partition_epoch),  # a deposed leader's epoch
+        (other, meta.leader_epoch, meta.partition_epoch),  # not the leader
+    ]
+    for leader_id, leader_epoch, partition_epoch in stale:
+        answer = ray.get(controller.alter_partition.remote(topic, 0, leader_id, leader_epoch, partition_epoch, shrunk))
+        assert tuple(answer) == committed, (leader_id, leader_epoch, partition_epoch)
+    after = admin.describe_topics([topic])[topic].partitions[0]
+    assert (after.leader_epoch, after.partition_epoch, list(after.isr)) == committed
+    with pytest.raises(UnknownTopicOrPartitionError):
+        ray.get(controller.alter_partition.remote(topic, 5, meta.leader, meta.leader_epoch, meta.partition_epoch, []))
+    # The same change from the current leader at the current epochs is taken.
+    answer = ray.get(
+        controller.alter_partition.remote(topic, 0, meta.leader, meta.leader_epoch, meta.partition_epoch, shrunk)
+    )
+    assert tuple(answer) == (meta.leader_epoch, meta.partition_epoch + 1, shrunk)
+
+
 def test_metadata_log_without_topic_ids_loads_and_gets_them(ray_session, tmp_path):
     """A metadata log written before topic ids (KIP-516) still loads: each topic gets an id
     once, written to the log, and keeps it across restarts."""

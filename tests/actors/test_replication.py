@@ -17,7 +17,7 @@ import pytest
 import ray
 
 from rayqueue import TopicPartition
-from rayqueue.errors import KafkaTimeoutError, NotEnoughReplicasError
+from rayqueue.errors import KafkaTimeoutError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import wait_for
 
@@ -398,3 +398,104 @@ def test_topic_recreated_while_a_broker_was_down_holds_none_of_the_old_records(a
     assert ray.get(handles[down].describe.remote())["topic_id"] == created.topic_id
     assert (directory / "partition.metadata").read_text() == f"version: 0\ntopic_id: {created.topic_id}\n"
     assert not list(directory.parent.glob(f"{topic}-0.*-stray"))
+
+
+def test_unclean_leader_election_only_when_enabled(admin, cluster, new_topic):
+    """The only live replica of a partition is out of the ISR: with
+    unclean.leader.election.enable false (the default) the partition stays offline; with it
+    true (set at creation, or turned on later) that replica leads and the ISR is just it."""
+    clean = new_topic(1, 2)
+    meta = partition_meta(admin, clean)
+    assert admin.describe_configs(clean)["unclean.leader.election.enable"][0] is False
+    leader, other = meta.leader, next(b for b in meta.replicas if b != meta.leader)
+    unclean = clean + "-unclean"
+    admin.create_topic(unclean, configs={"unclean.leader.election.enable": True}, replica_assignment=[[leader, other]])
+    stopped: list[int] = []
+    try:
+        for topic in (clean, unclean):
+            m = partition_meta(admin, topic)
+            assert m.leader == leader
+            ray.get(m.leader_handle.produce.remote(batch([b"both"]), -1, 30000, m.leader_epoch))
+        wait_in_sync(admin, clean)
+        wait_in_sync(admin, unclean)
+        admin.stop_broker(other)
+        stopped.append(other)
+        for topic in (clean, unclean):
+            m = partition_meta(admin, topic)
+            assert m.isr == (leader,)
+            ray.get(m.leader_handle.produce.remote(batch([b"leader only"]), -1, 30000, m.leader_epoch))
+        admin.stop_broker(leader)
+        stopped.append(leader)
+        admin.start_broker(other)
+        stopped.remove(other)
+        # start_broker returns after its elections: the clean topic has no leader, ...
+        m = partition_meta(admin, clean)
+        assert (m.leader, m.isr, m.offline_replicas) == (-1, (leader,), (leader,))
+        handle = admin.replica_handles(TopicPartition(clean, 0))[other]
+        assert ray.get(handle.describe.remote())["role"] != "leader"
+        # ... the unclean one is led by the out-of-sync replica, which is its whole ISR.
+        m = partition_meta(admin, unclean)
+        assert (m.leader, m.isr) == (other, (other,)) and m.leader_epoch > meta.leader_epoch
+        ray.get(m.leader_handle.produce.remote(batch([b"after"]), -1, 30000, m.leader_epoch))
+        # Turning the setting on elects at once, as Kafka does.
+        admin.alter_configs(clean, {"unclean.leader.election.enable": True})
+        m = partition_meta(admin, clean)
+        assert (m.leader, m.isr) == (other, (other,))
+        ray.get(m.leader_handle.produce.remote(batch([b"after"]), -1, 30000, m.leader_epoch))
+    finally:
+        for b in stopped:
+            admin.start_broker(b)
+    try:
+        for topic in (clean, unclean):
+            # The old leader returns, truncates what only it had and follows: that record is lost.
+            logs = wait_in_sync(admin, topic)
+            assert len(set(logs.values())) == 1
+            assert list(log_values(logs[leader]).values()) == [b"both", b"after"]
+    finally:
+        admin.delete_topic(unclean)
+
+
+def test_acks_all_append_then_isr_below_min_insync_is_not_enough_replicas_after_append(admin, new_topic):
+    """An acks=-1 produce that was appended while the ISR was large enough, but whose ISR
+    shrank below min.insync.replicas before the record replicated, fails with
+    NotEnoughReplicasAfterAppend (the record stays in the log)."""
+    topic = new_topic(1, 3, min_insync_replicas=2)
+    meta = partition_meta(admin, topic)
+    leader = meta.leader_handle
+    followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
+
+    def lag_limit(ms: int) -> None:
+        # The controller's own call at the same term, with only replica.lag.time.max.ms changed.
+        ray.get(
+            leader.become_leader.remote(
+                meta.leader_epoch,
+                list(meta.replicas),
+                list(meta.isr),
+                1000,
+                meta.partition_epoch,
+                None,
+                {"replica.lag.time.max.ms": ms},
+            )
+        )
+
+    ray.get([f.pause_fetching.remote(True) for f in followers])
+    try:
+        pending = leader.produce.remote(batch([b"x"]), -1, 30000, meta.leader_epoch)
+        wait_for(lambda: ray.get(leader.describe.remote())["log_end_offset"] == 1, 30, what="the append")
+        assert not ray.wait([pending], timeout=0)[0], "acks=-1 waits for the stalled followers"
+        # The stalled followers now lag too long: the leader shrinks the ISR to itself
+        # through the controller, the HW passes the record, and the ISR is too small.
+        lag_limit(200)
+        with pytest.raises(NotEnoughReplicasAfterAppendError) as err:
+            ray.get(pending, timeout=30)
+        assert err.value.code == 20 and err.value.retriable
+        assert partition_meta(admin, topic).isr == (meta.leader,)
+        info = ray.get(leader.describe.remote())
+        assert (info["log_end_offset"], info["high_watermark"]) == (1, 1)
+        with pytest.raises(NotEnoughReplicasError):
+            ray.get(leader.produce.remote(batch([b"y"]), -1, 30000, meta.leader_epoch))
+    finally:
+        lag_limit(30000)
+        ray.get([f.pause_fetching.remote(False) for f in followers])
+    logs = wait_in_sync(admin, topic)
+    assert [list(log_values(v).values()) for v in logs.values()] == [[b"x"]] * 3
