@@ -1057,9 +1057,12 @@ class Producer:
                 ordered = sorted(self._ready[tp], key=lambda b: b.seq)
                 self._ready[tp] = collections.deque(ordered)
         for batch in reversed(failed):
-            final = error
-            if retry:
-                final = KafkaTimeoutError(f"{tp}: gave up after {batch.attempts} attempts: {error}")
+            final = error  # a retriable error after the last retry, as Kafka reports it
+            if retry and now - batch.created > self._delivery_timeout:
+                final = KafkaTimeoutError(
+                    f"Expiring {batch.records} record(s) for {tp}: "
+                    f"{(now - batch.created) * 1000:.0f} ms has passed since batch creation ({error})"
+                )
             self._finish(batch, -1, -1, final)
         if retry:
             threading.Timer(self._backoff, self._unmute, args=(tp,)).start()
