@@ -479,19 +479,30 @@ class PartitionReplica:
         if len(result.records) >= min_bytes or max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + max_wait_ms / 1000
-        start_size = self._log.size_in_bytes
         epoch = self._leader_epoch
         limit = self._log_end if follower else self._lso if committed else self._hw_value
-        await self._wait_until(
-            lambda: (
-                self._closed
+        while True:
+            # Woken when data became readable and either the readable end moved or enough
+            # bytes were appended; a read then tells whether min_bytes are readable (bytes
+            # above the high watermark do not count, as in Kafka's DelayedFetch).
+            seen, start_size, already = limit(), self._log.size_in_bytes, len(result.records)
+            await self._wait_until(
+                lambda seen=seen, start_size=start_size, already=already: (
+                    self._closed
+                    or self._leader_epoch != epoch
+                    or self._worth_reading(limit(), seen, offset, start_size, already, min_bytes)
+                ),
+                deadline - time.monotonic(),
+            )
+            self._check_leader(leader_epoch)
+            result = self._read(offset, max_bytes, follower, committed)
+            if (
+                len(result.records) >= min_bytes
+                or self._closed
                 or self._leader_epoch != epoch
-                or self._has_bytes(limit(), offset, start_size, len(result.records), min_bytes)
-            ),
-            deadline - time.monotonic(),
-        )
-        self._check_leader(leader_epoch)
-        return self._read(offset, max_bytes, follower, committed)
+                or time.monotonic() >= deadline
+            ):
+                return result
 
     async def offset_for_leader_epoch(self, epoch: int, leader_epoch: int = NO_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: ``(largest epoch <= epoch, where it ended in this log)``.
@@ -929,12 +940,14 @@ class PartitionReplica:
             aborted,
         )
 
-    def _has_bytes(self, limit: int, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
+    def _worth_reading(self, limit: int, seen: int, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
+        """Whether a fetch waiting at ``offset`` should read again: something is readable and
+        the readable end moved past ``seen`` or enough bytes were appended since ``start_size``."""
         if limit <= offset:
             return False
         if min_bytes <= 1:
             return True
-        return already + self._log.size_in_bytes - start_size >= min_bytes
+        return limit != seen or already + self._log.size_in_bytes - start_size >= min_bytes
 
     def _check_leader(self, leader_epoch: int) -> None:
         if self._closed or self._role != LEADER:

@@ -499,3 +499,27 @@ def test_acks_all_append_then_isr_below_min_insync_is_not_enough_replicas_after_
         ray.get([f.pause_fetching.remote(False) for f in followers])
     logs = wait_in_sync(admin, topic)
     assert [list(log_values(v).values()) for v in logs.values()] == [[b"x"]] * 3
+
+
+def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_topic):
+    """fetch.min.bytes: a consumer fetch waits until that many readable bytes are there; bytes
+    the followers do not have yet (above the HW) do not count, and the HW moving wakes it."""
+    topic = new_topic(1, 3)
+    meta = partition_meta(admin, topic)
+    leader, epoch = meta.leader_handle, meta.leader_epoch
+    small, large = batch([b"s" * 100]), batch([b"L" * 1000])
+    ray.get(leader.produce.remote(small, -1, 30000, epoch))  # readable: about 170 bytes
+    followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
+    ray.get([f.pause_fetching.remote(True) for f in followers])
+    try:
+        pending = leader.fetch.remote(0, 1 << 20, 60000, len(small) + 500)
+        ray.get(leader.produce.remote(large, 1, 30000, epoch))  # on the leader only
+        ready, _ = ray.wait([pending], timeout=1.0)
+        assert not ready  # the log holds enough bytes, but not enough are readable
+    finally:
+        ray.get([f.pause_fetching.remote(False) for f in followers])
+    result = ray.get(pending, timeout=30)
+    assert len(result.records) == len(small) + len(large) and result.high_watermark == 2
+    # max_wait ends the wait with what is readable.
+    short = ray.get(leader.fetch.remote(0, 1 << 20, 300, 10**6), timeout=30)
+    assert len(short.records) == len(small) + len(large)

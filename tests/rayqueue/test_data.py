@@ -11,6 +11,7 @@ import ray
 from rayqueue import data
 from rayqueue.errors import InvalidConfigError
 from storage.record_batch import HEADERS_TYPE
+from tests.helpers import wait_for
 
 # Recent timestamps: time-based retention (7 days by default) would delete older records.
 BASE_TS = (int(time.time()) - 3600) * 1000
@@ -228,6 +229,15 @@ def test_read_retries_a_stale_or_dead_leader(cluster, new_topic):
     gone = Gone.remote()
     ray.get(gone.fetch.remote())
     ray.kill(gone)
+
+    def dead() -> bool:  # ray.kill takes effect a moment later
+        try:
+            ray.get(gone.fetch.remote(), timeout=10)
+            return False
+        except ray.exceptions.RayActorError:
+            return True
+
+    wait_for(dead, timeout=30, what="the killed actor to be gone")
     tables = list(data.read_range(cluster.controller, r, leader=(gone, 0)))
     got = pa.concat_tables(tables).to_pydict()
     assert [(k, v) for k, v in zip(got["key"], got["value"], strict=True)] == [
