@@ -914,14 +914,13 @@ class RecordBatchBuilder:
             delta = offset_delta
         first = self._first_ts
         if first is None:
-            first = timestamp
+            first = self._first_ts = timestamp
         table, base = _TABLE, _TABLE_MIN
         tsd = timestamp - first
         tsd_b = table[tsd - base] if -64 <= tsd < 16384 else encode_varint(tsd)
         od_b = table[delta - base] if delta < 16384 else encode_varint(delta)
         if key is None:
             key_b = b"\x01"
-            klen = 0
         else:
             klen = len(key)
             key_b = (table[klen - base] if klen < 16384 else encode_varint(klen)) + key
@@ -937,17 +936,15 @@ class RecordBatchBuilder:
         size = len(len_b) + body
         if self.max_batch_bytes is not None:
             self._check_room(size)
-        prefix = len_b + _ATTR + tsd_b + od_b + key_b + val_b
+        # The record's pieces go to the batch as they are; build() joins them all at once
+        # (concatenating them here made four throwaway bytes objects per record).
         if value is None:
-            self._parts.append(prefix)
+            self._parts.extend((len_b, _ATTR, tsd_b, od_b, key_b, val_b, hdr_b))
         else:
-            self._parts.append(prefix)
-            self._parts.append(value)
-        self._parts.append(hdr_b)
+            self._parts.extend((len_b, _ATTR, tsd_b, od_b, key_b, val_b, value, hdr_b))
         self._size += size
         self._count += 1
         self._next_delta = delta + 1
-        self._first_ts = first
         if timestamp > self._max_ts:
             self._max_ts = timestamp
         return delta
