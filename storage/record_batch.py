@@ -26,6 +26,7 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import crc32c as _crc32c
@@ -98,9 +99,13 @@ def _now_ms() -> int:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record of a batch: absolute offset and timestamp, key, value and headers."""
+class Record(NamedTuple):
+    """One record of a batch: absolute offset and timestamp, key, value and headers.
+
+    A named tuple (immutable, fields by name): the lazy reader builds one per record in C
+    (``tuple.__new__`` mapped over the decoded columns), several times cheaper than a
+    frozen dataclass's per-field setattr.
+    """
 
     offset: int
     timestamp: int
@@ -109,24 +114,8 @@ class Record:
     headers: tuple[Header, ...] = ()
 
 
-# A frozen dataclass's __init__ goes through object.__setattr__ per field, which costs
-# twice as much as setting the slots directly; the readers build Records this way.
-_new = object.__new__
-_set_offset = Record.offset.__set__  # type: ignore[attr-defined]
-_set_timestamp = Record.timestamp.__set__  # type: ignore[attr-defined]
-_set_key = Record.key.__set__  # type: ignore[attr-defined]
-_set_value = Record.value.__set__  # type: ignore[attr-defined]
-_set_headers = Record.headers.__set__  # type: ignore[attr-defined]
-
-
-def _make_record(offset: int, timestamp: int, key: Any, value: Any, headers: tuple) -> Record:
-    record = _new(Record)
-    _set_offset(record, offset)
-    _set_timestamp(record, timestamp)
-    _set_key(record, key)
-    _set_value(record, value)
-    _set_headers(record, headers)
-    return record
+_tuple_new = tuple.__new__
+_RECORD = repeat(Record)
 
 
 CONTROL_ABORT = 0  # the control record types of end-transaction markers
@@ -507,33 +496,31 @@ class RecordBatch:
             h = self.header
             data, pos, end = self._region()
             count = h.records_count
+            base, base_ts = h.base_offset, h.base_timestamp
             if count < _NUMPY_MIN_RECORDS:
                 ods, tsds, keys, values, headers = _parse_py(data, pos, end, count)
+                _check_offset_deltas(ods, h.last_offset_delta)
+                offsets, timestamps = [base + d for d in ods], [base_ts + d for d in tsds]
             else:
                 arr = np.frombuffer(data, np.uint8)
                 starts = _locate(data, arr, pos, end, count)
                 f = _parse_np(data, arr, starts, end)
-                ods, tsds = f.od.tolist(), f.tsd.tolist()
+                _check_offset_deltas(f.od, h.last_offset_delta)
+                offsets, timestamps = (f.od + base).tolist(), (f.tsd + base_ts).tolist()
                 keys = _slices(data, f.kstart.tolist(), f.klen.tolist())
                 values = _slices(data, f.vstart.tolist(), f.vlen.tolist())
                 headers = [()] * count
                 for row, hs in f.headers.items():
                     headers[row] = hs
-            _check_offset_deltas(ods, h.last_offset_delta)
-            base = h.base_offset
             if h.timestamp_type == LOG_APPEND_TIME:
                 # Kafka gives every record of a LogAppendTime batch the batch's maxTimestamp.
-                timestamps: Iterable[int] = [h.max_timestamp] * count
-            else:
-                base_ts = h.base_timestamp
-                timestamps = [base_ts + d for d in tsds]
-            self._parsed = ([base + d for d in ods], timestamps, keys, values, headers)
+                timestamps = [h.max_timestamp] * count
+            self._parsed = (offsets, timestamps, keys, values, headers)
         return self._parsed
 
     def records(self) -> Iterator[Record]:
         """The batch's records, decoded on first use (decompressing once)."""
-        offsets, timestamps, keys, values, headers = self._decode()
-        return map(_make_record, offsets, timestamps, keys, values, headers)
+        return map(_tuple_new, _RECORD, zip(*self._decode(), strict=True))
 
     def __iter__(self) -> Iterator[Record]:
         return self.records()
