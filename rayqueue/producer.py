@@ -231,6 +231,10 @@ class Producer:
         self._ignore_keys = cfg["partitioner.ignore.keys"]
         self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"], auto_create=True)
         self._sticky = StickyPartitioner()
+        # send()'s checks, precomputed: one size limit, and whether null keys go sticky
+        # without a user partitioner (the usual case, decided without a method call).
+        self._max_record_size = min(self._max_request, self._buffer_memory)
+        self._plain_sticky = self._user_partitioner is None
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
@@ -293,13 +297,16 @@ class Producer:
         if self._value_serializer is not None and value is not None:
             value = self._value_serializer(value)
         if partition is None:
-            partition = self._partition(topic, key, value)
+            if key is None and self._plain_sticky:
+                partition = self._sticky.current(topic)
+            if partition is None:
+                partition = self._partition(topic, key, value)
         elif not 0 <= partition < self._metadata.num_partitions(topic):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
+            timestamp = time.time_ns() // 1_000_000
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
-        if size > self._max_request or size > self._buffer_memory:
+        if size > self._max_record_size:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max.request.size={self._max_request} or buffer.memory={self._buffer_memory}"
             )
