@@ -750,6 +750,7 @@ def decode_columns(
 
 _HEADERS_NONE = b"\x00"
 _ATTR = b"\x00"
+_NULL_LENGTH = b"\x01"  # varint -1: a null key or value
 
 
 def _as_bytes(value: Any, what: str) -> bytes | None:
@@ -888,8 +889,6 @@ class RecordBatchBuilder:
         """
         if type(value) is not bytes and value is not None:
             value = _as_bytes(value, "value")
-        if type(key) is not bytes and key is not None:
-            key = _as_bytes(key, "key")
         if timestamp is None:
             timestamp = _now_ms()
         elif type(timestamp) is not int or timestamp < NO_TIMESTAMP or timestamp >= 2**63:
@@ -906,29 +905,33 @@ class RecordBatchBuilder:
         tsd = timestamp - first
         tsd_b = table[tsd - base] if -64 <= tsd < 16384 else encode_varint(tsd)
         od_b = table[delta - base] if delta < 16384 else encode_varint(delta)
+        # ``body`` counts the record's bytes after its length varint, field by field.
         if key is None:
-            key_b = b"\x01"
+            key_b = _NULL_LENGTH
+            body = 2 + len(tsd_b) + len(od_b)  # attributes byte, null key
         else:
+            if type(key) is not bytes:
+                key = _as_bytes(key, "key")
             klen = len(key)
             key_b = (table[klen - base] if klen < 16384 else encode_varint(klen)) + key
-        if value is None:
-            val_b = b"\x01"
-            vlen = 0
-        else:
-            vlen = len(value)
-            val_b = table[vlen - base] if vlen < 16384 else encode_varint(vlen)
+            body = 1 + len(tsd_b) + len(od_b) + len(key_b)
         hdr_b = _encode_headers(headers) if headers else _HEADERS_NONE
-        body = 1 + len(tsd_b) + len(od_b) + len(key_b) + len(val_b) + vlen + len(hdr_b)
-        len_b = table[body - base] if body < 16384 else encode_varint(body)
-        size = len(len_b) + body
-        if self.max_batch_bytes is not None:
-            self._check_room(size)
         # The record's pieces go to the batch as they are; build() joins them all at once
         # (concatenating them here made four throwaway bytes objects per record).
         if value is None:
-            self._parts.extend((len_b, _ATTR, tsd_b, od_b, key_b, val_b, hdr_b))
+            body += 1 + len(hdr_b)
+            len_b = table[body - base] if body < 16384 else encode_varint(body)
+            pieces: tuple[bytes, ...] = (len_b, _ATTR, tsd_b, od_b, key_b, _NULL_LENGTH, hdr_b)
         else:
-            self._parts.extend((len_b, _ATTR, tsd_b, od_b, key_b, val_b, value, hdr_b))
+            vlen = len(value)
+            val_b = table[vlen - base] if vlen < 16384 else encode_varint(vlen)
+            body += len(val_b) + vlen + len(hdr_b)
+            len_b = table[body - base] if body < 16384 else encode_varint(body)
+            pieces = (len_b, _ATTR, tsd_b, od_b, key_b, val_b, value, hdr_b)
+        size = len(len_b) + body
+        if self.max_batch_bytes is not None:
+            self._check_room(size)
+        self._parts.extend(pieces)
         self._size += size
         self._count += 1
         self._next_delta = delta + 1
