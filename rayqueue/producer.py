@@ -235,6 +235,7 @@ class Producer:
         # without a user partitioner (the usual case, decided without a method call).
         self._max_record_size = min(self._max_request, self._buffer_memory)
         self._plain_sticky = self._user_partitioner is None
+        self._serializing = self._key_serializer is not None or self._value_serializer is not None
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
@@ -292,10 +293,11 @@ class Producer:
         """Queue one record; returns a future of its RecordMetadata."""
         if self._guarded:  # one check on the hot path for both
             self._check_can_send()
-        if self._key_serializer is not None and key is not None:
-            key = self._key_serializer(key)
-        if self._value_serializer is not None and value is not None:
-            value = self._value_serializer(value)
+        if self._serializing:
+            if self._key_serializer is not None and key is not None:
+                key = self._key_serializer(key)
+            if self._value_serializer is not None and value is not None:
+                value = self._value_serializer(value)
         if partition is None:
             if key is None and self._plain_sticky:
                 partition = self._sticky.current(topic)
