@@ -140,12 +140,12 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) % (2**31)
 
 
-_make_header = BatchHeader._make
+_tuple_new = tuple.__new__  # builds a BatchHeader in C (NamedTuple._make is a Python call)
 
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the header at ``position``; the caller has checked that 61 bytes are there."""
-    return _make_header((position, *HEADER.unpack_from(buf, position)))
+    return _tuple_new(BatchHeader, (position, *HEADER.unpack_from(buf, position)))
 
 
 def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, max_batch_size: int) -> BatchHeader:
@@ -172,7 +172,7 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, ma
         raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_batch_size}")
     if position + size > end or header is None:
         raise CorruptRecordError(f"batch at byte {position} needs {size} bytes, {end - position} left")
-    actual = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
+    actual = _crc32c.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
     if actual != header.crc:
         raise CorruptRecordError(
             f"CRC mismatch in batch at byte {position}: stored {header.crc:#x}, computed {actual:#x}"
