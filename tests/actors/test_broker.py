@@ -258,8 +258,19 @@ def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_t
     assert first_seen == sorted(first_seen)  # retries kept the partition's order
 
 
+def _partition_state(admin, topic: str) -> list[tuple]:
+    """Replicas, leader, leader epoch and ISR of each partition, and the topic id."""
+    meta = admin.describe_topics([topic])[topic]
+    return [meta.topic_id] + [(p.replicas, p.leader, p.leader_epoch, tuple(sorted(p.isr))) for p in meta.partitions]
+
+
 def test_controller_restart_keeps_all_metadata(cluster, new_topic):
-    topic = new_topic(partitions=2, retention_ms=123456)
+    topic = new_topic(partitions=2, replication_factor=3, retention_ms=123456)
+    admin = cluster.admin()
+    wait_for(
+        lambda: all(len(p.isr) == 3 for p in admin.describe_topics([topic])[topic].partitions), 30, what="full ISR"
+    )
+    state = _partition_state(admin, topic)
     before = cluster.describe()
     controller = cluster.controller
     ray.kill(controller, no_restart=False)  # Ray restarts it; it replays its metadata log
@@ -271,7 +282,8 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
     assert after["cluster_id"] == before["cluster_id"]
     assert after["controller_epoch"] == before["controller_epoch"] + 1
     assert after["topics"] == before["topics"] and after["partitions"] == before["partitions"]
-    admin = cluster.admin()
+    # Assignment, leaders, leader epochs, ISR and topic id come back from the metadata log.
+    assert _partition_state(admin, topic) == state
     assert admin.describe_configs(topic)["retention.ms"][0] == 123456
     meta = admin.describe_topics([topic])[topic]
     assert [p.leader >= 0 for p in meta.partitions] == [True, True]

@@ -391,6 +391,17 @@ def test_brokers_stop_start_elect_leaders_and_reassign(cluster, admin, new_topic
     rq("brokers", "stop", str(preferred))
     moved = wait_for(lambda: (p := partition()).leader not in (-1, preferred) and p, 60, what="leader moved")
     assert preferred not in moved.isr
+    # status and describe show the partition as under-replicated with the stopped broker offline.
+    status = rq("status").stdout
+    under = int(re.search(r"Under-replicated:\s+(\d+)", status).group(1))
+    assert under >= 1 and "Unhealthy partitions" in status
+    ids = ",".join
+    row = (
+        rf"│\s*0\s*│\s*{moved.leader}\s*│\s*{moved.leader_epoch}\s*│\s*{ids(map(str, moved.replicas))}\s*│"
+        rf"\s*{ids(map(str, moved.isr))}\s*│\s*{preferred}\s*│"  # ISR without it, and it in Offline
+    )
+    described = rq("topics", "describe", topic).stdout
+    assert re.search(row, described), described
     rq("brokers", "start", str(preferred))
     wait_for(lambda: len(partition().isr) == 3, 60, what="broker back in the ISR")
     result = rq("partitions", "elect-leaders", f"{topic}:0").output
