@@ -609,6 +609,9 @@ class Producer:
         batch.seal_at = self._batch_size
         batch.result.timestamps = []
         self._open[slot] = batch
+        # An idle sender sleeps until told: its linger.ms clock for this batch starts now
+        # (without this, an idle producer's first record waited for the idle timeout).
+        self._wakeup.notify_all()
         return batch
 
     def _close_batch(self, batch: _Batch) -> None:
