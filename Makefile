@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m ruff check rayqueue actors storage scripts tests
+	$(VENV)/bin/python -m ruff format --check rayqueue actors storage scripts tests
 	$(VENV)/bin/python -m pytest
 
 test-fast: $(STAMP)

@@ -56,14 +56,18 @@ def _synonym_key(broker_key: str) -> ConfigKey:
 BROKER_CONFIG = ConfigDef(
     "broker",
     [
-        ConfigKey("log.dirs", "string", "/tmp/rayqueue-logs", "Root data directory; broker N uses <log.dirs>/broker-N."),
+        ConfigKey(
+            "log.dirs", "string", "/tmp/rayqueue-logs", "Root data directory; broker N uses <log.dirs>/broker-N."
+        ),
         ConfigKey("rayqueue.num.brokers", "int", 3, "Logical brokers to run, spread over the Ray nodes.", min=1),
         ConfigKey("rayqueue.namespace", "string", "rayqueue", "Ray namespace holding this cluster's named actors."),
         ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", min=1),
         ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
         ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),
         ConfigKey("delete.topic.enable", "boolean", True, "Allow topic deletion."),
-        ConfigKey("log.retention.hours", "int", 168, "Retention in hours, used when log.retention.ms is unset.", min=-1),
+        ConfigKey(
+            "log.retention.hours", "int", 168, "Retention in hours, used when log.retention.ms is unset.", min=-1
+        ),
         ConfigKey("log.retention.check.interval.ms", "long", 300000, "How often replicas apply retention.", min=1),
         ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower this far behind leaves the ISR.", min=1),
         ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time.", min=0),
@@ -103,7 +107,9 @@ BROKER_CONFIG = ConfigDef(
         ),
         # Kafka's default is 3000; rayqueue's groups are small and local, so no delay by default.
         ConfigKey("group.initial.rebalance.delay.ms", "int", 0, "Wait for more members when a group fills.", min=0),
-        ConfigKey("rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1),
+        ConfigKey(
+            "rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1
+        ),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
     ],
 )

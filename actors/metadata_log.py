@@ -15,7 +15,12 @@ from typing import Any
 from storage import Log, RecordBatchBuilder, iter_batches, log_config
 
 # Never deleted by retention, fsynced on every record.
-_METADATA_LOG_CONFIG = {"retention.ms": -1, "retention.bytes": -1, "flush.messages": 1, "segment.bytes": 64 * 1024 * 1024}
+_METADATA_LOG_CONFIG = {
+    "retention.ms": -1,
+    "retention.bytes": -1,
+    "flush.messages": 1,
+    "segment.bytes": 64 * 1024 * 1024,
+}
 
 
 class MetadataLog:

@@ -1039,7 +1039,9 @@ def groups_reset_offsets(
     to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
     to_offset: Annotated[int | None, typer.Option("--to-offset")] = None,
-    to_timestamp: Annotated[int | None, typer.Option("--to-datetime-ms", help="First offset at or after this time (ms).")] = None,
+    to_timestamp: Annotated[
+        int | None, typer.Option("--to-datetime-ms", help="First offset at or after this time (ms).")
+    ] = None,
     name: NameOpt = "rayqueue",
     address: AddressOpt = None,
 ) -> None:

@@ -88,9 +88,7 @@ class ConfigKey:
             items = converted if self.type == "list" else (converted,)
             for item in items:
                 if item not in self.choices:
-                    raise InvalidConfigError(
-                        f"{self.name}={value!r} is not one of {', '.join(map(str, self.choices))}"
-                    )
+                    raise InvalidConfigError(f"{self.name}={value!r} is not one of {', '.join(map(str, self.choices))}")
         return converted
 
 
@@ -193,9 +191,7 @@ LOG_CONFIG = ConfigDef(
             "CreateTime keeps the producer's timestamp; LogAppendTime stamps on append.",
             choices=("CreateTime", "LogAppendTime"),
         ),
-        ConfigKey(
-            "cleanup.policy", "list", ("delete",), "delete, compact, or both.", choices=("delete", "compact")
-        ),
+        ConfigKey("cleanup.policy", "list", ("delete",), "delete, compact, or both.", choices=("delete", "compact")),
         ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, "Clean when dirty/total passes this.", min=0, max=1),
         ConfigKey("min.compaction.lag.ms", "long", 0, "Records younger than this are not compacted.", min=0),
         ConfigKey("max.compaction.lag.ms", "long", LONG_MAX, "Records older than this make the log cleanable.", min=1),

@@ -59,7 +59,9 @@ def new_topic(admin, request):
     def make(partitions: int = 1, replication_factor: int | None = None, **configs) -> str:
         base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
         name = f"{base}-{next(_topic_ids)}"
-        admin.create_topic(name, partitions, replication_factor, configs={k.replace("_", "."): v for k, v in configs.items()})
+        admin.create_topic(
+            name, partitions, replication_factor, configs={k.replace("_", "."): v for k, v in configs.items()}
+        )
         created.append(name)
         return name
 

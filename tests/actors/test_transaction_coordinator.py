@@ -127,7 +127,9 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
         result = read(cluster, tp, READ_COMMITTED)
         assert markers(result.records) == [(pid, True)]
         assert result.last_stable_offset == result.log_end_offset == 2 and result.aborted_transactions == ()
-    offsets_tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for(group, cluster.config["offsets.topic.num.partitions"]))
+    offsets_tp = TopicPartition(
+        OFFSETS_TOPIC, offsets_partition_for(group, cluster.config["offsets.topic.num.partitions"])
+    )
     assert (pid, True) in markers(read(cluster, offsets_tp).records)
     committed = ray.get(groups.fetch_offsets.remote(group, [source], True))
     assert committed[source].offset == 42 and committed[source].metadata == "meta"
@@ -221,7 +223,9 @@ def test_bad_requests_are_refused(cluster, new_topic, request):
         )
     topic = new_topic()
     with pytest.raises(UnknownTopicOrPartitionError):
-        ray.get(coordinator.add_partitions_to_txn.remote(tid, ident.producer_id, ident.epoch, [TopicPartition(topic, 5)]))
+        ray.get(
+            coordinator.add_partitions_to_txn.remote(tid, ident.producer_id, ident.epoch, [TopicPartition(topic, 5)])
+        )
     with pytest.raises(UnknownMemberIdError):  # a transactional commit checks the member like a plain one
         ray.get(
             cluster.group_coordinator.txn_offset_commit.remote(
@@ -239,9 +243,7 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_t
     ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
     produce(cluster, tp, pid, epoch, 0, [b"hung"])
     # The background loop (every transaction.abort.timed.out.transaction.cleanup.interval.ms) aborts it.
-    desc = wait_for(
-        lambda: (d := state_of(coordinator, tid)).state == "CompleteAbort" and d, 60, what="timeout abort"
-    )
+    desc = wait_for(lambda: (d := state_of(coordinator, tid)).state == "CompleteAbort" and d, 60, what="timeout abort")
     assert desc.producer_epoch == epoch + 1
     result = read(cluster, tp, READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
