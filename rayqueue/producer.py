@@ -496,14 +496,7 @@ class Producer:
         self.flush()
         txn.raise_if_failed()
         self._wait_for_partition_additions()
-        if txn.started:
-            try:
-                txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, True)
-            except KafkaTimeoutError:
-                raise
-            except Exception as exc:
-                self._transaction_call_failed(exc, fatal=True)
-                raise
+        self._end_transaction(commit=True)
         txn.complete_transaction()
 
     def abort_transaction(self) -> None:
@@ -523,14 +516,7 @@ class Producer:
         for batch in dropped:
             self._finish(batch, -1, -1, aborted)
         self._wait_until_idle()
-        if txn.started:
-            try:
-                txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, False)
-            except KafkaTimeoutError:
-                raise
-            except Exception as exc:
-                self._transaction_call_failed(exc, fatal=True)
-                raise
+        self._end_transaction(commit=False)
         if txn.epoch_bump_needed:
             # A batch of the aborted transaction may or may not have been written: restart
             # every sequence under a new epoch (KIP-360) before the next transaction.
@@ -543,6 +529,20 @@ class Producer:
                 self._unacked.clear()
                 self._confirmed.clear()
         txn.complete_transaction()
+
+    def _end_transaction(self, commit: bool) -> None:
+        """EndTxn at the coordinator, when the transaction holds anything; a failure other
+        than a timeout (which may be retried) is fatal for this producer."""
+        txn = self._txn
+        if not txn.started:
+            return
+        try:
+            txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, commit)
+        except KafkaTimeoutError:
+            raise
+        except Exception as exc:
+            self._transaction_call_failed(exc, fatal=True)
+            raise
 
     def _transaction_call_failed(self, exc: BaseException, fatal: bool = False) -> None:
         error = as_kafka_error(exc)

@@ -416,67 +416,48 @@ def _run_stream(
         # Fences an earlier stream with this id and aborts its open transaction, so the
         # offsets loaded below are those of the last committed batch.
         producer.init_transactions()
-        _stream_batches(
-            spark, cluster, topics, group_id, transform, sink_topic, handle, trigger_interval,
-            starting_offsets, max_records_per_partition, max_batches, until_idle, producer,
-        )  # fmt: skip
+        positions: dict[TopicPartition, int] = {}
+        loaded = False
+        committed_only = {"isolation_level": "read_committed"}
+        while not handle._stop.is_set():
+            started = time.monotonic()
+            # Partitions are looked up every batch so that added partitions are picked up.
+            current = [r.tp for r in data.offset_ranges(topics, cluster=cluster, starting_offsets="latest")]
+            new = [tp for tp in current if tp not in positions]
+            if new:
+                committed = load_offsets(group_id, new, cluster=cluster)
+                fresh = [tp for tp in new if tp not in committed]
+                if fresh:
+                    # Partitions added after the stream started are read from their beginning.
+                    first = starting_offsets if not loaded else "earliest"
+                    for r in data.offset_ranges(topics, cluster=cluster, starting_offsets=first):
+                        if r.tp in fresh:
+                            committed[r.tp] = r.start
+                positions.update(committed)
+                loaded = True
+            ranges = data.offset_ranges(topics, cluster=cluster, starting_offsets=_spec(positions), **committed_only)
+            ends = {r.tp: r.end for r in ranges}
+            if max_records_per_partition:
+                ends = {tp: min(end, positions[tp] + max_records_per_partition) for tp, end in ends.items()}
+            advanced = {tp: end for tp, end in ends.items() if end > positions[tp]}
+            if advanced:
+                df = read(
+                    spark, topics, cluster=cluster, starting_offsets=_spec(positions), ending_offsets=_spec(ends),
+                    **committed_only,
+                )  # fmt: skip
+                rows_read = sum(end - positions[tp] for tp, end in advanced.items())
+                written = _write_batch_in_transaction(producer, transform(df), sink_topic, group_id, advanced)
+                positions.update(advanced)
+                handle._batch_done(rows_read, written, advanced)
+                logger.info(
+                    "stream %r: batch %d wrote %d rows; offsets %s", group_id, handle.batches, written, advanced
+                )
+                if max_batches is not None and handle.batches >= max_batches:
+                    return
+            elif until_idle:
+                return
+            wait = trigger_interval - (time.monotonic() - started)
+            if not advanced and wait > 0:
+                handle._stop.wait(wait)
     finally:
         producer.close(30)
-
-
-def _stream_batches(
-    spark: Any,
-    cluster: Any,
-    topics: list[str],
-    group_id: str,
-    transform: Callable[[Any], Any],
-    sink_topic: str,
-    handle: StreamHandle,
-    trigger_interval: float,
-    starting_offsets: str,
-    max_records_per_partition: int | None,
-    max_batches: int | None,
-    until_idle: bool,
-    producer: Any,
-) -> None:
-    positions: dict[TopicPartition, int] = {}
-    loaded = False
-    committed_only = {"isolation_level": "read_committed"}
-    while not handle._stop.is_set():
-        started = time.monotonic()
-        # Partitions are looked up every batch so that added partitions are picked up.
-        current = [r.tp for r in data.offset_ranges(topics, cluster=cluster, starting_offsets="latest")]
-        new = [tp for tp in current if tp not in positions]
-        if new:
-            committed = load_offsets(group_id, new, cluster=cluster)
-            fresh = [tp for tp in new if tp not in committed]
-            if fresh:
-                # Partitions added after the stream started are read from their beginning.
-                first = starting_offsets if not loaded else "earliest"
-                for r in data.offset_ranges(topics, cluster=cluster, starting_offsets=first):
-                    if r.tp in fresh:
-                        committed[r.tp] = r.start
-            positions.update(committed)
-            loaded = True
-        ranges = data.offset_ranges(topics, cluster=cluster, starting_offsets=_spec(positions), **committed_only)
-        ends = {r.tp: r.end for r in ranges}
-        if max_records_per_partition:
-            ends = {tp: min(end, positions[tp] + max_records_per_partition) for tp, end in ends.items()}
-        advanced = {tp: end for tp, end in ends.items() if end > positions[tp]}
-        if advanced:
-            df = read(
-                spark, topics, cluster=cluster, starting_offsets=_spec(positions), ending_offsets=_spec(ends),
-                **committed_only,
-            )  # fmt: skip
-            rows_read = sum(end - positions[tp] for tp, end in advanced.items())
-            written = _write_batch_in_transaction(producer, transform(df), sink_topic, group_id, advanced)
-            positions.update(advanced)
-            handle._batch_done(rows_read, written, advanced)
-            logger.info("stream %r: batch %d wrote %d rows; offsets %s", group_id, handle.batches, written, advanced)
-            if max_batches is not None and handle.batches >= max_batches:
-                return
-        elif until_idle:
-            return
-        wait = trigger_interval - (time.monotonic() - started)
-        if not advanced and wait > 0:
-            handle._stop.wait(wait)
