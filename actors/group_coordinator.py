@@ -37,12 +37,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from actors.assignors import EAGER, lookup_assignor, protocol_of
-from actors.config import broker_config
-from actors.controller import CONTROLLER_NAME, INTERNAL_TOPICS
-from actors.coordinator_log import replay_partition
+from actors.controller import INTERNAL_TOPICS
+from actors.internal_topic import Coordinator, InternalTopic
 from actors.types import (
     GroupDescription,
     JoinGroupResult,
@@ -51,25 +48,19 @@ from actors.types import (
     TopicPartition,
 )
 from storage.errors import (
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    InvalidProducerEpochError,
     InvalidRequestError,
     KafkaError,
     NonEmptyGroupError,
-    ProducerFencedError,
     RebalanceInProgressError,
-    TopicAlreadyExistsError,
     UnknownMemberIdError,
     UnstableOffsetCommitError,
-    error_for_code,
 )
-from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatchBuilder
+from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +79,6 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 
 _TICK_S = 0.1  # how often expiry and rebalance deadlines are checked
-_WRITE_TIMEOUT_S = 30.0
 
 
 def java_string_hash(s: str) -> int:
@@ -241,22 +231,21 @@ class _Group:
         self.state = STABLE if self.members else EMPTY
 
 
-class GroupCoordinator:
+class GroupCoordinator(Coordinator):
     """Consumer groups of one rayqueue cluster (see the module docstring)."""
 
+    _kind = "group coordinator"
+
     def __init__(self, namespace: str, config: dict[str, Any]) -> None:
-        self._namespace = namespace
-        self._config = broker_config(config)
+        super().__init__(namespace, config)
+        self._topic = InternalTopic(
+            OFFSETS_TOPIC,
+            self._controller_handle,
+            self._config["offsets.topic.num.partitions"],
+            self._config["offsets.topic.replication.factor"],
+        )
         self._groups: dict[str, _Group] = {}
-        self._loaded = False
-        self._load_task: asyncio.Task | None = None
-        self._background: asyncio.Task | None = None
-        self._controller: Any = None
-        self._num_partitions = self._config["offsets.topic.num.partitions"]
-        self._offsets_partitions: dict[int, Any] = {}  # partition -> PartitionMetadata (leader handle)
-        self._topic_ready = False
-        self._write_locks: dict[int, asyncio.Lock] = {}
-        self._topic_lock: asyncio.Lock | None = None
+        self._write_locks: dict[int, asyncio.Lock] = {}  # __consumer_offsets partition -> its writes, in order
         self._topic_counts: dict[str, int] = {}
         self._check_interval_s = self._config["rayqueue.group.metadata.check.interval.ms"] / 1000
         self._initial_delay_s = self._config["group.initial.rebalance.delay.ms"] / 1000
@@ -265,46 +254,17 @@ class GroupCoordinator:
         # Transactional offset commits not yet ended: producer id -> group -> partition -> offset.
         self._pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
-    def _start(self) -> None:
-        """Start loading and the background loop (once per actor life, in its event loop)."""
-        if self._load_task is None or (self._load_task.done() and not self._loaded):
-            self._load_task = asyncio.get_running_loop().create_task(self._load())
-        if self._background is None:
-            self._background = asyncio.get_running_loop().create_task(self._background_loop())
-
-    async def start(self) -> int:
-        """Load the groups from ``__consumer_offsets`` (done lazily anyway); returns how many."""
-        self._start()
-        await asyncio.shield(self._load_task)
+    def _count(self) -> int:
         return len(self._groups)
-
-    async def ping(self) -> bool:
-        """Liveness probe; True once loaded."""
-        self._start()
-        return self._loaded
-
-    def _check_loaded(self) -> None:
-        self._start()
-        if not self._loaded:
-            raise CoordinatorLoadInProgressError("the group coordinator is loading __consumer_offsets")
-
-    def _controller_handle(self) -> Any:
-        if self._controller is None:
-            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
-        return self._controller
 
     async def _load(self) -> None:
         """Replay ``__consumer_offsets`` into the cache (a restarted coordinator's first job)."""
         started = time.monotonic()
-        meta = (await self._controller_handle().get_metadata.remote([OFFSETS_TOPIC])).topics.get(OFFSETS_TOPIC)
         records = 0
-        if meta is not None:
-            self._num_partitions = len(meta.partitions)
-            self._topic_ready = True
-            for p in range(self._num_partitions):
-                records += await self._load_partition(p)
+        async for p, batch, first in self._topic.replay():
+            records += self._replay_batch(p, batch, first)
         for group in self._groups.values():
             for m in group.members.values():
                 m.touch()
@@ -316,24 +276,24 @@ class GroupCoordinator:
             time.monotonic() - started,
         )
 
-    async def _load_partition(self, p: int) -> int:
-        part = await self._leader(p)
+    def _replay_batch(self, p: int, batch: RecordBatch, first: int) -> int:
+        """Apply one batch of partition ``p`` read on load, from offset ``first``; returns how
+        many records it held."""
         count = 0
-        async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
-            if batch.is_control:
-                marker = batch.control_record()
-                if batch.base_offset >= first and marker.type in (CONTROL_ABORT, CONTROL_COMMIT):
-                    self._end_pending(batch.producer_id, marker.is_commit, partition=p)
-            elif batch.is_transactional:
-                for record in batch:
-                    if record.offset >= first:
-                        self._apply_pending(batch.producer_id, record.key, record.value)
-                        count += 1
-            else:
-                for record in batch:
-                    if record.offset >= first:
-                        self._apply(record.key, record.value)
-                        count += 1
+        if batch.is_control:
+            marker = batch.control_record()
+            if batch.base_offset >= first and marker.type in (CONTROL_ABORT, CONTROL_COMMIT):
+                self._end_pending(batch.producer_id, marker.is_commit, partition=p)
+        elif batch.is_transactional:
+            for record in batch:
+                if record.offset >= first:
+                    self._apply_pending(batch.producer_id, record.key, record.value)
+                    count += 1
+        else:
+            for record in batch:
+                if record.offset >= first:
+                    self._apply(record.key, record.value)
+                    count += 1
         return count
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -380,7 +340,9 @@ class GroupCoordinator:
         groups = self._pending.get(producer_id)
         if not groups:
             return 0
-        done = [g for g in groups if partition is None or offsets_partition_for(g, self._num_partitions) == partition]
+        done = [
+            g for g in groups if partition is None or offsets_partition_for(g, self._topic.num_partitions) == partition
+        ]
         count = 0
         for group_id in done:
             offsets = groups.pop(group_id)
@@ -912,68 +874,15 @@ class GroupCoordinator:
         """Append records to the group's partition and wait until they are durable (acks=all).
 
         With a ``producer_id`` the batch is transactional (a transactional offset commit),
-        written with the coordinator's origin: epoch checks, no sequence.
+        written with the coordinator's origin: epoch checks, no sequence. Writes to one
+        partition go one at a time, in call order.
         """
-        lock = self._write_locks.setdefault(offsets_partition_for(group_id, self._num_partitions), asyncio.Lock())
+        lock = self._write_locks.setdefault(offsets_partition_for(group_id, self._topic.num_partitions), asyncio.Lock())
         async with lock:
-            await self._ensure_offsets_topic()
-            p = offsets_partition_for(group_id, self._num_partitions)
-            if producer_id >= 0:
-                builder = RecordBatchBuilder(
-                    producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
-                )
-                origin = "coordinator"
-            else:
-                builder, origin = RecordBatchBuilder(), "client"
-            for key, value in records:
-                builder.append(value, key=key)
-            data = builder.build()
-            deadline = time.monotonic() + _WRITE_TIMEOUT_S
-            while True:
-                part = await self._leader(p)
-                try:
-                    await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
-                    return
-                except (KafkaError, ray.exceptions.RayActorError) as exc:
-                    retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
-                    self._offsets_partitions.pop(p, None)
-                    if producer_id >= 0 and not retriable:
-                        # The producer's own fault (fenced, bad state): it must see the real error.
-                        if isinstance(exc, InvalidProducerEpochError):
-                            raise ProducerFencedError(f"producer {producer_id} epoch {producer_epoch}: {exc}") from None
-                        raise error_for_code(exc.code, f"{OFFSETS_TOPIC}-{p}: {exc}") from None
-                    if not retriable or time.monotonic() > deadline:
-                        raise CoordinatorNotAvailableError(f"cannot write to {OFFSETS_TOPIC}-{p}: {exc}") from None
-                    await asyncio.sleep(0.1)
-
-    async def _leader(self, p: int) -> Any:
-        part = self._offsets_partitions.get(p)
-        if part is None:
-            part = await self._controller_handle().wait_online.remote(OFFSETS_TOPIC, p, _WRITE_TIMEOUT_S)
-            self._offsets_partitions[p] = part
-        return part
-
-    async def _ensure_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` on first use (compacted; RF capped at the broker count)."""
-        if self._topic_ready:
-            return
-        if self._topic_lock is None:
-            self._topic_lock = asyncio.Lock()
-        async with self._topic_lock:
-            if self._topic_ready:
-                return
-            controller = self._controller_handle()
-            md = await controller.get_metadata.remote([OFFSETS_TOPIC])
-            if OFFSETS_TOPIC not in md.topics:
-                rf = max(1, min(self._config["offsets.topic.replication.factor"], len(md.brokers)))
-                configs = {"cleanup.policy": ["compact"]}
-                try:
-                    await controller.create_topic.remote(OFFSETS_TOPIC, self._num_partitions, rf, configs)
-                except TopicAlreadyExistsError:
-                    pass
-                md = await controller.get_metadata.remote([OFFSETS_TOPIC])
-            self._num_partitions = len(md.topics[OFFSETS_TOPIC].partitions)
-            self._topic_ready = True
+            # The group's partition is known for sure once the topic exists.
+            await self._topic.ensure()
+            p = offsets_partition_for(group_id, self._topic.num_partitions)
+            await self._topic.append(p, records, producer_id, producer_epoch)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -1,26 +1,47 @@
-"""Reading a coordinator's internal topic partition back, as a (re)started coordinator does.
+"""A coordinator's compacted internal topic, and the lifecycle of a coordinator that keeps its state there.
 
 The group and transaction coordinators keep their state as records in compacted internal
-topics (``__consumer_offsets``, ``__transaction_state``) and rebuild it by replaying a
-partition from its log start to its log end. Kafka's coordinators read their local log to
-its end. Here the coordinator reads from the partition leader, whose consumer fetches stop
-at the high watermark; a newly elected leader's high watermark can lag its log end while it
-already holds every acknowledged record (the coordinator writes with acks=all). So the
-replay goes on, long-polling, until the high watermark covers the log end it saw: stopping
-at the high watermark alone could miss state that was acknowledged.
+topics (``__consumer_offsets``, ``__transaction_state``): :class:`InternalTopic` creates the
+topic on first use, writes to it with acks=all and reads it back; :class:`Coordinator` is
+the actor lifecycle both share (load the topic once per actor life, refuse calls until then).
+
+A (re)started coordinator rebuilds its state by replaying every partition from its log start
+to its log end. Kafka's coordinators read their local log to its end. Here the coordinator
+reads from the partition leader, whose consumer fetches stop at the high watermark; a newly
+elected leader's high watermark can lag its log end while it already holds every
+acknowledged record (the coordinator writes with acks=all). So the replay goes on,
+long-polling, until the high watermark covers the log end it saw: stopping at the high
+watermark alone could miss state that was acknowledged.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import ray
+
+from actors.config import broker_config
+from actors.controller import CONTROLLER_NAME
+from storage.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+    TopicAlreadyExistsError,
+    error_for_code,
+)
 from storage.log import EARLIEST_TIMESTAMP
-from storage.record_batch import RecordBatch, iter_batches
+from storage.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
 
 # A fetch that finds nothing new below the log end waits this long for the HW to move.
 _HW_WAIT_MS = 500
 _FETCH_BYTES = 1 << 20
+_WRITE_TIMEOUT_S = 30.0
+_RETRY_BACKOFF_S = 0.1
 
 
 async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterator[tuple[RecordBatch, int]]:
@@ -37,3 +58,188 @@ async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterat
             return
         # Nothing new while the log goes further: the high watermark has to catch up first.
         wait_ms = 0 if result.records else _HW_WAIT_MS
+
+
+class InternalTopic:
+    """One coordinator's compacted internal topic: created on first use, written with acks=all,
+    replayed on load. Partition leaders are cached until a write to them fails.
+
+    ``num_partitions`` is the configured count until the topic exists, then the real one.
+    ``min_insync_replicas``, when given, is set on the topic (capped at its replication factor).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        controller: Callable[[], Any],
+        num_partitions: int,
+        replication_factor: int,
+        min_insync_replicas: int | None = None,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self._controller = controller
+        self._replication_factor = replication_factor
+        self._min_insync_replicas = min_insync_replicas
+        self._ready = False
+        self._lock: asyncio.Lock | None = None
+        self._leaders: dict[int, Any] = {}  # partition -> PartitionMetadata (leader handle and epoch)
+
+    async def ensure(self) -> None:
+        """Create the topic on first use: compacted, RF capped at the broker count (a small
+        cluster still gets one); afterwards ``num_partitions`` is the topic's own count."""
+        if self._ready:
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._ready:
+                return
+            controller = self._controller()
+            md = await controller.get_metadata.remote([self.name])
+            if self.name not in md.topics:
+                rf = max(1, min(self._replication_factor, len(md.brokers)))
+                configs: dict[str, Any] = {"cleanup.policy": ["compact"]}
+                if self._min_insync_replicas is not None:
+                    configs["min.insync.replicas"] = min(self._min_insync_replicas, rf)
+                try:
+                    await controller.create_topic.remote(self.name, self.num_partitions, rf, configs)
+                except TopicAlreadyExistsError:
+                    pass  # created meanwhile (by an earlier life of this actor, say): use it
+                md = await controller.get_metadata.remote([self.name])
+            self.num_partitions = len(md.topics[self.name].partitions)
+            self._ready = True
+
+    async def leader(self, p: int) -> Any:
+        """Partition ``p``'s leader metadata (``leader_handle``, ``leader_epoch``), waiting for
+        one to be online; cached until :meth:`forget`."""
+        part = self._leaders.get(p)
+        if part is None:
+            await self.ensure()
+            part = await self._controller().wait_online.remote(self.name, p, _WRITE_TIMEOUT_S)
+            self._leaders[p] = part
+        return part
+
+    def forget(self, p: int) -> None:
+        """Drop the cached leader of partition ``p`` (it moved or is gone): the next call asks again."""
+        self._leaders.pop(p, None)
+
+    async def append(
+        self,
+        p: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        """Append ``(key, value)`` records as one batch to partition ``p`` and wait until it is
+        durable (acks=all), retrying through leader changes for up to 30 s; then
+        CoordinatorNotAvailableError.
+
+        With a ``producer_id`` the batch is transactional (a transactional offset commit),
+        written with the coordinator's origin: epoch checks, no sequence. A non-retriable
+        error of such a batch is the producer's own and raised as such.
+        """
+        await self.ensure()
+        if producer_id >= 0:
+            builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
+            origin = "coordinator"
+        else:
+            builder, origin = RecordBatchBuilder(), "client"
+        for key, value in records:
+            builder.append(value, key=key)
+        data = builder.build()
+        deadline = time.monotonic() + _WRITE_TIMEOUT_S
+        while True:
+            part = await self.leader(p)
+            try:
+                await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
+                return
+            except (KafkaError, ray.exceptions.RayActorError) as exc:
+                retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
+                self.forget(p)
+                if producer_id >= 0 and not retriable:
+                    # The producer's own fault (fenced, bad state): it must see the real error.
+                    if isinstance(exc, InvalidProducerEpochError):
+                        raise ProducerFencedError(f"producer {producer_id} epoch {producer_epoch}: {exc}") from None
+                    raise error_for_code(exc.code, f"{self.name}-{p}: {exc}") from None
+                if not retriable or time.monotonic() > deadline:
+                    raise CoordinatorNotAvailableError(f"cannot write to {self.name}-{p}: {exc}") from None
+                await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def replay(self) -> AsyncIterator[tuple[int, RecordBatch, int]]:
+        """Every batch of the topic, partition by partition, as ``(partition, batch, first
+        offset to apply)``; nothing when the topic does not exist yet (the first write creates it)."""
+        md = await self._controller().get_metadata.remote([self.name])
+        meta = md.topics.get(self.name)
+        if meta is None:
+            return
+        self.num_partitions = len(meta.partitions)
+        self._ready = True
+        for p in range(self.num_partitions):
+            part = await self.leader(p)
+            async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
+                yield p, batch, first
+
+
+class Coordinator:
+    """The lifecycle of a coordinator actor whose state lives in an internal topic.
+
+    One named, detached, restartable async actor per cluster. It loads its state from
+    ``self._topic`` once per actor life (lazily, on the first call, or by :meth:`start`) and
+    runs a background loop; until the load is done every call raises the retriable
+    CoordinatorLoadInProgressError. Subclasses set ``_kind`` and ``_topic`` and implement
+    ``_load``, ``_background_loop`` and ``_count``.
+    """
+
+    _kind = "coordinator"  # how the load-in-progress error names the actor
+    _topic: InternalTopic
+
+    def __init__(self, namespace: str, config: dict[str, Any]) -> None:
+        self._namespace = namespace
+        self._config = broker_config(config)
+        self._loaded = False
+        self._load_task: asyncio.Task | None = None
+        self._background: asyncio.Task | None = None
+        self._controller: Any = None
+
+    def _start(self) -> None:
+        """Start loading and the background loop (once per actor life, in its event loop)."""
+        # A load that failed (the topic's leader was not reachable, say) is started again.
+        if self._load_task is None or (self._load_task.done() and not self._loaded):
+            self._load_task = asyncio.get_running_loop().create_task(self._load())
+        if self._background is None:
+            self._background = asyncio.get_running_loop().create_task(self._background_loop())
+
+    async def start(self) -> int:
+        """Load the internal topic (done lazily anyway); returns how many groups or
+        transactional ids it holds."""
+        self._start()
+        await asyncio.shield(self._load_task)
+        return self._count()
+
+    async def ping(self) -> bool:
+        """Liveness probe; True once loaded."""
+        self._start()
+        return self._loaded
+
+    def _check_loaded(self) -> None:
+        self._start()
+        if not self._loaded:
+            raise CoordinatorLoadInProgressError(f"the {self._kind} is loading {self._topic.name}")
+
+    def _controller_handle(self) -> Any:
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+        return self._controller
+
+    async def _load(self) -> None:
+        """Replay the internal topic into memory, then set ``_loaded``."""
+        raise NotImplementedError
+
+    async def _background_loop(self) -> None:
+        """The coordinator's periodic work, for the actor's life."""
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        """How many entries (groups, transactional ids) the coordinator holds."""
+        raise NotImplementedError

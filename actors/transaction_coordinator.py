@@ -37,19 +37,15 @@ from typing import Any
 
 import ray
 
-from actors.config import broker_config
-from actors.controller import CONTROLLER_NAME
-from actors.coordinator_log import replay_partition
 from actors.group_coordinator import (
     GROUP_COORDINATOR_NAME,
     OFFSETS_TOPIC,
     offsets_partition_for,
 )
+from actors.internal_topic import Coordinator, InternalTopic
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
@@ -57,11 +53,9 @@ from storage.errors import (
     InvalidTxnStateError,
     KafkaError,
     ProducerFencedError,
-    TopicAlreadyExistsError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
-from storage.record_batch import RecordBatchBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -165,72 +159,47 @@ class TransactionMetadata:
         )
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(Coordinator):
     """Producer ids and transactions of one rayqueue cluster (see the module docstring)."""
 
+    _kind = "transaction coordinator"
+
     def __init__(self, namespace: str, config: dict[str, Any]) -> None:
-        self._namespace = namespace
-        self._config = broker_config(config)
-        self._num_partitions = self._config["transaction.state.log.num.partitions"]
+        super().__init__(namespace, config)
+        self._topic = InternalTopic(
+            TRANSACTION_STATE_TOPIC,
+            self._controller_handle,
+            self._config["transaction.state.log.num.partitions"],
+            self._config["transaction.state.log.replication.factor"],
+            min_insync_replicas=self._config["transaction.state.log.min.isr"],
+        )
         self._max_timeout_ms = self._config["transaction.max.timeout.ms"]
         self._abort_interval_s = self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
         self._id_expiration_ms = self._config["transactional.id.expiration.ms"]
         self._txns: dict[str, TransactionMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._loaded = False
-        self._load_task: asyncio.Task | None = None
-        self._background: asyncio.Task | None = None
         self._completions: set[asyncio.Task] = set()
-        self._controller: Any = None
         self._group_coordinator: Any = None
-        self._state_partitions: dict[int, Any] = {}  # partition -> PartitionMetadata
-        self._topic_ready = False
-        self._topic_lock: asyncio.Lock | None = None
         self._leaders: dict[TopicPartition, Any] = {}  # data partitions, for markers
         self._pid_lock: asyncio.Lock | None = None
         self._next_pid = 0
         self._pid_end = 0  # the current block is [_next_pid, _pid_end)
 
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
-    def _start(self) -> None:
-        if self._load_task is None or (self._load_task.done() and not self._loaded):
-            self._load_task = asyncio.get_running_loop().create_task(self._load())
-        if self._background is None:
-            self._background = asyncio.get_running_loop().create_task(self._background_loop())
-
-    async def start(self) -> int:
-        """Load ``__transaction_state`` (done lazily anyway); returns how many ids it holds."""
-        self._start()
-        await asyncio.shield(self._load_task)
+    def _count(self) -> int:
         return len(self._txns)
-
-    async def ping(self) -> bool:
-        """Liveness probe; True once loaded."""
-        self._start()
-        return self._loaded
-
-    def _check_loaded(self) -> None:
-        self._start()
-        if not self._loaded:
-            raise CoordinatorLoadInProgressError("the transaction coordinator is loading __transaction_state")
-
-    def _controller_handle(self) -> Any:
-        if self._controller is None:
-            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
-        return self._controller
 
     async def _load(self) -> None:
         """Replay ``__transaction_state``, then complete every transaction left in a Prepare state."""
         started = time.monotonic()
-        md = await self._controller_handle().get_metadata.remote([TRANSACTION_STATE_TOPIC])
-        meta = md.topics.get(TRANSACTION_STATE_TOPIC)
         records = 0
-        if meta is not None:
-            self._num_partitions = len(meta.partitions)
-            self._topic_ready = True
-            for p in range(self._num_partitions):
-                records += await self._load_partition(p)
+        async for _, batch, first in self._topic.replay():
+            if not batch.is_control:
+                for record in batch:
+                    if record.offset >= first and record.key is not None:
+                        self._apply(record.key, record.value)
+                        records += 1
         self._loaded = True
         pending = [t for t in self._txns.values() if t.state in (PREPARE_COMMIT, PREPARE_ABORT)]
         for txn in pending:
@@ -242,17 +211,6 @@ class TransactionCoordinator:
             time.monotonic() - started,
             len(pending),
         )
-
-    async def _load_partition(self, p: int) -> int:
-        part = await self._state_leader(p)
-        count = 0
-        async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
-            if not batch.is_control:
-                for record in batch:
-                    if record.offset >= first and record.key is not None:
-                        self._apply(record.key, record.value)
-                        count += 1
-        return count
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
         version, tid = json.loads(key)
@@ -454,7 +412,7 @@ class TransactionCoordinator:
                 txn = self._txns.get(tid)
                 if txn is None or txn.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
                     continue
-                await self._append(self._partition_for(tid), [(transaction_key(tid), None)])
+                await self._topic.append(self._partition_for(tid), [(transaction_key(tid), None)])
                 self._txns.pop(tid, None)
                 expired += 1
         return expired
@@ -529,7 +487,7 @@ class TransactionCoordinator:
         while True:
             attempt += 1
             try:
-                coordinator_epoch = (await self._state_leader(state_partition)).leader_epoch
+                coordinator_epoch = (await self._topic.leader(state_partition)).leader_epoch
                 part = await self._data_leader(tp)
                 if part is None:
                     logger.info("marker for %s skipped: the topic no longer exists", tp)
@@ -544,7 +502,7 @@ class TransactionCoordinator:
                     logger.error("marker for %s (producer %d) fenced: %s; dropped", tp, producer_id, exc)
                     return
                 fenced_at = coordinator_epoch
-                self._state_partitions.pop(state_partition, None)
+                self._topic.forget(state_partition)
             except (InvalidProducerEpochError, ProducerFencedError) as exc:
                 # The partition already saw a newer epoch of this producer: this marker is moot.
                 logger.warning("marker for %s (producer %d) refused: %s", tp, producer_id, exc)
@@ -579,66 +537,11 @@ class TransactionCoordinator:
     async def _write(self, txn: TransactionMetadata) -> None:
         """Make ``txn`` the id's state: durable (acks=all) first, then in memory."""
         tid = txn.transactional_id
-        await self._append(self._partition_for(tid), [(transaction_key(tid), _dumps(txn.to_record()))])
+        await self._topic.append(self._partition_for(tid), [(transaction_key(tid), _dumps(txn.to_record()))])
         self._txns[tid] = txn
 
-    async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        await self._ensure_state_topic()
-        builder = RecordBatchBuilder()
-        for key, value in records:
-            builder.append(value, key=key)
-        data = builder.build()
-        deadline = time.monotonic() + _WRITE_TIMEOUT_S
-        while True:
-            part = await self._state_leader(p)
-            try:
-                await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch)
-                return
-            except (KafkaError, ray.exceptions.RayActorError) as exc:
-                retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
-                self._state_partitions.pop(p, None)
-                if not retriable or time.monotonic() > deadline:
-                    raise CoordinatorNotAvailableError(
-                        f"cannot write to {TRANSACTION_STATE_TOPIC}-{p}: {exc}"
-                    ) from None
-                await asyncio.sleep(_RETRY_BACKOFF_S)
-
     def _partition_for(self, tid: str) -> int:
-        return offsets_partition_for(tid, self._num_partitions)
-
-    async def _state_leader(self, p: int) -> Any:
-        part = self._state_partitions.get(p)
-        if part is None:
-            await self._ensure_state_topic()
-            part = await self._controller_handle().wait_online.remote(TRANSACTION_STATE_TOPIC, p, _WRITE_TIMEOUT_S)
-            self._state_partitions[p] = part
-        return part
-
-    async def _ensure_state_topic(self) -> None:
-        """Create ``__transaction_state`` on first use: compacted, RF capped at the broker
-        count, min.insync.replicas = transaction.state.log.min.isr capped at the RF."""
-        if self._topic_ready:
-            return
-        if self._topic_lock is None:
-            self._topic_lock = asyncio.Lock()
-        async with self._topic_lock:
-            if self._topic_ready:
-                return
-            controller = self._controller_handle()
-            md = await controller.get_metadata.remote([TRANSACTION_STATE_TOPIC])
-            if TRANSACTION_STATE_TOPIC not in md.topics:
-                rf = max(1, min(self._config["transaction.state.log.replication.factor"], len(md.brokers)))
-                configs = {
-                    "cleanup.policy": ["compact"],
-                    "min.insync.replicas": min(self._config["transaction.state.log.min.isr"], rf),
-                }
-                try:
-                    await controller.create_topic.remote(TRANSACTION_STATE_TOPIC, self._num_partitions, rf, configs)
-                except TopicAlreadyExistsError:
-                    pass
-                md = await controller.get_metadata.remote([TRANSACTION_STATE_TOPIC])
-            self._num_partitions = len(md.topics[TRANSACTION_STATE_TOPIC].partitions)
-            self._topic_ready = True
+        return offsets_partition_for(tid, self._topic.num_partitions)
 
     # -- data partitions ------------------------------------------------------------------
 

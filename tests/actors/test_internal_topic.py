@@ -1,13 +1,24 @@
-"""actors.coordinator_log: a coordinator's replay reads to the log end, not only the high watermark."""
+"""actors.internal_topic: replay reads to the log end, not only the high watermark; creating the topic,
+writes retried through leader changes, and a transactional batch's errors given to its producer."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
-from actors.coordinator_log import replay_partition
+import pytest
+
+from actors.internal_topic import InternalTopic, replay_partition
 from actors.types import FetchResult, OffsetAndTimestamp
 from storage import RecordBatchBuilder
 from storage.batch_header import batch_boundaries, read_header
+from storage.errors import (
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    NotLeaderOrFollowerError,
+    ProducerFencedError,
+)
 
 
 class _Method:
@@ -76,3 +87,85 @@ def test_replay_starts_at_the_log_start_inside_a_batch_and_never_waits_when_caug
 def test_replay_of_an_empty_partition_returns_at_once():
     leader = FakeLeader([], 0, [0])
     assert replayed(leader) == [] and leader.waits == 0
+
+
+class FakePartition:
+    """A partition leader whose produce calls raise ``errors`` one by one, then succeed."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = list(errors)
+        self.produced: list[tuple] = []
+        self.produce = _Method(self._produce)
+
+    async def _produce(self, data, acks, timeout_ms, leader_epoch, origin):
+        self.produced.append((data, acks, leader_epoch, origin))
+        if self.errors:
+            raise self.errors.pop(0)
+
+
+class FakeController:
+    """Enough of the controller for InternalTopic: metadata, topic creation, wait_online."""
+
+    def __init__(self, brokers: int, leader: FakePartition, existing_partitions: int | None = None) -> None:
+        self.brokers = list(range(brokers))
+        self.partitions = existing_partitions
+        self.created: list[tuple] = []
+        self.leader = leader
+        self.lookups = 0
+        self.get_metadata = _Method(self._get_metadata)
+        self.create_topic = _Method(self._create_topic)
+        self.wait_online = _Method(self._wait_online)
+
+    async def _get_metadata(self, topics):
+        found = {} if self.partitions is None else {"__t": SimpleNamespace(partitions=list(range(self.partitions)))}
+        return SimpleNamespace(topics=found, brokers=self.brokers)
+
+    async def _create_topic(self, name, partitions, rf, configs):
+        self.created.append((name, partitions, rf, configs))
+        self.partitions = partitions
+
+    async def _wait_online(self, topic, p, timeout_s):
+        self.lookups += 1
+        return SimpleNamespace(leader_handle=self.leader, leader_epoch=self.lookups)
+
+
+def test_first_write_creates_the_topic_compacted_with_rf_and_min_isr_capped_at_the_brokers():
+    leader = FakePartition([])
+    controller = FakeController(2, leader)
+    topic = InternalTopic("__t", lambda: controller, 5, 3, min_insync_replicas=3)
+    asyncio.run(topic.append(1, [(b"k", b"v")]))
+    assert controller.created == [("__t", 5, 2, {"cleanup.policy": ["compact"], "min.insync.replicas": 2})]
+    assert topic.num_partitions == 5 and [(acks, origin) for _, acks, _, origin in leader.produced] == [(-1, "client")]
+
+
+def test_an_existing_topic_is_not_created_again_and_gives_its_partition_count():
+    controller = FakeController(3, FakePartition([]), existing_partitions=7)
+    topic = InternalTopic("__t", lambda: controller, 50, 3)
+    asyncio.run(topic.ensure())
+    assert controller.created == [] and topic.num_partitions == 7
+
+
+def test_a_retriable_error_is_retried_at_a_freshly_looked_up_leader():
+    leader = FakePartition([NotLeaderOrFollowerError("moved")])
+    controller = FakeController(1, leader, existing_partitions=1)
+    asyncio.run(InternalTopic("__t", lambda: controller, 1, 1).append(0, [(b"k", None)]))
+    assert [epoch for _, _, epoch, _ in leader.produced] == [1, 2]
+
+
+def test_a_non_retriable_error_is_coordinator_not_available_naming_the_partition():
+    controller = FakeController(1, FakePartition([InvalidRecordError("bad")]), existing_partitions=1)
+    with pytest.raises(CoordinatorNotAvailableError, match="__t-0"):
+        asyncio.run(InternalTopic("__t", lambda: controller, 1, 1).append(0, [(b"k", b"v")]))
+
+
+def test_a_transactional_batch_is_written_as_the_coordinator_and_its_producer_sees_its_own_error():
+    leader = FakePartition([InvalidProducerEpochError("old epoch"), InvalidRecordError("bad")])
+    controller = FakeController(1, leader, existing_partitions=1)
+    topic = InternalTopic("__t", lambda: controller, 1, 1)
+    with pytest.raises(ProducerFencedError, match="producer 7 epoch 2"):
+        asyncio.run(topic.append(0, [(b"k", b"v")], producer_id=7, producer_epoch=2))
+    with pytest.raises(InvalidRecordError, match="__t-0"):
+        asyncio.run(topic.append(0, [(b"k", b"v")], producer_id=7, producer_epoch=2))
+    header = read_header(leader.produced[0][0], 0)
+    assert (header.producer_id, header.producer_epoch, header.is_transactional) == (7, 2, True)
+    assert leader.produced[0][3] == "coordinator"
