@@ -329,7 +329,8 @@ class Log:
         elif origin is not CLIENT and origin not in ORIGINS:
             raise InvalidRequestError(f"unknown append origin {origin!r}; use one of {', '.join(ORIGINS)}")
         with self._write_lock:
-            self._check_writable()
+            if self._closed or self._offline:
+                self._check_writable()
             log_append_time = -1
             source: memoryview | bytearray = view  # where the batch bodies are, at the headers' positions
             if not assign_offsets:
@@ -350,9 +351,10 @@ class Log:
                 first_offset = self._log_end_offset
                 parts, headers, next_offset = _patch_headers(view, headers, first_offset, leader_epoch)
             first = headers[0]
-            max_timestamp = first.max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
+            single = len(headers) == 1
+            max_timestamp = first.max_timestamp if single else max(h.max_timestamp for h in headers)
             analysis: Analysis | None = None
-            if first.producer_id >= 0 or len(headers) > 1 or first.attributes & _TXN_OR_CONTROL:
+            if first.producer_id >= 0 or not single or first.attributes & _TXN_OR_CONTROL:
                 # Checked before anything is written: a refused batch leaves the log untouched.
                 analysis = self._producer_state.analyze(headers, source, origin)
                 if type(analysis) is Duplicate:

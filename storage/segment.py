@@ -236,7 +236,9 @@ class LogSegment:
             return True
         if last_offset - self.base_offset > INT32_MAX or self._size + size_in_bytes > INT32_MAX:
             return True
-        first = self.rolling_based_timestamp
+        first = self._rolling_based_timestamp
+        if first is None:
+            first = self.rolling_based_timestamp  # read from the file once
         if first is not None and first >= 0:
             waited = max_timestamp - first
         else:
