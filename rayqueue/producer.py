@@ -184,6 +184,7 @@ class _Batch:
         "stamped",
         "finished",
         "seal_at",
+        "timestamps",
     )
 
     _sequence = itertools.count()
@@ -202,6 +203,7 @@ class _Batch:
         self.stamped = False  # whether data carries the producer id, epoch and base_sequence
         self.finished = False
         self.seal_at = 0  # send() seals the open batch once its size reaches this
+        self.timestamps: list[int] = []  # send()'s records' timestamps: the result's list
 
 
 class Producer:
@@ -320,8 +322,8 @@ class Producer:
             if batch is None:
                 batch = self._new_open_batch(slot)
             delta = batch.builder.append(value, key, timestamp, headers or ())
-            batch.result.timestamps.append(timestamp)
-            batch.records += 1
+            batch.timestamps.append(timestamp)
+            batch.records = delta + 1
             self._buffered += size
             batch.size += size
             if batch.size >= batch.seal_at:
@@ -607,7 +609,7 @@ class Producer:
             tp = self._topic_partitions[slot] = TopicPartition(*slot)
         batch = _Batch(tp, RecordBatchBuilder(self._compression))
         batch.seal_at = self._batch_size
-        batch.result.timestamps = []
+        batch.result.timestamps = batch.timestamps = []
         self._open[slot] = batch
         # An idle sender sleeps until told: its linger.ms clock for this batch starts now
         # (without this, an idle producer's first record waited for the idle timeout).
