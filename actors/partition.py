@@ -39,7 +39,7 @@ import ray
 from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
 from storage import Log, log_config
 from storage.batch_header import BatchHeader
-from storage.checkpoint import fsync_dir, read_offset, write_offset
+from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -103,15 +103,8 @@ def read_topic_id(directory: Path) -> str | None:
 
 
 def write_topic_id(directory: Path, topic_id: str) -> None:
-    """Write ``partition.metadata`` atomically (temporary file, fsync, rename)."""
-    path = directory / PARTITION_METADATA_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.write(f"version: 0\ntopic_id: {topic_id}\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    """Write ``partition.metadata`` atomically."""
+    write_atomically(directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {topic_id}\n".encode())
 
 
 def remove_stray(directory: Path, topic_id: str | None) -> bool:

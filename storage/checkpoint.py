@@ -25,16 +25,23 @@ def fsync_dir(directory: str | Path) -> None:
         os.close(fd)
 
 
-def write_offset(path: str | Path, offset: int) -> None:
-    """Atomically replace the checkpoint at ``path`` with ``offset``."""
+def write_atomically(path: str | Path, data: bytes) -> None:
+    """Replace the file at ``path`` with ``data`` so that a crash leaves the old or the new
+    file, never a torn one: a temporary file is written, fsynced and renamed over it, and
+    the directory fsynced."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as file:
-        file.write(f"{_VERSION}\n1\n{offset}\n")
+    with open(tmp, "wb") as file:
+        file.write(data)
         file.flush()
         os.fsync(file.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_offset(path: str | Path, offset: int) -> None:
+    """Atomically replace the checkpoint at ``path`` with ``offset``."""
+    write_atomically(path, f"{_VERSION}\n1\n{offset}\n".encode("ascii"))
 
 
 def read_offset(path: str | Path) -> int | None:

@@ -14,10 +14,9 @@ File format, as Kafka's: a version line (0), an entry count line, then one
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from storage.checkpoint import fsync_dir
+from storage.checkpoint import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +124,5 @@ class LeaderEpochFileCache:
             return []
 
     def _write(self) -> None:
-        tmp = self._path.with_name(self._path.name + ".tmp")
         body = "".join(f"{e} {o}\n" for e, o in self._entries)
-        with open(tmp, "w", encoding="ascii") as file:
-            file.write(f"{_VERSION}\n{len(self._entries)}\n{body}")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, self._path)
-        fsync_dir(self._path.parent)
+        write_atomically(self._path, f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"))

@@ -36,14 +36,13 @@ next older one tried.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from storage.batch_header import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader, crc32c
-from storage.checkpoint import fsync_dir
+from storage.checkpoint import write_atomically
 from storage.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -636,13 +635,7 @@ class ProducerStateManager:
             for b in e.batches:
                 body += _SNAP_BATCH.pack(*b)
         data = _SNAP_HEAD.pack(_SNAPSHOT_VERSION, crc32c(body)) + body
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.dir)
+        write_atomically(path, data)
         return path
 
     @staticmethod
