@@ -280,9 +280,7 @@ class Controller:
                 for p, part in enumerate(topic.partitions):
                     # A replica that could not come back (node gone, broker stopped) is no
                     # longer in sync, as if its death had been seen.
-                    for b in part.replicas:
-                        if (topic.name, p, b) not in self._handles:
-                            self._remove_from_isr(topic.name, p, b)
+                    self._drop_offline_from_isr(topic.name, p)
                     # A leader that died unseen and was recreated starts a new term: a new
                     # epoch makes its followers re-truncate and fetch from the new actor.
                     leader_recreated = (topic.name, p, topic.partitions[p].leader) in recreated
@@ -362,9 +360,14 @@ class Controller:
         async with self._mutex():
             topic = self._require_topic(name)
             self._write({"type": "delete_topic", "name": name})
-            for p, part in enumerate(topic.partitions):
-                for broker in part.replicas:
-                    await self._stop_replica(name, p, broker, delete=True)
+            # Together: each stop waits until its actor is gone, under the controller's lock.
+            await asyncio.gather(
+                *(
+                    self._stop_replica(name, p, broker, delete=True)
+                    for p, part in enumerate(topic.partitions)
+                    for broker in part.replicas
+                )
+            )
 
     async def create_partitions(
         self, name: str, total: int, assignment: list[list[int]] | None = None
@@ -617,8 +620,9 @@ class Controller:
             )
 
     def _drop_offline_from_isr(self, topic: str, partition: int) -> None:
-        """A new partition's ISR holds only the replicas that came up (Kafka leaves fenced
-        brokers out), so a stopped broker does not hold its high watermark back."""
+        """Replicas without a live actor leave the ISR (a new partition's ISR holds only the
+        replicas that came up, as Kafka leaves fenced brokers out), so a stopped broker does
+        not hold the high watermark back."""
         part = self._state.topics[topic].partitions[partition]
         for b in part.replicas:
             if (topic, partition, b) not in self._handles:
@@ -946,8 +950,7 @@ class Controller:
                     leader, epoch = (live[0], epoch + 1) if live else (NO_LEADER, epoch)
                 self._write_partition(topic, p, _Partition(list(target), leader, epoch, isr, part.partition_epoch + 1))
                 await self._push(topic, p)
-                for b in removing:
-                    await self._stop_replica(topic, p, b, delete=True)
+                await asyncio.gather(*(self._stop_replica(topic, p, b, delete=True) for b in removing))
                 if leader == NO_LEADER:
                     await self._elect_if_needed(topic, p, bump=False)
             logger.info("%s-%d: reassignment to %s complete", topic, p, target)

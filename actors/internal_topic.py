@@ -150,8 +150,9 @@ class InternalTopic:
         data = builder.build()
         deadline = time.monotonic() + _WRITE_TIMEOUT_S
         while True:
-            part = await self.leader(p)
             try:
+                # Looked up inside the retry: a restarting controller fails this call too.
+                part = await self.leader(p)
                 await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
                 return
             except (KafkaError, ray.exceptions.RayActorError) as exc:

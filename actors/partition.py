@@ -334,14 +334,13 @@ class PartitionReplica:
         start an async actor's calls out of order (a call whose arguments arrive first
         runs first).
         """
-        if acks not in (0, 1, -1):
-            raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
-        if not isinstance(records, (bytes, bytearray, memoryview)):
-            raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
-        self._check_leader(leader_epoch)
         if order is not None:
             await self._wait_for_turn(order, min(timeout_ms / 1000, REORDER_WAIT_S))
         try:
+            if acks not in (0, 1, -1):
+                raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
+            if not isinstance(records, (bytes, bytearray, memoryview)):
+                raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
             self._check_leader(leader_epoch)
             min_isr = self._config["min.insync.replicas"]
             if acks == -1 and len(self._isr) < min_isr:
@@ -358,10 +357,14 @@ class PartitionReplica:
                 )
             except OSError as exc:  # the log turns OSError into KafkaStorageError; be safe anyway
                 raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from None
-        finally:
-            if order is not None:
-                await self._end_turn(order)
-        if not info.duplicate:
+        except BaseException:
+            if order is not None:  # refused: the session's next call must not wait for it
+                self._end_turn(order)
+                await self._notify()
+            raise
+        if order is not None:
+            self._end_turn(order)  # the notify below wakes the session's next call
+        if not info.duplicate or order is not None:
             await self._advance_hw()
             await self._notify()
         result = ProduceResult(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
@@ -398,11 +401,11 @@ class PartitionReplica:
         if n > expected:
             await self._wait_until(lambda: self._closed or self._next_turns.get(session, n) >= n, timeout_s)
 
-    async def _end_turn(self, order: tuple[str, int, int]) -> None:
+    def _end_turn(self, order: tuple[str, int, int]) -> None:
+        """Call ``order`` is done (appended or refused); the caller notifies its successors."""
         session, n, _ = order
         if self._next_turns.get(session, -1) <= n:
             self._next_turns[session] = n + 1
-            await self._notify()
 
     async def _append_in_order(self, records: bytes, origin: str, leader_epoch: int, timeout_s: float) -> Any:
         """Append a batch that came ahead of its producer's previous one.
@@ -938,9 +941,7 @@ class PartitionReplica:
         the readable end moved past ``seen`` or enough bytes were appended since ``start_size``."""
         if limit <= offset:
             return False
-        if min_bytes <= 1:
-            return True
-        return limit != seen or already + self._log.size_in_bytes - start_size >= min_bytes
+        return limit != seen or already + self._log.size_in_bytes - start_size >= max(min_bytes, 1)
 
     def _check_leader(self, leader_epoch: int) -> None:
         if self._closed or self._role != LEADER:

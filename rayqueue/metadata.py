@@ -15,7 +15,13 @@ from typing import Any
 import ray
 
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
-from storage.errors import KafkaError, LeaderNotAvailableError, NetworkError, UnknownTopicOrPartitionError
+from storage.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+)
 
 
 def as_kafka_error(error: BaseException) -> BaseException:
@@ -112,7 +118,11 @@ class MetadataCache:
         while True:
             try:
                 refs = {tp: make(self.leader(tp)) for tp, make in make_calls.items()}
-                return {tp: ray.get(ref) for tp, ref in refs.items()}
+                return {tp: ray.get(ref, timeout=max(0.0, deadline - time.monotonic())) for tp, ref in refs.items()}
+            except ray.exceptions.GetTimeoutError:
+                raise KafkaTimeoutError(
+                    f"no answer from the leaders of {sorted(make_calls)} within {timeout_s}s"
+                ) from None
             except Exception as exc:  # noqa: BLE001 - sorted into retriable and not below
                 error = as_kafka_error(exc)
                 if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:

@@ -743,11 +743,7 @@ class Producer:
             for batch in doomed:
                 self._finish(batch, -1, -1, doom_error)
             for batch in expired:
-                waited = (time.monotonic() - batch.created) * 1000
-                error = KafkaTimeoutError(
-                    f"Expiring {batch.records} record(s) for {batch.tp}: {waited:.0f} ms has passed since batch creation"
-                )
-                self._finish(batch, -1, -1, error)
+                self._finish(batch, -1, -1, _expired(batch, time.monotonic()))
             if need_producer_id:
                 self._fetch_producer_id()
             if new_partitions:
@@ -1073,10 +1069,7 @@ class Producer:
         for batch in reversed(failed):
             final = error  # a retriable error after the last retry, as Kafka reports it
             if retry and now - batch.created > self._delivery_timeout:
-                final = KafkaTimeoutError(
-                    f"Expiring {batch.records} record(s) for {tp}: "
-                    f"{(now - batch.created) * 1000:.0f} ms has passed since batch creation ({error})"
-                )
+                final = _expired(batch, now, error)
             self._finish(batch, -1, -1, final)
         if retry:
             threading.Timer(self._backoff, self._unmute, args=(tp,)).start()
@@ -1107,6 +1100,15 @@ class Producer:
         if error is not None and self._transactional:
             self._txn.on_error(error)
         batch.result.done(base_offset, log_append_time, error)
+
+
+def _expired(batch: _Batch, now: float, cause: BaseException | None = None) -> KafkaTimeoutError:
+    """The error of a batch past delivery.timeout.ms (in Kafka's words)."""
+    waited = (now - batch.created) * 1000
+    reason = f" ({cause})" if cause is not None else ""
+    return KafkaTimeoutError(
+        f"Expiring {batch.records} record(s) for {batch.tp}: {waited:.0f} ms has passed since batch creation{reason}"
+    )
 
 
 def _stamp(data: bytes, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> bytes:

@@ -186,6 +186,14 @@ def read(spark: Any, topics: str | Iterable[str], *, cluster: Any = None, **opti
 _SINK_COLUMNS = ("key", "value", "partition", "headers", "timestamp")
 
 
+def _sink_dataset(df: Any) -> Any:
+    """The Ray Dataset of the DataFrame's sink columns (Spark's Kafka sink takes the same);
+    a DataFrame without ``value`` is refused before anything leaves Spark."""
+    if "value" not in df.columns:
+        raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
+    return ray.data.from_spark(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
+
+
 def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[str, Any] | None = None) -> int:
     """Produce the rows of ``df`` to ``topic``; returns the number of rows written.
 
@@ -193,10 +201,7 @@ def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[
     ``key``, ``partition``, ``headers`` optional; a ``timestamp`` column, if present,
     sets the record timestamps. Other columns are left out before leaving Spark.
     """
-    if "value" not in df.columns:
-        raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
-    df = df.select(*[c for c in _SINK_COLUMNS if c in df.columns])
-    ds = ray.data.from_spark(df)
+    ds = _sink_dataset(df)
     return data.write(ds, topic, cluster=cluster, producer_config=producer_config)
 
 
@@ -243,9 +248,7 @@ def _write_batch_in_transaction(
     one transactional producer: a Kafka transaction belongs to one producer, so the write
     tasks of ``write()`` cannot share it. Any failure aborts the transaction and raises.
     """
-    if "value" not in df.columns:
-        raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
-    ds = ray.data.from_spark(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
+    ds = _sink_dataset(df)
     producer.begin_transaction()
     try:
         rows = 0

@@ -900,7 +900,7 @@ class RecordBatchBuilder:
             delta = offset_delta
         first = self._first_ts
         if first is None:
-            first = self._first_ts = timestamp
+            first = timestamp  # kept as the batch's base timestamp once the record is in
         table, base = _TABLE, _TABLE_MIN
         tsd = timestamp - first
         tsd_b = table[tsd - base] if -64 <= tsd < 16384 else encode_varint(tsd)
@@ -932,6 +932,7 @@ class RecordBatchBuilder:
         if self.max_batch_bytes is not None:
             self._check_room(size)
         self._parts.extend(pieces)
+        self._first_ts = first
         self._size += size
         self._count += 1
         self._next_delta = delta + 1
