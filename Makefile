@@ -27,6 +27,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_storage.py
 	$(VENV)/bin/python scripts/bench_produce_fetch.py
+	$(VENV)/bin/python scripts/bench_replication.py
+	$(VENV)/bin/python scripts/bench_transactions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
