@@ -158,7 +158,7 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int, ma
     if end - position < LOG_OVERHEAD + 5:
         raise CorruptRecordError(f"truncated batch at byte {position}: {end - position} bytes left")
     if end - position >= HEADER_SIZE:  # the usual case: one unpack for every check below
-        header = read_header(buf, position)
+        header = _tuple_new(BatchHeader, (position, *HEADER.unpack_from(buf, position)))  # read_header, inline
         length, magic = header.batch_length, header.magic
     else:
         header = None

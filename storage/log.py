@@ -359,7 +359,9 @@ class Log:
                 analysis = self._producer_state.analyze(headers, source, origin)
                 if type(analysis) is Duplicate:
                     return self._duplicate_info(analysis)
-            segment = self._maybe_roll(size, max_timestamp, next_offset - 1, first_offset)
+            segment = self.active_segment
+            if segment.should_roll(size, max_timestamp, next_offset - 1, self._time, self._segment_bytes):
+                segment = self._roll_locked(max(first_offset, self._log_end_offset))
             try:
                 segment.append(parts, size, headers)
             except KafkaStorageError:
@@ -422,12 +424,6 @@ class Log:
             if h.base_offset < expected:
                 raise CorruptRecordError(f"batch offsets go backwards: {h.base_offset} after {expected - 1}")
             expected = h.next_offset
-
-    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int, first_offset: int) -> LogSegment:
-        segment = self.active_segment
-        if segment.should_roll(size, max_timestamp, last_offset, self._time, self._segment_bytes):
-            return self._roll_locked(max(first_offset, self._log_end_offset))
-        return segment
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op when the active one is empty)."""
@@ -1002,11 +998,10 @@ def _patch_headers(
     """
     if len(headers) == 1:  # the common case: patch the two fields directly, no loops
         h = headers[0]
-        patched = bytearray(view[:HEADER_SIZE])
-        _OFFSET_LENGTH_EPOCH.pack_into(patched, 0, first_offset, h[2], leader_epoch)
         # BatchHeader fields: position, baseOffset, batchLength, partitionLeaderEpoch, the rest.
         new = _new_tuple(BatchHeader, (h[0], first_offset, h[2], leader_epoch, *h[4:]))
-        return [patched, view[HEADER_SIZE:]], [new], first_offset + h.last_offset_delta + 1
+        patched = _OFFSET_LENGTH_EPOCH.pack(first_offset, h[2], leader_epoch)  # the header's first 16 bytes
+        return [patched, view[_OFFSET_LENGTH_EPOCH.size :]], [new], first_offset + h.last_offset_delta + 1
     patched = bytearray(b"".join([view[h.position : h.position + HEADER_SIZE] for h in headers]))
     # assign_offsets reads only position and lastOffsetDelta; a NamedTuple is far cheaper
     # to build than a copy of the frozen header.
