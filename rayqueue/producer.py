@@ -5,8 +5,11 @@ a future at once. A background sender thread ships batches that are full (``batc
 or old enough (``linger.ms``) to the partition leader, several batches per actor call up
 to ``max.request.size`` since an actor call costs about a millisecond. Results come back
 through Ray futures; retriable errors refresh metadata and resend within
-``delivery.timeout.ms``. ``send_many()`` is the bulk path: it encodes whole batches from
-a list or Arrow array in one go.
+``delivery.timeout.ms``. A call with no answer after ``request.timeout.ms`` counts as
+failed with REQUEST_TIMED_OUT and is retried; a batch still in flight at
+``delivery.timeout.ms`` fails then (Kafka's expiry of in-flight batches, KIP-91), and an
+answer that comes later is ignored. ``send_many()`` is the bulk path: it encodes whole
+batches from a list or Arrow array in one go.
 
 Ordering: batches of one partition are sent in order, and a partition whose batch failed
 is muted until its in-flight calls have all answered, then resent in order. Failures of
@@ -61,6 +64,7 @@ from storage.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 
@@ -70,6 +74,18 @@ _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 # (session, request number, oldest unanswered number) of a call without idempotence; see Producer._drain.
 Order = tuple[str, int, int]
+
+
+class _Request:
+    """One produce call in flight: its batches, and when the sender stops waiting for it."""
+
+    __slots__ = ("batches", "weight", "order", "deadline", "answered")
+
+    def __init__(self, batches: list[_Batch], weight: int, order: Order | None, deadline: float) -> None:
+        self.batches, self.weight, self.order, self.deadline = batches, weight, order, deadline
+        self.answered = False  # the first outcome (answer or timeout) wins; a later one is dropped
+
+
 # Guards _BatchResult.callbacks between add_callback and completion (held for a few
 # instructions; shared by every batch, so a record's future stays a two-slot view).
 _callbacks_lock = threading.Lock()
@@ -257,6 +273,8 @@ class Producer:
         self._completions: collections.deque[tuple[list[_Batch], int, Order | None, Any]] = collections.deque()
         self._unfinished: set[_Batch] = set()  # queued or in flight: what flush() waits for
         self._requests_in_flight = 0
+        self._awaiting: set[_Request] = set()  # calls sent and not yet answered or timed out
+        self._next_deadline = float("inf")  # no earlier than the earliest deadline in _awaiting
         self._buffered = 0
         self._closed = False
         # Idempotence and transactions (see rayqueue.transaction_manager).
@@ -727,6 +745,7 @@ class Producer:
                     self._wakeup.wait(self._next_linger_wait())
                     self._expire_lingering()
                 self._expire_lingering()
+                self._time_out_calls()
                 completions = list(self._completions)
                 self._completions.clear()
                 doomed, doom_error = self._take_doomed()
@@ -755,6 +774,8 @@ class Producer:
         if self._completions:
             return True
         now = time.monotonic()
+        if now >= self._next_deadline:
+            return True  # to time a call out
         if any(q and now - q[0].created > self._delivery_timeout for q in self._ready.values()):
             return True  # to expire it
         if any(now - b.created >= self._linger and not self._held(b) for b in self._open.values()):
@@ -801,9 +822,10 @@ class Producer:
     def _next_linger_wait(self) -> float | None:
         # Held batches wait for a completion, which notifies the condition anyway.
         lingering = [b.created for b in self._open.values() if not self._held(b)]
-        if not lingering:
-            return 0.5  # idle: new work, completions and close() all notify the condition
-        return max(0.0005, min(lingering) + self._linger - time.monotonic())
+        now = time.monotonic()
+        # Idle: new work, completions and close() all notify the condition.
+        wake = min(lingering) + self._linger if lingering else now + 0.5
+        return max(0.0005, min(wake, self._next_deadline) - now)
 
     def _expire_lingering(self) -> None:
         now = time.monotonic()
@@ -998,14 +1020,21 @@ class Producer:
             if batch.base_sequence >= 0 and not batch.stamped:
                 batch.data = _stamp(batch.data, txn.producer_id, txn.epoch, batch.base_sequence, self._transactional)
                 batch.stamped = True
+        now = time.monotonic()
+        deadline = min(now + self._request_timeout_ms / 1000, min(b.created for b in batches) + self._delivery_timeout)
+        request = _Request(batches, weight, order, deadline)
         try:
             leader = self._metadata.leader(tp)
             data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
             ref = self._produce(leader, data, order)
         except Exception as exc:  # metadata errors: treat like a failed call
-            self._push_completion(batches, weight, order, exc)
+            self._push_completion(request, exc)
             return
-        ref.future().add_done_callback(lambda fut, b=batches, w=weight, o=order: self._push_completion(b, w, o, fut))
+        with self._lock:
+            self._awaiting.add(request)
+            if deadline < self._next_deadline:
+                self._next_deadline = deadline
+        ref.future().add_done_callback(lambda fut, r=request: self._push_completion(r, fut))
 
     def _produce(self, leader: Any, data: bytes, order: Order | None = None) -> Any:
         """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
@@ -1013,10 +1042,33 @@ class Producer:
             data, self._acks, self._request_timeout_ms, leader.leader_epoch, "client", order
         )
 
-    def _push_completion(self, batches: list[_Batch], weight: int, order: Order | None, outcome: Any) -> None:
+    def _push_completion(self, request: _Request, outcome: Any) -> None:
         with self._lock:
-            self._completions.append((batches, weight, order, outcome))
+            if request.answered:
+                return  # timed out already: this late answer changes nothing
+            request.answered = True
+            self._awaiting.discard(request)
+            self._completions.append((request.batches, request.weight, request.order, outcome))
             self._wakeup.notify_all()
+
+    def _time_out_calls(self) -> None:
+        """Fail the calls past their deadline as Kafka's client does a request with no answer
+        after request.timeout.ms (retried, or expired past delivery.timeout.ms). Caller holds
+        the lock."""
+        now = time.monotonic()
+        if now < self._next_deadline:
+            return
+        next_deadline = float("inf")
+        for request in list(self._awaiting):
+            if request.deadline <= now:
+                request.answered = True
+                self._awaiting.discard(request)
+                tp = request.batches[0].tp
+                error = RequestTimedOutError(f"{tp}: no answer to the produce call within request.timeout.ms")
+                self._completions.append((request.batches, request.weight, request.order, error))
+            elif request.deadline < next_deadline:
+                next_deadline = request.deadline
+        self._next_deadline = next_deadline
 
     def _complete(self, batches: list[_Batch], weight: int, order: Order | None, outcome: Any) -> None:
         tp = batches[0].tp

@@ -153,6 +153,32 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     assert offsets == list(range(len(values)))
 
 
+@pytest.mark.parametrize("appended", [False, True])
+def test_a_call_without_answer_is_retried_after_request_timeout(cluster, new_topic, appended):
+    """The first produce call never answers: lost before the leader (``appended=False``) or
+    after it appended (``True``, the idempotent retry is then a duplicate). After
+    request.timeout.ms the batch is sent again and the record is in the log exactly once."""
+    topic = new_topic()
+    producer = cluster.producer(linger_ms=0, request_timeout_ms=1000)
+    producer.send(topic, b"warm", partition=0).get(30)  # the leader knows this producer
+    real = producer._produce
+    calls: list[int] = []
+
+    def first_call_hangs(leader, data, *order):
+        calls.append(len(data))
+        if len(calls) > 1:
+            return real(leader, data, *order)
+        if appended:
+            ray.get(real(leader, data, *order), timeout=30)
+        return LostCall()
+
+    producer._produce = first_call_hangs
+    assert producer.send(topic, b"once", partition=0).get(30).offset == 1
+    assert len(calls) == 2
+    producer.close()
+    assert [v for _, v in log_values(cluster, topic, 0)] == [b"warm", b"once"]
+
+
 def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topic):
     """Batch 1's request is lost before the leader sees it while batch 2 is in flight: the
     leader answers batch 2 OutOfOrderSequence (a gap), which is retriable because batch 1

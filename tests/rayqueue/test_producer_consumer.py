@@ -144,34 +144,35 @@ def test_a_callback_runs_once_whether_it_comes_before_or_after_completion():
 
 
 def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
-    """A batch queued behind a hung call expires after delivery.timeout.ms (Kafka's
-    accumulator expiry); the hung one, answered late with a retriable error, is not retried
-    past it either. The timeout must cover linger.ms + request.timeout.ms, as in Kafka."""
+    """Calls that never answer: each one fails after request.timeout.ms and its batches are
+    retried, until delivery.timeout.ms expires them, queued (Kafka's accumulator expiry) or
+    in flight (KIP-91). Answers that come after that change nothing. The timeout must cover
+    linger.ms + request.timeout.ms, as in Kafka."""
     with pytest.raises(InvalidConfigError, match="delivery.timeout.ms"):
         cluster.producer(delivery_timeout_ms=1000, request_timeout_ms=2000)
     topic = new_topic()
     producer = cluster.producer(
         acks=1, linger_ms=0, max_in_flight_requests_per_connection=1, request_timeout_ms=1000, delivery_timeout_ms=1500
     )
-    hung = LostCall()
+    hung: list[LostCall] = []
     real = producer._produce
-    calls: list[int] = []
 
-    def first_call_hangs(leader, data, *order):
-        calls.append(len(data))
-        return hung if len(calls) == 1 else real(leader, data, *order)
+    def every_call_hangs(leader, data, *order):
+        hung.append(LostCall())
+        return hung[-1]
 
-    producer._produce = first_call_hangs
+    producer._produce = every_call_hangs
     first = producer.send(topic, b"first")
-    wait_for(lambda: calls, timeout=30, what="the first produce call")
-    second = producer.send(topic, b"second")
-    with pytest.raises(KafkaTimeoutError, match="since batch creation"):
-        second.get(30)
-    assert not first.done() and len(calls) == 1
-    hung.fail(NetworkError("injected: the answer never came"))
-    with pytest.raises(KafkaTimeoutError):
-        first.get(30)
-    assert producer.send(topic, b"third").get(30).offset == 0  # the producer goes on
+    wait_for(lambda: hung, timeout=30, what="the first produce call")
+    second = producer.send(topic, b"second")  # queued behind the first (one call in flight)
+    for future in (first, second):
+        with pytest.raises(KafkaTimeoutError, match="since batch creation"):
+            future.get(30)
+    assert len(hung) >= 2  # the first call timed out and was retried before expiring
+    for call in hung:  # late answers (here failures) are dropped
+        call.fail(NetworkError("injected: the answer came too late"))
+    producer._produce = real
+    assert producer.send(topic, b"third").get(30).offset == 0  # nothing was appended; the producer goes on
     producer.close()
 
 
