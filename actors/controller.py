@@ -36,7 +36,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
-from actors.partition import DEFAULT_REPLICATION, PartitionReplica
+from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.config import LOG_CONFIG
 from storage.errors import (
@@ -123,6 +123,12 @@ def assign_replicas(
             replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
         out.append(replicas)
     return out
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remove_strays_on_node(data_dir: str, hosted: set[str]) -> list[str]:
+    """remove_stray_partitions, run on the broker's node (its data dir is local there)."""
+    return remove_stray_partitions(data_dir, hosted)
 
 
 @dataclass
@@ -287,6 +293,7 @@ class Controller:
                     await self._elect_if_needed(topic.name, p, bump=leader_recreated)
                     if part.target is not None:
                         self._track_reassignment(topic.name, p)
+            await self._remove_strays(list(self._state.brokers))
             if self._rebalancer is None:
                 self._rebalancer = asyncio.get_running_loop().create_task(self._rebalance_loop())
             self._started = True
@@ -569,6 +576,32 @@ class Controller:
                     raise
                 await asyncio.sleep(0.1)
 
+    async def _remove_strays(self, broker_ids: list[int]) -> None:
+        """On each running broker's node, delete the partition directories it no longer hosts
+        (topics deleted or replicas moved while it was down; see remove_stray_partitions).
+        A failure is logged: it leaves disk space behind, never a wrong log."""
+        hosted: dict[int, set[str]] = {b: set() for b in broker_ids}
+        for topic in self._state.topics.values():
+            for p, part in enumerate(topic.partitions):
+                for b in {*part.replicas, *(part.target or ())}:
+                    if b in hosted:
+                        hosted[b].add(f"{topic.name}-{p}")
+        calls = {}
+        for b in broker_ids:
+            broker = self._state.brokers.get(b)
+            if broker is None or not broker.alive or not self._node_alive(broker.node_id):
+                continue
+            strategy = NodeAffinitySchedulingStrategy(broker.node_id, soft=False)
+            calls[b] = _remove_strays_on_node.options(scheduling_strategy=strategy).remote(broker.data_dir, hosted[b])
+        for b, ref in calls.items():
+            try:
+                removed = await ref
+            except Exception:  # noqa: BLE001 - see the docstring
+                logger.exception("broker %d: could not remove stray partition directories", b)
+                continue
+            if removed:
+                logger.warning("broker %d: removed stray partition directories %s", b, removed)
+
     def _watch(self, key: tuple[str, int, int], handle: Any) -> None:
         old = self._watches.pop(key, None)
         # The death handler runs in the old watch task: cancelling it would abort the handler.
@@ -802,6 +835,7 @@ class Controller:
             await asyncio.gather(*(self._attach_or_start(t, p, broker_id) for t, p in on))
             for t, p in on:
                 await self._elect_if_needed(t, p, bump=False)
+            await self._remove_strays([broker_id])
         logger.info("broker %d started", broker_id)
 
     async def add_broker(self, node_id: str, broker_id: int | None = None) -> int:

@@ -46,6 +46,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
+    LogDirLockedError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -55,6 +56,7 @@ from storage.errors import (
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
+from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.record_batch import build_control_batch
@@ -124,6 +126,50 @@ def remove_stray(directory: Path, topic_id: str | None) -> bool:
     shutil.rmtree(stray, ignore_errors=True)
     logger.warning("%s held topic id %s, not %s: a deleted topic's stray replica, removed", directory, found, topic_id)
     return True
+
+
+def remove_stray_partitions(data_dir: str | Path, hosted: set[str]) -> list[str]:
+    """Delete the partition directories in a broker's ``data_dir`` that it no longer hosts
+    (``hosted``: the ``<topic>-<partition>`` names assigned to it), as Kafka's broker does
+    with stray logs when it starts: a topic deleted, or a replica moved away, while this
+    broker was down. Returns the names removed.
+
+    Only directories that are partition logs (a ``<topic>-<n>`` name holding a segment or
+    ``partition.metadata``) are touched; one whose lock a live replica holds is left (and
+    logged). Each is renamed ``-stray`` before it is deleted, and leftovers of a removal cut
+    short are deleted too.
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        return []
+    removed = []
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir() or entry.name in hosted:
+            continue
+        if entry.name.endswith("-stray"):
+            shutil.rmtree(entry, ignore_errors=True)  # an earlier removal cut short
+            continue
+        topic, _, number = entry.name.rpartition("-")
+        if not topic or not number.isdigit():
+            continue
+        if not (entry / PARTITION_METADATA_FILE).exists() and not any(entry.glob("*.log")):
+            continue
+        lock = FileLock(entry)
+        try:
+            lock.acquire()
+        except LogDirLockedError as exc:
+            logger.warning("%s is not assigned to this broker but is open: left as it is (%s)", entry, exc)
+            continue
+        try:
+            stray = entry.with_name(f"{entry.name}.{uuid.uuid4().hex}-stray")
+            os.replace(entry, stray)
+            fsync_dir(root)
+        finally:
+            lock.release()
+        shutil.rmtree(stray, ignore_errors=True)
+        logger.warning("%s: a replica this broker no longer hosts (topic deleted or moved), removed", entry)
+        removed.append(entry.name)
+    return removed
 
 
 @dataclass(slots=True)

@@ -400,6 +400,37 @@ def test_topic_recreated_while_a_broker_was_down_holds_none_of_the_old_records(a
     assert not list(directory.parent.glob(f"{topic}-0.*-stray"))
 
 
+def test_topic_deleted_while_a_broker_was_down_is_removed_when_it_starts(admin, cluster, new_topic):
+    """A topic deleted while one of its brokers is stopped, and not created again: when that
+    broker starts, its directory of the topic goes (Kafka's stray logs), and the partitions
+    it still hosts stay."""
+    topic = new_topic(1, 2)
+    meta = partition_meta(admin, topic)
+    down = next(b for b in meta.replicas if b != meta.leader)
+    ray.get(meta.leader_handle.produce.remote(batch([b"gone"]), -1, 30000, meta.leader_epoch))
+    follower = admin.replica_handles(TopicPartition(topic, 0))[down]
+    wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="the follower's copy")
+    kept = f"{topic}-kept"
+    admin.create_topic(kept, replica_assignment=[[down]])  # a partition the broker still hosts
+    data_dir = _replica_data_dir(cluster, down)
+    directory = data_dir / f"{topic}-0"
+    admin.stop_broker(down)
+    try:
+        admin.delete_topic(topic)
+        assert (directory / "00000000000000000000.log").exists()  # the stopped broker kept it
+        described = admin.describe_topics(admin.list_topics(include_internal=True))
+        hosted = {f"{name}-{p.partition}" for name, t in described.items() for p in t.partitions if down in p.replicas}
+        assert f"{kept}-0" in hosted and all((data_dir / name).is_dir() for name in hosted)
+    finally:
+        admin.start_broker(down)
+    try:
+        assert not directory.exists()
+        assert not list(data_dir.glob(f"{topic}-0.*-stray"))
+        assert all((data_dir / name).is_dir() for name in hosted)
+    finally:
+        admin.delete_topic(kept)
+
+
 def test_unclean_leader_election_only_when_enabled(admin, cluster, new_topic):
     """The only live replica of a partition is out of the ISR: with
     unclean.leader.election.enable false (the default) the partition stays offline; with it
