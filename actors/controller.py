@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "controller"
 SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
+STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -595,7 +596,8 @@ class Controller:
             calls[b] = _remove_strays_on_node.options(scheduling_strategy=strategy).remote(broker.data_dir, hosted[b])
         for b, ref in calls.items():
             try:
-                removed = await ref
+                # Bounded: this runs under the controller's lock.
+                removed = await asyncio.wait_for(ref, STRAY_SWEEP_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - see the docstring
                 logger.exception("broker %d: could not remove stray partition directories", b)
                 continue

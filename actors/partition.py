@@ -144,32 +144,41 @@ def remove_stray_partitions(data_dir: str | Path, hosted: set[str]) -> list[str]
         return []
     removed = []
     for entry in sorted(root.iterdir()):
-        if not entry.is_dir() or entry.name in hosted:
-            continue
-        if entry.name.endswith("-stray"):
-            shutil.rmtree(entry, ignore_errors=True)  # an earlier removal cut short
-            continue
-        topic, _, number = entry.name.rpartition("-")
-        if not topic or not number.isdigit():
-            continue
-        if not (entry / PARTITION_METADATA_FILE).exists() and not any(entry.glob("*.log")):
-            continue
-        lock = FileLock(entry)
         try:
-            lock.acquire()
-        except LogDirLockedError as exc:
-            logger.warning("%s is not assigned to this broker but is open: left as it is (%s)", entry, exc)
-            continue
-        try:
-            stray = entry.with_name(f"{entry.name}.{uuid.uuid4().hex}-stray")
-            os.replace(entry, stray)
-            fsync_dir(root)
-        finally:
-            lock.release()
-        shutil.rmtree(stray, ignore_errors=True)
-        logger.warning("%s: a replica this broker no longer hosts (topic deleted or moved), removed", entry)
-        removed.append(entry.name)
+            if _remove_if_stray(root, entry, hosted):
+                removed.append(entry.name)
+        except OSError as exc:  # one entry's trouble does not stop the sweep
+            logger.warning("could not check or remove %s: %s", entry, exc)
     return removed
+
+
+def _remove_if_stray(root: Path, entry: Path, hosted: set[str]) -> bool:
+    """remove_stray_partitions for one entry of ``root``; True if it was removed."""
+    if not entry.is_dir() or entry.name in hosted:
+        return False
+    if entry.name.endswith("-stray"):
+        shutil.rmtree(entry, ignore_errors=True)  # an earlier removal cut short
+        return False
+    topic, _, number = entry.name.rpartition("-")
+    if not topic or not number.isdigit():
+        return False
+    if not (entry / PARTITION_METADATA_FILE).exists() and not any(entry.glob("*.log")):
+        return False
+    lock = FileLock(entry)
+    try:
+        lock.acquire()
+    except LogDirLockedError as exc:
+        logger.warning("%s is not assigned to this broker but is open: left as it is (%s)", entry, exc)
+        return False
+    try:
+        stray = entry.with_name(f"{entry.name}.{uuid.uuid4().hex}-stray")
+        os.replace(entry, stray)
+        fsync_dir(root)
+    finally:
+        lock.release()
+    shutil.rmtree(stray, ignore_errors=True)
+    logger.warning("%s: a replica this broker no longer hosts (topic deleted or moved), removed", entry)
+    return True
 
 
 @dataclass(slots=True)

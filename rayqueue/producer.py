@@ -5,11 +5,12 @@ a future at once. A background sender thread ships batches that are full (``batc
 or old enough (``linger.ms``) to the partition leader, several batches per actor call up
 to ``max.request.size`` since an actor call costs about a millisecond. Results come back
 through Ray futures; retriable errors refresh metadata and resend within
-``delivery.timeout.ms``. A call with no answer after ``request.timeout.ms`` counts as
-failed with REQUEST_TIMED_OUT and is retried; a batch still in flight at
-``delivery.timeout.ms`` fails then (Kafka's expiry of in-flight batches, KIP-91), and an
-answer that comes later is ignored. ``send_many()`` is the bulk path: it encodes whole
-batches from a list or Arrow array in one go.
+``delivery.timeout.ms``. The leader bounds its own waits by ``request.timeout.ms`` and
+Ray reports every call's end (an answer, or the actor's death), so a call is never
+resent while it may still be appended; a call still unanswered when its oldest batch
+reaches ``delivery.timeout.ms`` fails its batches then (Kafka's expiry of in-flight
+batches, KIP-91) and its late answer is ignored. ``send_many()`` is the bulk path: it
+encodes whole batches from a list or Arrow array in one go.
 
 Ordering: batches of one partition are sent in order, and a partition whose batch failed
 is muted until its in-flight calls have all answered, then resent in order. Failures of
@@ -64,7 +65,6 @@ from storage.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
-    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 
@@ -74,10 +74,13 @@ _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 # (session, request number, oldest unanswered number) of a call without idempotence; see Producer._drain.
 Order = tuple[str, int, int]
+# The outcome _complete gets for a call that passed delivery.timeout.ms unanswered.
+_EXPIRED_IN_FLIGHT = KafkaTimeoutError("delivery.timeout.ms passed while the produce call was in flight")
 
 
 class _Request:
-    """One produce call in flight: its batches, and when the sender stops waiting for it."""
+    """One produce call in flight: its batches, and when the sender stops waiting for it
+    (its oldest batch's delivery.timeout.ms)."""
 
     __slots__ = ("batches", "weight", "order", "deadline", "answered")
 
@@ -273,7 +276,11 @@ class Producer:
         self._completions: collections.deque[tuple[list[_Batch], int, Order | None, Any]] = collections.deque()
         self._unfinished: set[_Batch] = set()  # queued or in flight: what flush() waits for
         self._requests_in_flight = 0
-        self._awaiting: set[_Request] = set()  # calls sent and not yet answered or timed out
+        self._awaiting: set[_Request] = set()  # calls sent and neither answered nor expired
+        # Calls whose Ray future has not resolved, expired or not: an expired call may still
+        # be appended, so sequences restart under a new epoch (and a transaction aborts) only
+        # once this is 0.
+        self._unresolved = 0
         self._next_deadline = float("inf")  # no earlier than the earliest deadline in _awaiting
         self._buffered = 0
         self._closed = False
@@ -592,10 +599,11 @@ class Producer:
                 self._wakeup.wait(remaining)
 
     def _wait_until_idle(self) -> None:
-        """Wait (max.block.ms) until no produce and no add_partitions_to_txn call is in flight."""
+        """Wait (max.block.ms) until no produce call (one timed out included: it may still be
+        appended) and no add_partitions_to_txn call is in flight."""
         deadline = time.monotonic() + self._max_block
         with self._lock:
-            while self._requests_in_flight or self._adding_partitions or self._completions:
+            while self._requests_in_flight or self._unresolved or self._adding_partitions or self._completions:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise KafkaTimeoutError("in-flight batches did not finish within max.block.ms")
@@ -745,7 +753,7 @@ class Producer:
                     self._wakeup.wait(self._next_linger_wait())
                     self._expire_lingering()
                 self._expire_lingering()
-                self._time_out_calls()
+                self._expire_calls()
                 completions = list(self._completions)
                 self._completions.clear()
                 doomed, doom_error = self._take_doomed()
@@ -775,7 +783,7 @@ class Producer:
             return True
         now = time.monotonic()
         if now >= self._next_deadline:
-            return True  # to time a call out
+            return True  # to expire a call
         if any(q and now - q[0].created > self._delivery_timeout for q in self._ready.values()):
             return True  # to expire it
         if any(now - b.created >= self._linger and not self._held(b) for b in self._open.values()):
@@ -787,7 +795,7 @@ class Producer:
             if not txn.has_producer_id:
                 return not self._transactional and any(self._ready.values())
             if txn.epoch_bump_needed and not self._transactional:
-                return not self._requests_in_flight
+                return not self._requests_in_flight and not self._unresolved
         adding = self._adding_partitions
         partitions = self._txn.partitions if self._transactional else None
         return any(
@@ -874,7 +882,9 @@ class Producer:
         """An idempotent producer restarts its sequences under a new epoch once nothing is in
         flight after a sequenced batch failed; True when a new producer id is needed."""
         txn = self._txn
-        if not (self._idempotent and not self._transactional and txn.epoch_bump_needed) or self._requests_in_flight:
+        if not (self._idempotent and not self._transactional and txn.epoch_bump_needed):
+            return False
+        if self._requests_in_flight or self._unresolved:
             return False
         bumped = txn.bump_idempotent_epoch()
         self._unacked.clear()
@@ -1020,9 +1030,7 @@ class Producer:
             if batch.base_sequence >= 0 and not batch.stamped:
                 batch.data = _stamp(batch.data, txn.producer_id, txn.epoch, batch.base_sequence, self._transactional)
                 batch.stamped = True
-        now = time.monotonic()
-        deadline = min(now + self._request_timeout_ms / 1000, min(b.created for b in batches) + self._delivery_timeout)
-        request = _Request(batches, weight, order, deadline)
+        request = _Request(batches, weight, order, min(b.created for b in batches) + self._delivery_timeout)
         try:
             leader = self._metadata.leader(tp)
             data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
@@ -1032,9 +1040,10 @@ class Producer:
             return
         with self._lock:
             self._awaiting.add(request)
-            if deadline < self._next_deadline:
-                self._next_deadline = deadline
-        ref.future().add_done_callback(lambda fut, r=request: self._push_completion(r, fut))
+            self._unresolved += 1
+            if request.deadline < self._next_deadline:
+                self._next_deadline = request.deadline
+        ref.future().add_done_callback(lambda fut, r=request: self._on_resolved(r, fut))
 
     def _produce(self, leader: Any, data: bytes, order: Order | None = None) -> Any:
         """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
@@ -1042,19 +1051,25 @@ class Producer:
             data, self._acks, self._request_timeout_ms, leader.leader_epoch, "client", order
         )
 
+    def _on_resolved(self, request: _Request, future: Any) -> None:
+        with self._lock:
+            self._unresolved -= 1
+            if not self._unresolved:
+                self._wakeup.notify_all()  # an epoch bump or an abort may wait for this
+        self._push_completion(request, future)
+
     def _push_completion(self, request: _Request, outcome: Any) -> None:
         with self._lock:
             if request.answered:
-                return  # timed out already: this late answer changes nothing
+                return  # expired already: this late answer changes nothing
             request.answered = True
             self._awaiting.discard(request)
             self._completions.append((request.batches, request.weight, request.order, outcome))
             self._wakeup.notify_all()
 
-    def _time_out_calls(self) -> None:
-        """Fail the calls past their deadline as Kafka's client does a request with no answer
-        after request.timeout.ms (retried, or expired past delivery.timeout.ms). Caller holds
-        the lock."""
+    def _expire_calls(self) -> None:
+        """Fail the calls whose oldest batch passed delivery.timeout.ms while in flight, every
+        batch of the call with it (Kafka's in-flight expiry, KIP-91). Caller holds the lock."""
         now = time.monotonic()
         if now < self._next_deadline:
             return
@@ -1063,9 +1078,7 @@ class Producer:
             if request.deadline <= now:
                 request.answered = True
                 self._awaiting.discard(request)
-                tp = request.batches[0].tp
-                error = RequestTimedOutError(f"{tp}: no answer to the produce call within request.timeout.ms")
-                self._completions.append((request.batches, request.weight, request.order, error))
+                self._completions.append((request.batches, request.weight, request.order, _EXPIRED_IN_FLIGHT))
             elif request.deadline < next_deadline:
                 next_deadline = request.deadline
         self._next_deadline = next_deadline
@@ -1087,6 +1100,11 @@ class Producer:
                 self._open_turns[tp].remove(order[1])
             if not self._requests_in_flight:
                 self._wakeup.notify_all()
+        if outcome is _EXPIRED_IN_FLIGHT:
+            now = time.monotonic()
+            for batch in batches:
+                self._finish(batch, -1, -1, _expired(batch, now, "no answer from the leader yet"))
+            return
         if error is None:
             offset = result.base_offset
             for batch in batches:
@@ -1154,7 +1172,7 @@ class Producer:
         batch.result.done(base_offset, log_append_time, error)
 
 
-def _expired(batch: _Batch, now: float, cause: BaseException | None = None) -> KafkaTimeoutError:
+def _expired(batch: _Batch, now: float, cause: BaseException | str | None = None) -> KafkaTimeoutError:
     """The error of a batch past delivery.timeout.ms (in Kafka's words)."""
     waited = (now - batch.created) * 1000
     reason = f" ({cause})" if cause is not None else ""

@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from rayqueue.config import producer_config
-from rayqueue.errors import InvalidConfigError, InvalidRecordError, NetworkError
+from rayqueue.errors import InvalidConfigError, InvalidRecordError, KafkaTimeoutError, NetworkError
 from rayqueue.transaction_manager import increment_sequence
 from storage.record_batch import iter_batches
 from tests.helpers import LostCall, wait_for
@@ -153,30 +153,47 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     assert offsets == list(range(len(values)))
 
 
-@pytest.mark.parametrize("appended", [False, True])
-def test_a_call_without_answer_is_retried_after_request_timeout(cluster, new_topic, appended):
-    """The first produce call never answers: lost before the leader (``appended=False``) or
-    after it appended (``True``, the idempotent retry is then a duplicate). After
-    request.timeout.ms the batch is sent again and the record is in the log exactly once."""
+def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
+    """A call is still unanswered when its batch expires (delivery.timeout.ms) and the leader
+    appends it late. The producer restarts its sequences under a new epoch only once that
+    call has ended (a record sent meanwhile waits, and expires queued), so the next record
+    lands after the late one, under the new epoch, and nothing is written twice."""
     topic = new_topic()
-    producer = cluster.producer(linger_ms=0, request_timeout_ms=1000)
+    producer = cluster.producer(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=1500)
     producer.send(topic, b"warm", partition=0).get(30)  # the leader knows this producer
+    epoch = producer._txn.epoch
     real = producer._produce
-    calls: list[int] = []
+    stalled = LostCall()
+    late: list = []
 
-    def first_call_hangs(leader, data, *order):
-        calls.append(len(data))
-        if len(calls) > 1:
+    def first_call_stalls(leader, data, *order):
+        if late:
             return real(leader, data, *order)
-        if appended:
-            ray.get(real(leader, data, *order), timeout=30)
-        return LostCall()
+        late.append((leader, data, order))
+        return stalled
 
-    producer._produce = first_call_hangs
-    assert producer.send(topic, b"once", partition=0).get(30).offset == 1
-    assert len(calls) == 2
+    producer._produce = first_call_stalls
+    expired = producer.send(topic, b"late", partition=0)
+    with pytest.raises(KafkaTimeoutError, match="since batch creation"):
+        expired.get(30)
+    # The sequences cannot restart while the stalled call may still be appended: a record
+    # sent meanwhile waits, and expires in the queue (the accumulator's expiry).
+    queued = producer.send(topic, b"queued", partition=0)
+    with pytest.raises(KafkaTimeoutError, match="since batch creation"):
+        queued.get(30)
+    assert producer._txn.epoch == epoch
+    leader, data, order = late[0]
+    answer = ray.get(real(leader, data, *order), timeout=30)  # the leader appends it now ...
+    stalled._future.set_result(answer)  # ... and answers, too late for the expired future
+    assert producer.send(topic, b"after", partition=0).get(30).offset == 2
+    assert producer._txn.epoch == epoch + 1
     producer.close()
-    assert [v for _, v in log_values(cluster, topic, 0)] == [b"warm", b"once"]
+    assert [v for _, v in log_values(cluster, topic, 0)] == [b"warm", b"late", b"after"]
+    assert [(b.producer_epoch, b.base_sequence) for b in raw_batches(cluster, topic, 0)] == [
+        (epoch, 0),
+        (epoch, 1),
+        (epoch + 1, 0),
+    ]
 
 
 def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topic):
