@@ -86,7 +86,7 @@ class _Request:
 
     def __init__(self, batches: list[_Batch], weight: int, order: Order | None, deadline: float) -> None:
         self.batches, self.weight, self.order, self.deadline = batches, weight, order, deadline
-        self.answered = False  # the first outcome (answer or timeout) wins; a later one is dropped
+        self.answered = False  # the first outcome (answer or expiry) wins; a later one is dropped
 
 
 # Guards _BatchResult.callbacks between add_callback and completion (held for a few
@@ -599,7 +599,7 @@ class Producer:
                 self._wakeup.wait(remaining)
 
     def _wait_until_idle(self) -> None:
-        """Wait (max.block.ms) until no produce call (one timed out included: it may still be
+        """Wait (max.block.ms) until no produce call (an expired one included: it may still be
         appended) and no add_partitions_to_txn call is in flight."""
         deadline = time.monotonic() + self._max_block
         with self._lock:
