@@ -44,7 +44,8 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
 
 class LostCall:
     """What ``Producer._produce`` returns for a call whose answer is lost: a ref look-alike
-    whose future fails when ``fail()`` is called (the sender only uses ``future()``)."""
+    whose future fails on ``fail()`` or resolves on ``answer()`` (the sender only uses
+    ``future()``)."""
 
     def __init__(self) -> None:
         self._future: concurrent.futures.Future = concurrent.futures.Future()
@@ -54,3 +55,7 @@ class LostCall:
 
     def fail(self, error: BaseException) -> None:
         self._future.set_exception(error)
+
+    def answer(self, result: object) -> None:
+        """The answer arrives after all (late)."""
+        self._future.set_result(result)

@@ -184,7 +184,7 @@ def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
     assert producer._txn.epoch == epoch
     leader, data, order = late[0]
     answer = ray.get(real(leader, data, *order), timeout=30)  # the leader appends it now ...
-    stalled._future.set_result(answer)  # ... and answers, too late for the expired future
+    stalled.answer(answer)  # ... and answers, too late for the expired future
     assert producer.send(topic, b"after", partition=0).get(30).offset == 2
     assert producer._txn.epoch == epoch + 1
     producer.close()
