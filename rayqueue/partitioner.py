@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -61,6 +62,11 @@ class StickyPartitioner:
     def current(self, topic: str) -> int | None:
         """The sticky partition of ``topic``, if one was chosen (no metadata needed)."""
         return self._current.get(topic)
+
+    @property
+    def current_by_topic(self) -> Mapping[str, int]:
+        """The live topic -> sticky partition mapping (the producer's send() reads it directly)."""
+        return self._current
 
     def partition(self, topic: str, num_partitions: int) -> int:
         """The sticky partition of ``topic`` now."""

@@ -93,6 +93,7 @@ class _Request:
 # instructions; shared by every batch, so a record's future stays a two-slot view).
 _callbacks_lock = threading.Lock()
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
+_new_tuple = tuple.__new__  # builds a tuple subclass in C, without a Python __init__
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ class RecordMetadata:
 class _BatchResult:
     """The shared outcome of one batch; every record future is a view on it."""
 
-    __slots__ = ("tp", "event", "base_offset", "log_append_time", "error", "callbacks", "timestamps")
+    __slots__ = ("tp", "event", "base_offset", "log_append_time", "error", "callbacks")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -121,42 +122,51 @@ class _BatchResult:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        self.callbacks: list[tuple[Callable[..., Any], int]] | None = None
-        self.timestamps: list[int] | None = None
+        self.callbacks: list[tuple[Callable[..., Any], int, int]] | None = None
 
     def done(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
         with _callbacks_lock:  # a callback added meanwhile is either taken here or runs at once
             self.event.set()
             callbacks, self.callbacks = self.callbacks, None
-        for callback, delta in callbacks or ():
-            self.call(callback, delta)
+        for callback, delta, timestamp in callbacks or ():
+            self.call(callback, delta, timestamp)
 
-    def call(self, callback: Callable[..., Any], delta: int) -> None:
+    def call(self, callback: Callable[..., Any], delta: int, timestamp: int) -> None:
         """Run one record's callback with the batch's outcome."""
         try:
             if self.error is None:
-                callback(self.metadata(delta), None)
+                callback(self.metadata(delta, timestamp), None)
             else:
                 callback(None, self.error)
         except Exception:  # a user callback must not kill the sender
             logger.exception("producer callback failed")
 
-    def metadata(self, delta: int) -> RecordMetadata:
-        timestamp = self.log_append_time
-        if timestamp < 0 and self.timestamps is not None:
-            timestamp = self.timestamps[delta]
+    def metadata(self, delta: int, timestamp: int) -> RecordMetadata:
+        """The record at ``delta`` in the batch, created at ``timestamp`` (unless the log stamped it)."""
+        if self.log_append_time >= 0:
+            timestamp = self.log_append_time
         return RecordMetadata(self.tp.topic, self.tp.partition, self.base_offset + delta, timestamp)
 
 
-class FutureRecordMetadata:
-    """The future of one record: a (batch, index) view, cheap to create (as Kafka's)."""
+class FutureRecordMetadata(tuple):
+    """The future of one record: a view on its batch's outcome, cheap to create (as Kafka's).
 
-    __slots__ = ("_batch", "_delta")
+    A tuple of the batch result, the record's offset delta in the batch and its create
+    timestamp, built by ``send()`` with ``tuple.__new__`` (no Python-level ``__init__`` on
+    the hot path); ``FutureRecordMetadata.of`` builds one by name.
+    """
 
-    def __init__(self, batch: _BatchResult, delta: int) -> None:
-        self._batch = batch
-        self._delta = delta
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, batch: _BatchResult, delta: int, timestamp: int) -> FutureRecordMetadata:
+        """The future of the record at ``delta`` of ``batch``, created at ``timestamp``."""
+        return _new_tuple(cls, (batch, delta, timestamp))
+
+    @property
+    def _batch(self) -> _BatchResult:
+        return self[0]
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the record's batch; return its RecordMetadata or raise its error."""
@@ -164,7 +174,7 @@ class FutureRecordMetadata:
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
         if self._batch.error is not None:
             raise self._batch.error
-        return self._batch.metadata(self._delta)
+        return self._batch.metadata(self[1], self[2])
 
     def done(self) -> bool:
         """Whether the batch has an outcome."""
@@ -176,14 +186,14 @@ class FutureRecordMetadata:
 
     def add_callback(self, callback: Callable[[RecordMetadata | None, BaseException | None], Any]) -> None:
         """Call ``callback(metadata, None)`` on success or ``callback(None, error)`` on failure."""
-        batch = self._batch
+        batch, delta, timestamp = self
         with _callbacks_lock:
             if not batch.event.is_set():
                 if batch.callbacks is None:
                     batch.callbacks = []
-                batch.callbacks.append((callback, self._delta))
+                batch.callbacks.append((callback, delta, timestamp))
                 return
-        batch.call(callback, self._delta)
+        batch.call(callback, delta, timestamp)
 
 
 class _Batch:
@@ -203,7 +213,6 @@ class _Batch:
         "stamped",
         "finished",
         "seal_at",
-        "timestamps",
     )
 
     _sequence = itertools.count()
@@ -222,7 +231,6 @@ class _Batch:
         self.stamped = False  # whether data carries the producer id, epoch and base_sequence
         self.finished = False
         self.seal_at = 0  # send() seals the open batch once its size reaches this
-        self.timestamps: list[int] = []  # send()'s records' timestamps: the result's list
 
 
 class Producer:
@@ -252,6 +260,7 @@ class Producer:
         self._ignore_keys = cfg["partitioner.ignore.keys"]
         self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"], auto_create=True)
         self._sticky = StickyPartitioner()
+        self._sticky_current = self._sticky.current_by_topic
         # send()'s checks, precomputed: one size limit, and whether null keys go sticky
         # without a user partitioner (the usual case, decided without a method call).
         self._max_record_size = min(self._max_request, self._buffer_memory)
@@ -327,7 +336,7 @@ class Producer:
                 value = self._value_serializer(value)
         if partition is None:
             if key is None and self._plain_sticky:
-                partition = self._sticky.current(topic)
+                partition = self._sticky_current.get(topic)  # StickyPartitioner.current, inline
             if partition is None:
                 partition = self._partition(topic, key, value)
         elif not 0 <= partition < self._metadata.num_partitions(topic):
@@ -347,7 +356,6 @@ class Producer:
             if batch is None:
                 batch = self._new_open_batch(slot)
             delta = batch.builder.append(value, key, timestamp, headers or ())
-            batch.timestamps.append(timestamp)
             batch.records = delta + 1
             self._buffered += size
             batch.size += size
@@ -358,7 +366,7 @@ class Producer:
                     self._close_batch(batch)
                     if key is None:
                         self._sticky.on_new_batch(topic, self._metadata.num_partitions(topic), partition)
-        future = FutureRecordMetadata(batch.result, delta)
+        future = _new_tuple(FutureRecordMetadata, (batch.result, delta, timestamp))
         if callback is not None:
             future.add_callback(callback)
         return future
@@ -635,7 +643,6 @@ class Producer:
             tp = self._topic_partitions[slot] = TopicPartition(*slot)
         batch = _Batch(tp, RecordBatchBuilder(self._compression))
         batch.seal_at = self._batch_size
-        batch.result.timestamps = batch.timestamps = []
         self._open[slot] = batch
         # An idle sender sleeps until told: its linger.ms clock for this batch starts now
         # (without this, an idle producer's first record waited for the idle timeout).
@@ -721,7 +728,6 @@ class Producer:
             ).build()
             batch = _Batch(tp, None, data)
             batch.records = stop - start
-            batch.result.timestamps = chunk_ts
             with self._lock:
                 if self._buffered + batch.size > self._buffer_memory:
                     self._wait_for_space(batch.size)

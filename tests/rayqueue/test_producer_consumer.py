@@ -124,6 +124,20 @@ def test_callbacks_serializers_and_record_metadata(cluster, new_topic):
     assert (record.key, record.value) == ("k", "hello")
 
 
+def test_record_metadata_timestamp_is_create_time_or_the_logs_append_time(cluster, new_topic):
+    """As Kafka's RecordMetadata: the record's own timestamp under CreateTime, the
+    broker's append time under message.timestamp.type=LogAppendTime."""
+    producer = cluster.producer(linger_ms=5)
+    create = new_topic()
+    futures = [producer.send(create, b"v", timestamp=1000 + i) for i in range(3)]
+    assert [f.get(60).timestamp for f in futures] == [1000, 1001, 1002]
+    log_append = new_topic(message_timestamp_type="LogAppendTime")
+    before = int(time.time() * 1000)
+    futures = [producer.send(log_append, b"v", timestamp=1000 + i) for i in range(3)]
+    stamped = {f.get(60).timestamp for f in futures}
+    assert len(stamped) == 1 and before <= stamped.pop() <= int(time.time() * 1000)
+
+
 def test_a_callback_runs_once_whether_it_comes_before_or_after_completion():
     """add_callback races the sender completing the batch: each callback runs exactly once."""
     from rayqueue.producer import FutureRecordMetadata, _BatchResult
@@ -131,16 +145,15 @@ def test_a_callback_runs_once_whether_it_comes_before_or_after_completion():
     tp = TopicPartition("t", 0)
     for round_ in range(300):
         result = _BatchResult(tp)
-        result.timestamps = [0, 1, 2]
         calls: list = []
         completer = threading.Thread(target=result.done, args=(10, -1, None))
         completer.start()
         for delta in range(3):
-            FutureRecordMetadata(result, delta).add_callback(
-                lambda md, err, calls=calls: calls.append((md.offset, err))
+            FutureRecordMetadata.of(result, delta, 100 + delta).add_callback(
+                lambda md, err, calls=calls: calls.append((md.offset, md.timestamp, err))
             )
         completer.join()
-        assert sorted(calls) == [(10, None), (11, None), (12, None)], round_
+        assert sorted(calls) == [(10, 100, None), (11, 101, None), (12, 102, None)], round_
 
 
 def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
