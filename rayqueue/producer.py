@@ -353,8 +353,14 @@ class Producer:
             if self._buffered + size > self._buffer_memory:
                 self._wait_for_space(size)
             batch = self._open.get(slot)
-            if batch is None:
-                batch = self._new_open_batch(slot)
+            if batch is None:  # once per batch: a sticky pick may predate the topic's recreation
+                num_partitions = self._metadata.num_partitions(topic)
+                if partition >= num_partitions:
+                    partition = self._sticky.partition(topic, num_partitions)
+                    slot = (topic, partition)
+                    batch = self._open.get(slot)
+                if batch is None:
+                    batch = self._new_open_batch(slot)
             delta = batch.builder.append(value, key, timestamp, headers or ())
             batch.records = delta + 1
             self._buffered += size

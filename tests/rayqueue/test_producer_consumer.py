@@ -270,6 +270,25 @@ def test_produce_to_unknown_topic_auto_creates_it(cluster, admin):
     admin.delete_topic(name)
 
 
+def test_null_key_records_find_a_partition_after_the_topic_is_recreated_smaller(cluster, admin):
+    """The sticky partition is checked against fresh metadata when a batch opens: after
+    the topic is recreated with one partition, null-key records go to partition 0 again
+    (a sticky partition 1 or 2 from before would be retried until it expired)."""
+    name = "recreated-smaller"
+    admin.create_topic(name, 3)
+    producer = cluster.producer(batch_size=200, linger_ms=0, delivery_timeout_ms=2000, request_timeout_ms=1000)
+    try:
+        # Each record fills a batch, which moves the sticky partition on (KIP-794).
+        wait_for(lambda: producer.send(name, b"x" * 200).get(30).partition != 0, timeout=60)
+        admin.delete_topic(name)
+        admin.create_topic(name, 1)
+        # A record sent to an old partition fails (it expires); wait_for counts that as "not yet".
+        wait_for(lambda: producer.send(name, b"after").get(30).partition == 0, timeout=60)
+    finally:
+        producer.close(30)
+        admin.delete_topic(name)
+
+
 def test_producer_is_thread_safe_and_takes_a_user_partitioner(cluster, new_topic):
     topic = new_topic(partitions=3)
     chosen = []
