@@ -641,10 +641,13 @@ class Consumer:
                 return
         try:
             leader = self._metadata.leader(tp)
-        except KafkaError as exc:
-            self._on_fetch_error(tp, state, exc)
+            ref = leader.leader_handle.fetch.remote(start, *self._fetch_args, self._isolation, leader.leader_epoch)
+        except Exception as exc:  # noqa: BLE001
+            # Never raised from here: this runs after records were taken (or before an
+            # answer is buffered), which an exception would lose. As in Kafka's fetcher,
+            # the error waits for a poll that has no records to hand out.
+            self._on_fetch_error(tp, state, as_kafka_error(exc))
             return
-        ref = leader.leader_handle.fetch.remote(start, *self._fetch_args, self._isolation, leader.leader_epoch)
         in_flight.append((ref, state.fetch_generation, start))
 
     def _wait_for_fetches(self, timeout: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -11,6 +12,7 @@ import pytest
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     InvalidConfigError,
+    KafkaError,
     KafkaTimeoutError,
     NetworkError,
     RecordTooLargeError,
@@ -227,6 +229,39 @@ def test_out_of_range_position_resets_by_auto_offset_reset(cluster, admin, new_t
     consumer.assign([tp])
     consumer.seek(tp, 1)  # below the log start now
     assert [r.offset for r in consume_all(consumer, 2)] == [3, 4]
+
+
+def test_a_fetch_that_cannot_be_sent_loses_no_records_and_fails_the_next_poll(cluster, new_topic):
+    """The next fetch is sent while an answer is taken and after records are handed out;
+    if it cannot be sent, those records still come out, and the error is raised by the
+    next poll with nothing to return (Kafka's fetcher defers errors the same way)."""
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    producer = cluster.producer()
+    producer.send_many(topic, [b"%d" % i for i in range(10)], partition=0).get(60)
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([tp])
+    assert consumer.position(tp) == 0
+    real_leader = consumer._metadata.leader
+    calls = itertools.count()
+
+    def leader_then_boom(partition):
+        if next(calls):  # the first fetch goes out; every later one fails to
+            raise RuntimeError("boom")
+        return real_leader(partition)
+
+    consumer._metadata.leader = leader_then_boom
+    got: list = []
+    deadline = time.monotonic() + 60
+    while len(got) < 10 and time.monotonic() < deadline:
+        got.extend(consumer.poll(100))  # must not raise while records are to be had
+    assert [r.offset for r in got] == list(range(10))
+    with pytest.raises(KafkaError, match="boom"):
+        consumer.poll(100)
+    consumer._metadata.leader = real_leader
+    producer.send(topic, b"10", partition=0).get(60)
+    assert [r.value for r in consume_all(consumer, 1)] == [b"10"]
+    consumer.close()
 
 
 def test_iterating_the_consumer(cluster, new_topic):
