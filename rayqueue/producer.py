@@ -90,7 +90,7 @@ class _Request:
 
 
 # Guards _BatchResult.callbacks between add_callback and completion (held for a few
-# instructions; shared by every batch, so a record's future stays a two-slot view).
+# instructions; shared by every batch, so a record's future stays a plain tuple).
 _callbacks_lock = threading.Lock()
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
 _new_tuple = tuple.__new__  # builds a tuple subclass in C, without a Python __init__
