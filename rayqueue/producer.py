@@ -355,7 +355,7 @@ class Producer:
             batch = self._open.get(slot)
             if batch is None:  # once per batch: a sticky pick may predate the topic's recreation
                 num_partitions = self._metadata.num_partitions(topic)
-                if partition >= num_partitions:
+                if partition >= num_partitions and key is None and self._plain_sticky:
                     partition = self._sticky.partition(topic, num_partitions)
                     slot = (topic, partition)
                     batch = self._open.get(slot)
