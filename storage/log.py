@@ -71,7 +71,7 @@ from storage.errors import (
     RecordListTooLargeError,
 )
 from storage.file_lock import FileLock
-from storage.log_validator import validate_batches
+from storage.log_validator import decompressed_limit, validate_batches
 from storage.producer_state import (
     Analysis,
     AppendOrigin,
@@ -327,7 +327,13 @@ class Log:
             origin = _leader_origin(origin)
         headers = check_batches(view, self._max_message_bytes if assign_offsets else 2**31 - 1, assign_offsets)
         # Before the lock: validation is the costly part of an append and reads only the request.
-        fixes = validate_batches(view, headers, origin, compacted=self._compacted)
+        fixes = validate_batches(
+            view,
+            headers,
+            origin,
+            compacted=self._compacted,
+            max_decompressed=decompressed_limit(self._max_message_bytes),
+        )
         size = len(view)
         if size > self._segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")

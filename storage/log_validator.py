@@ -19,6 +19,11 @@ What is checked, per origin (``AppendOrigin``), as in Kafka:
 - REPLICATION (followers): nothing; the leader validated the batches and a follower keeps
   its bytes as they are.
 
+Decompressing is bounded (``decompressed_limit``): Kafka's broker streams through a batch
+record by record, this one decompresses it whole, and a megabyte of zstd can expand to
+gigabytes. A batch that would expand past 64 times max.message.bytes (at least 64 MiB) is
+refused as MESSAGE_TOO_LARGE before it takes that memory.
+
 Kafka also makes each batch's header agree with its records on a CreateTime topic: the
 maxTimestamp becomes the largest record timestamp and the timestamp type CreateTime. The
 validator reports the batches whose headers say otherwise; ``Log.append`` rewrites those
@@ -38,14 +43,29 @@ from storage.errors import InvalidRecordError
 from storage.producer_state import AppendOrigin
 from storage.record_batch import Buffer, walk_records
 
+# How far a compressed batch may expand, relative to max.message.bytes (and at least).
+DECOMPRESSED_RATIO_LIMIT = 64
+MIN_DECOMPRESSED_LIMIT = 64 << 20
+
+
+def decompressed_limit(max_message_bytes: int) -> int:
+    """The most bytes the records of one compressed batch may take once decompressed."""
+    return max(MIN_DECOMPRESSED_LIMIT, DECOMPRESSED_RATIO_LIMIT * max_message_bytes)
+
 
 def validate_batches(
-    buf: Buffer, headers: Sequence[BatchHeader], origin: AppendOrigin, *, compacted: bool = False
+    buf: Buffer,
+    headers: Sequence[BatchHeader],
+    origin: AppendOrigin,
+    *,
+    compacted: bool = False,
+    max_decompressed: int | None = None,
 ) -> list[tuple[int, int]]:
     """Validate every record of the batches ``headers`` describe in ``buf`` for an append from ``origin``.
 
-    Raises CorruptRecordError for records that cannot be read and InvalidRecordError for
-    batches a broker must refuse (see the module docstring); nothing is changed. Returns
+    Raises CorruptRecordError for records that cannot be read, InvalidRecordError for
+    batches a broker must refuse (see the module docstring) and RecordTooLargeError for a
+    compressed batch expanding past ``max_decompressed`` bytes; nothing is changed. Returns
     ``(index, max_timestamp)`` for each batch whose header's maxTimestamp or timestamp type
     disagrees with its records (empty for a well-formed request): a CreateTime log writes
     those batches with that maxTimestamp and CreateTime.
@@ -59,7 +79,7 @@ def validate_batches(
             raise InvalidRecordError(
                 f"batch at byte {h.position} is a control batch: clients may not write transaction markers"
             )
-        summary = walk_records(buf, h)
+        summary = walk_records(buf, h, max_decompressed)
         if not summary.offsets_in_order:
             raise InvalidRecordError(
                 f"batch at byte {h.position}: the offset deltas of its {h.records_count} records are not 0..{h.records_count - 1}"
@@ -73,4 +93,4 @@ def validate_batches(
     return fixes
 
 
-__all__ = ["validate_batches"]
+__all__ = ["DECOMPRESSED_RATIO_LIMIT", "MIN_DECOMPRESSED_LIMIT", "decompressed_limit", "validate_batches"]

@@ -374,7 +374,7 @@ class RecordsSummary(NamedTuple):
     offsets_in_order: bool  # the offset deltas are exactly 0, 1, ..., recordsCount - 1
 
 
-def walk_records(buf: Buffer, header: BatchHeader) -> RecordsSummary:
+def walk_records(buf: Buffer, header: BatchHeader, max_decompressed: int | None = None) -> RecordsSummary:
     """Decompress and parse every record of the batch ``header`` describes in ``buf``.
 
     The same parser the readers use: the records must tile the (decompressed) body
@@ -382,13 +382,14 @@ def walk_records(buf: Buffer, header: BatchHeader) -> RecordsSummary:
     CorruptRecordError. The offset deltas are reported, not checked: a producer's batch
     must number its records 0..n-1 (the broker refuses others as INVALID_RECORD), a
     compacted one may have holes. A batch whose deltas are in order is one the readers
-    accept. Keys and values are not copied out.
+    accept. Keys and values are not copied out. A compressed body that would expand past
+    ``max_decompressed`` bytes is RecordTooLargeError, found while decompressing.
     """
     start, end = header.position + HEADER_SIZE, header.position + header.size
     count = header.records_count
     data: Buffer
     if header.compression:
-        data = compression.decompress(header.compression, memoryview(buf)[start:end])
+        data = compression.decompress(header.compression, memoryview(buf)[start:end], max_decompressed)
         start, end = 0, len(data)
     else:
         data = buf

@@ -211,3 +211,36 @@ def test_a_create_time_header_is_made_to_agree_with_its_records(tmp_path, n):
         assert stored[len(honest) + bh.ATTRIBUTES_OFFSET :] == honest[bh.ATTRIBUTES_OFFSET :]  # untouched
         assert kept.max_timestamp == max(timestamps)
         assert log.offset_for_timestamp(max(timestamps)).offset == timestamps.index(max(timestamps))
+
+
+def zstd_bomb(expanded: int) -> bytes:
+    """A batch whose zstd body (a few KiB) expands to ``expanded`` zero bytes."""
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(1 << 20)
+    body = b"".join(compressor.compress(chunk) for _ in range(expanded >> 20)) + compressor.flush()
+    data = bytearray(records_batch(1, 4)[: bh.HEADER_SIZE] + body)
+    struct.pack_into(">i", data, bh.LENGTH_OFFSET, len(data) - bh.LOG_OVERHEAD)
+    return refresh_crc(data)
+
+
+def test_a_decompression_bomb_is_refused_before_it_takes_the_memory(log):
+    """A few KiB of zstd that would expand to 1 GiB: MESSAGE_TOO_LARGE, with the memory
+    the leader used bounded by the limit (64 MiB here), not by the bomb."""
+    import tracemalloc
+
+    from storage.errors import RecordTooLargeError
+
+    bomb = zstd_bomb(1 << 30)
+    assert len(bomb) < 64 * 1024
+    before = state(log)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordTooLargeError, match="expand"):
+            log.append(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20, peak
+    assert state(log) == before
