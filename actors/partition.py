@@ -2,8 +2,10 @@
 
 The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``. Batches
 travel as the same bytes from the producer to disk, to followers and back to consumers:
-the replica validates headers and CRCs and patches offsets (``storage.Log.append``), it
-never looks at a record.
+the leader validates headers and CRCs, walks every record of a producer's batch (Kafka's
+LogValidator, in ``storage.Log.append``) and patches offsets; a follower keeps the leader's
+bytes. Produce takes client batches (control batches only come from ``write_txn_marker``);
+every argument is checked, so bad input gets a Kafka error and never reaches the log.
 
 Replication follows Kafka's ISR design. A follower runs a fetch loop against the
 leader (``fetch`` with its ``replica_id`` and log end offset) and appends the leader's

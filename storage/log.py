@@ -2,8 +2,9 @@
 
 As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 
-- appends validate each batch header and CRC, copy the request once, patch offsets (and
-  LogAppendTime) in place and write the same bytes; nothing per record;
+- appends validate each batch header and CRC, patch offsets (and LogAppendTime) and
+  write the same bytes; a leader append first walks every record (``storage.log_validator``,
+  Kafka's LogValidator: the one per-record step), a follower's keeps the leader's bytes;
 - reads return whole batches from the one holding the fetch offset;
 - the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
   holding a snapshot never sees a half-updated list; writers serialise on a lock;
@@ -289,7 +290,7 @@ class Log:
         *,
         leader_epoch: int = -1,
         assign_offsets: bool = True,
-        origin: AppendOrigin = AppendOrigin.CLIENT,
+        origin: AppendOrigin | str = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Append complete record batches and return where they went.
 
