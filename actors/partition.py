@@ -2,8 +2,10 @@
 
 The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``. Batches
 travel as the same bytes from the producer to disk, to followers and back to consumers:
-the replica validates headers and CRCs and patches offsets (``storage.Log.append``), it
-never looks at a record.
+the leader validates headers and CRCs, walks every record of a producer's batch (Kafka's
+LogValidator, in ``storage.Log.append``) and patches offsets; a follower keeps the leader's
+bytes. Produce takes client batches (control batches only come from ``write_txn_marker``);
+every argument is checked, so bad input gets a Kafka error and never reaches the log.
 
 Replication follows Kafka's ISR design. A follower runs a fetch loop against the
 leader (``fetch`` with its ``replica_id`` and log end offset) and appends the leader's
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import numbers
 import os
 import shutil
 import time
@@ -37,14 +40,17 @@ from typing import Any
 import ray
 
 from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
-from storage import Log, log_config
-from storage.batch_header import BatchHeader
+from storage import AppendOrigin, Log, log_config
+from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidFetchSizeError,
+    InvalidRecordError,
     InvalidRequestError,
     InvalidRequiredAcksError,
+    KafkaError,
     KafkaStorageError,
     LogDirLockedError,
     NotEnoughReplicasAfterAppendError,
@@ -58,7 +64,7 @@ from storage.errors import (
 )
 from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from storage.record_batch import build_control_batch
 
 logger = logging.getLogger(__name__)
@@ -77,6 +83,9 @@ REORDER_WAIT_S = 5.0
 MAX_ORDER_SESSIONS = 10_000
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
+# The ranges of Kafka's wire fields (int32 sizes, epochs and waits; int64 offsets and times).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # Broker settings a replica needs for replication; the controller passes its values.
 DEFAULT_REPLICATION = {
@@ -89,6 +98,24 @@ DEFAULT_REPLICATION = {
 def partition_dir(data_dir: str, topic: str, partition: int) -> Path:
     """Kafka's partition directory: ``<log.dir>/<topic>-<partition>``."""
     return Path(data_dir) / f"{topic}-{partition}"
+
+
+def int_arg(
+    name: str,
+    value: Any,
+    low: int = INT32_MIN,
+    high: int = INT32_MAX,
+    out_of_range: type[KafkaError] = InvalidRequestError,
+) -> int:
+    """``value`` as an int in [low, high] (Kafka's field ranges). A non-integer is
+    InvalidRequestError, a value out of range ``out_of_range``: bad arguments get a Kafka
+    error, never a TypeError from deep inside."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers pass
+        raise InvalidRequestError(f"{name} must be an integer, not {type(value).__name__} {value!r:.40}")
+    value = int(value)
+    if not low <= value <= high:
+        raise out_of_range(f"{name}={value} is outside [{low}, {high}]")
+    return value
 
 
 def read_topic_id(directory: Path) -> str | None:
@@ -370,17 +397,21 @@ class PartitionReplica:
         acks: int = 1,
         timeout_ms: int = 30000,
         leader_epoch: int = NO_EPOCH,
-        origin: str = "client",
+        origin: AppendOrigin | str = AppendOrigin.CLIENT,
         order: tuple[str, int, int] | None = None,
     ) -> ProduceResult:
         """Append whole record batches; returns where the first one landed.
 
         ``acks`` is 0, 1 or -1 (all). With -1 the call returns once every ISR member has
         the batches (the HW passed them), and refuses up front when the ISR is smaller
-        than min.insync.replicas (NotEnoughReplicasError). ``origin`` is "client" (producer
-        data: epoch and sequence checks) or "coordinator" (markers and transactional offset
-        commits: epoch checks only). A retried batch the log already holds appends nothing
+        than min.insync.replicas (NotEnoughReplicasError). ``origin`` is AppendOrigin.CLIENT
+        (producer data: every record validated, epoch and sequence checks) or COORDINATOR
+        (transactional offset commits: epoch checks only), or its value. Control batches
+        are refused from either (InvalidRecordError): transaction markers are written only
+        by ``write_txn_marker``. A retried batch the log already holds appends nothing
         and is answered with its original offsets (for acks=-1 once the HW covers them).
+        Bad arguments are InvalidRequestError (InvalidRequiredAcksError for ``acks``) and
+        leave the log as it was.
 
         ``order`` = (session, n, oldest) comes with the calls of a producer without
         idempotence, numbered per partition: call n is appended after the session's calls
@@ -389,6 +420,31 @@ class PartitionReplica:
         start an async actor's calls out of order (a call whose arguments arrive first
         runs first).
         """
+        order = _order_arg(order)
+        try:
+            timeout_ms = int_arg("timeout_ms", timeout_ms, 0)
+            leader_epoch = int_arg("leader_epoch", leader_epoch)
+            origin = _produce_origin(origin)
+            if origin is AppendOrigin.COORDINATOR and _has_control_batch(records):
+                # The coordinators' markers go through write_txn_marker, which builds them itself.
+                raise InvalidRecordError("control batches are written by write_txn_marker only")
+        except (InvalidRequestError, InvalidRecordError):
+            if order is not None:  # refused: the session's next call must not wait for it
+                self._end_turn(order)
+                await self._notify()
+            raise
+        return await self._produce(records, acks, timeout_ms, leader_epoch, origin, order)
+
+    async def _produce(
+        self,
+        records: bytes,
+        acks: int,
+        timeout_ms: int,
+        leader_epoch: int,
+        origin: AppendOrigin,
+        order: tuple[str, int, int] | None,
+    ) -> ProduceResult:
+        """``produce`` with checked arguments; also the marker path's."""
         if order is not None:
             await self._wait_for_turn(order, min(timeout_ms / 1000, REORDER_WAIT_S))
         try:
@@ -405,7 +461,7 @@ class PartitionReplica:
             try:
                 info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
             except OutOfOrderSequenceError:
-                if origin != "client":
+                if origin is not AppendOrigin.CLIENT:
                     raise
                 info = await self._append_in_order(
                     records, origin, leader_epoch, min(timeout_ms / 1000, REORDER_WAIT_S)
@@ -462,7 +518,7 @@ class PartitionReplica:
         if self._next_turns.get(session, -1) <= n:
             self._next_turns[session] = n + 1
 
-    async def _append_in_order(self, records: bytes, origin: str, leader_epoch: int, timeout_s: float) -> Any:
+    async def _append_in_order(self, records: bytes, origin: AppendOrigin, leader_epoch: int, timeout_s: float) -> Any:
         """Append a batch that came ahead of its producer's previous one.
 
         An async Ray actor runs calls out of order (a call whose arguments arrive first runs
@@ -498,8 +554,16 @@ class PartitionReplica:
         Written as the transaction coordinator's (epoch checks, no sequence), acks=all: it
         returns once the ISR has it, so the last stable offset can pass the transaction.
         """
-        marker = build_control_batch(commit, producer_id, producer_epoch, coordinator_epoch)
-        result = await self.produce(marker, -1, timeout_ms, leader_epoch, origin="coordinator")
+        marker = build_control_batch(
+            bool(commit),
+            int_arg("producer_id", producer_id, 0, INT64_MAX),
+            int_arg("producer_epoch", producer_epoch, 0, 2**15 - 1),
+            int_arg("coordinator_epoch", coordinator_epoch),
+        )
+        timeout_ms = int_arg("timeout_ms", timeout_ms, 0)
+        result = await self._produce(
+            marker, -1, timeout_ms, int_arg("leader_epoch", leader_epoch), AppendOrigin.COORDINATOR, None
+        )
         return result.base_offset
 
     async def fetch(
@@ -519,8 +583,16 @@ class PartitionReplica:
         gets the aborted transactions in the returned range. A follower (its broker id)
         reads up to the log end and its ``offset`` tells the leader its LEO. Waits up to
         ``max_wait_ms`` until at least ``min_bytes`` are available past ``offset``; answers
-        at once when they are. Raises OffsetOutOfRangeError outside [log start, log end].
+        at once when they are. Raises OffsetOutOfRangeError outside [log start, log end],
+        InvalidFetchSizeError for a ``max_bytes`` outside [0, 2**31 - 1] and
+        InvalidRequestError for other bad arguments (a non-integer, ``isolation_level``
+        other than 0 or 1).
         """
+        offset = int_arg("offset", offset, INT64_MIN, INT64_MAX)
+        max_bytes = int_arg("max_bytes", max_bytes, 0, INT32_MAX, InvalidFetchSizeError)
+        max_wait_ms, min_bytes = int_arg("max_wait_ms", max_wait_ms), int_arg("min_bytes", min_bytes)
+        isolation_level = int_arg("isolation_level", isolation_level, READ_UNCOMMITTED, READ_COMMITTED)
+        leader_epoch, replica_id = int_arg("leader_epoch", leader_epoch), int_arg("replica_id", replica_id)
         self._check_leader(leader_epoch)
         follower = replica_id >= 0
         committed = isolation_level == READ_COMMITTED and not follower
@@ -561,17 +633,28 @@ class PartitionReplica:
         (-1, -1) when this log holds no epoch that old. Followers use it to find where
         their log diverges from the leader's.
         """
-        self._check_leader(leader_epoch)
+        epoch = int_arg("epoch", epoch)
+        self._check_leader(int_arg("leader_epoch", leader_epoch))
         return self._epochs.end_offset_for(epoch, self._log.log_end_offset)
 
     async def list_offsets(
         self, timestamp: int, leader_epoch: int = NO_EPOCH, isolation_level: int = READ_UNCOMMITTED
     ) -> OffsetAndTimestamp:
         """Earliest (-2), latest (-1: the high watermark, or the last stable offset for
-        ``isolation_level`` 1), or the first offset with timestamp >= ``timestamp``.
+        ``isolation_level`` 1), the record with the largest timestamp (-3, KIP-734), or the
+        first offset with timestamp >= ``timestamp``.
 
-        A timestamp past every record answers offset -1, as Kafka does.
+        A timestamp past every record answers offset -1, as Kafka does. Another negative
+        timestamp, a non-integer or an ``isolation_level`` other than 0 or 1 is
+        InvalidRequestError.
         """
+        timestamp = int_arg("timestamp", timestamp, INT64_MIN, INT64_MAX)
+        leader_epoch = int_arg("leader_epoch", leader_epoch)
+        isolation_level = int_arg("isolation_level", isolation_level, READ_UNCOMMITTED, READ_COMMITTED)
+        if timestamp < MAX_TIMESTAMP:
+            raise InvalidRequestError(
+                f"list_offsets timestamp {timestamp}: use a time in ms (>= 0), -1 latest, -2 earliest or -3 max"
+            )
         self._check_leader(leader_epoch)
         if timestamp != EARLIEST_TIMESTAMP and self._epoch_start_offset > self._hw:
             # Kafka's rule: a new leader whose HW has not yet reached the start of its epoch
@@ -585,9 +668,7 @@ class PartitionReplica:
             return OffsetAndTimestamp(limit, -1, self._leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
             return OffsetAndTimestamp(self._log.log_start_offset, -1, self._leader_epoch)
-        if timestamp < 0:
-            raise OffsetNotAvailableError(f"unsupported list_offsets timestamp {timestamp}")
-        found = self._log.offset_for_timestamp(timestamp)
+        found = self._log.offset_for_timestamp(timestamp)  # a time, or MAX_TIMESTAMP
         if found is None or found.offset >= limit:
             return OffsetAndTimestamp(-1, -1, self._leader_epoch)
         return OffsetAndTimestamp(found.offset, found.timestamp, self._leader_epoch)
@@ -595,9 +676,13 @@ class PartitionReplica:
     async def delete_records(self, offset: int, leader_epoch: int = NO_EPOCH) -> int:
         """Advance the log start offset to ``offset`` (-1: the high watermark); returns it.
 
-        Followers follow the leader's log start offset from fetch answers.
+        Followers follow the leader's log start offset from fetch answers. Another negative
+        ``offset`` is OffsetOutOfRangeError, as in Kafka's DeleteRecords.
         """
-        self._check_leader(leader_epoch)
+        offset = int_arg("offset", offset, INT64_MIN, INT64_MAX)
+        self._check_leader(int_arg("leader_epoch", leader_epoch))
+        if offset < -1:
+            raise OffsetOutOfRangeError(f"delete_records({offset}): use an offset >= 0, or -1 for the high watermark")
         target = self._hw if offset == -1 else offset
         if target > self._hw:
             raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self._hw}")
@@ -1033,3 +1118,30 @@ class PartitionReplica:
         cond = self._condition()
         async with cond:
             cond.notify_all()
+
+
+def _order_arg(order: Any) -> tuple[str, int, int] | None:
+    """A produce call's ``order`` (session, call number, oldest unanswered), checked."""
+    if order is None:
+        return None
+    if not isinstance(order, tuple | list) or len(order) != 3 or not isinstance(order[0], str):
+        raise InvalidRequestError(f"order must be (session, n, oldest), not {order!r:.60}")
+    return order[0], int_arg("order n", order[1], 0, INT64_MAX), int_arg("order oldest", order[2], 0, INT64_MAX)
+
+
+def _produce_origin(origin: Any) -> AppendOrigin:
+    """The origin of a produce call: CLIENT or COORDINATOR, as the enum or its value."""
+    try:
+        found = AppendOrigin(origin)
+    except ValueError:
+        found = None
+    if found is not AppendOrigin.CLIENT and found is not AppendOrigin.COORDINATOR:
+        raise InvalidRequestError(f"produce origin {origin!r:.40}: use client or coordinator")
+    return found
+
+
+def _has_control_batch(records: Any) -> bool:
+    """Whether any whole batch in ``records`` has the control attribute (headers only)."""
+    if not isinstance(records, bytes | bytearray | memoryview):
+        return False  # refused as it is by the append
+    return any(records[p + ATTRIBUTES_OFFSET + 1] & CONTROL_MASK for p, _ in batch_boundaries(records))

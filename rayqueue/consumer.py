@@ -13,6 +13,11 @@ With ``isolation.level=read_committed`` the batches of aborted transactions are 
 Kafka's Fetcher does, from the aborted transactions each fetch answer lists (per batch, never
 per record). Control batches (transaction markers) are never handed out, in either level;
 positions move past them and past dropped batches.
+
+A batch that cannot be read (its CRC fails, or its records do not parse) stops its partition
+as in Kafka's Fetcher: the records before it are handed out, then every poll raises
+CorruptRecordError naming its offset, with the position on it, until the application seeks
+elsewhere. Other partitions go on.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalance
 from rayqueue.metadata import MetadataCache, as_kafka_error, call_controller
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
+    CorruptRecordError,
     InvalidConfigError,
     KafkaError,
     OffsetOutOfRangeError,
@@ -224,6 +230,8 @@ class _PartitionState:
     log_start_offset: int = -1
     retry_at: float = 0.0
     error: KafkaError | None = None
+    # A batch that cannot be read at the position: raised by every poll until a seek.
+    corrupt: CorruptRecordError | None = None
 
 
 class Consumer:
@@ -461,6 +469,7 @@ class Consumer:
         state.fetch_generation += 1
         self._abandon(state)
         state.error = None
+        state.corrupt = None
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Seek to the log start offset of each partition (all assigned by default)."""
@@ -626,7 +635,7 @@ class Consumer:
         the guess never long-polls or runs past the log. A wrong guess costs bytes, never
         records: an overlap is cut off on arrival, a gap drops the guess (see _take_answers).
         """
-        if state.paused or state.position is None or state.retry_at > now:
+        if state.paused or state.position is None or state.retry_at > now or state.corrupt is not None:
             return
         in_flight = state.in_flight
         if len(state.buffer) + len(in_flight) >= _MAX_FETCHES:
@@ -715,12 +724,59 @@ class Consumer:
         # Ask for the next range before decoding this one, so the leader reads and ships it
         # while this thread decodes.
         self._send_fetch(tp, state, time.monotonic())
+        try:
+            chunk = self._committed_chunk(tp, data, bounds, result, start, end)
+        except CorruptRecordError as error:
+            chunk = self._stop_at_corrupt_batch(tp, state, data, bounds, result, start, error)
+        # Appended even when empty (markers, aborted data only): taking it moves the position.
+        state.buffer.append(chunk)
+
+    def _committed_chunk(
+        self, tp: TopicPartition, data: bytes, bounds: list[tuple[int, int]], result: Any, start: int, end: int
+    ) -> _Chunk:
+        """The chunk of an answer's batches (``bounds`` in ``data``) from ``start``, ending at ``end``."""
         if self._isolation and result.aborted_transactions:
             data = committed_batches(data, bounds, result.aborted_transactions)
-        # Appended even when empty (markers, aborted data only): taking it moves the position.
-        state.buffer.append(self._decode(tp, data, start, result.leader_epoch, end))
+        return self._decode(tp, data, start, result.leader_epoch, end)
+
+    def _stop_at_corrupt_batch(
+        self,
+        tp: TopicPartition,
+        state: _PartitionState,
+        data: bytes,
+        bounds: list[tuple[int, int]],
+        result: Any,
+        start: int,
+        error: CorruptRecordError,
+    ) -> _Chunk:
+        """The chunk of the batches before the first one that cannot be read; from there on
+        the partition raises until a seek (Kafka's Fetcher: "seek past the record")."""
+        index = 0  # the batch that failed; the whole answer if no single batch does
+        for index, (position, size) in enumerate(bounds):  # noqa: B007 - used after the loop
+            try:  # one batch at a time: only on this error path
+                self._committed_chunk(tp, data[position : position + size], [(0, size)], result, start, start)
+            except CorruptRecordError as exc:
+                error = exc
+                break
+        else:
+            index = 0
+        offset = max(start, read_header(data, bounds[index][0]).base_offset)
+        state.corrupt = CorruptRecordError(
+            f"{tp}: the record batch at offset {offset} cannot be read ({error}); seek past it to continue"
+        )
+        self._abandon(state)  # the fetches sent past it
+        state.fetch_position, state.stride = offset, 0
+        logger.warning("%s", state.corrupt)
+        prefix = bounds[:index]
+        return self._committed_chunk(tp, data[: bounds[index][0]], prefix, result, start, offset)
 
     def _on_fetch_error(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
+        if isinstance(error, CorruptRecordError):
+            # Retrying cannot mend stored bytes: stop here (not silently, forever) until a seek.
+            state.corrupt = CorruptRecordError(
+                f"{tp}: the leader cannot serve offset {state.fetch_position} ({error}); seek past it to continue"
+            )
+            return
         if isinstance(error, OffsetOutOfRangeError):
             if self._reset == "none":
                 state.error = error
@@ -770,6 +826,10 @@ class Consumer:
             if state.error is not None:
                 error, state.error = state.error, None
                 raise error
+        for state in self._states.values():
+            # Raised again on every poll (never cleared here): only a seek moves past it.
+            if state.corrupt is not None and not state.paused and not state.buffer:
+                raise state.corrupt
 
     def _drain(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Take up to ``limit`` buffered records, advancing positions."""

@@ -10,6 +10,12 @@ The ``idem`` rows append batches as the idempotent producer (on by default) writ
 them: a producer id, epoch 0 and consecutive sequence numbers, so the log's per-batch
 producer-state check (one dict lookup and a few compares) is on the measured path.
 
+Every leader append validates every record (``storage.log_validator``, Kafka's
+LogValidator: decompress, walk the records). The validation table prices that walk: the
+same appends with it and without it (``storage.log.validate_batches`` swapped for a no-op
+for those rounds only, which is the append as it was before the validator existed),
+uncompressed and lz4, interleaved round by round.
+
 Run: ``.venv/bin/python scripts/bench_storage.py [--dir DIR] [--mb N]``.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import struct
 import sys
@@ -27,12 +34,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import storage.log as log_module  # noqa: E402
 from storage import Log  # noqa: E402
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c  # noqa: E402
 from storage.log import RECOVERY_POINT_FILE  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
 BATCH_SIZES = {"1 KB": 1024, "64 KB": 64 * 1024, "1 MB": 1024 * 1024}
+CODECS = {"none": 0, "lz4": 3}
 IDEMPOTENT_SIZES = {"1 KB idem": 1024, "64 KB idem": 64 * 1024}
 PRODUCER_ID = 4242
 BASE_SEQUENCE_OFFSET = 53
@@ -40,16 +49,31 @@ VALUE_SIZE = 100  # bytes per record value; the broker never looks at records an
 FETCH_BYTES = 1024 * 1024  # max.partition.fetch.bytes default
 
 
-def make_batch(size: int, producer_id: int = -1) -> bytes:
-    """An uncompressed v2 batch of about ``size`` bytes made of 100-byte records."""
+def make_batch(size: int, producer_id: int = -1, codec: int = 0) -> bytes:
+    """A v2 batch of about ``size`` bytes of 100-byte records (before compression).
+
+    Compressed batches get JSON-like values drawn from a small vocabulary (lz4 makes
+    about 2:1 of them, not the 100:1 of a repeated byte), so decompression costs about
+    what it would on real data.
+    """
     if producer_id >= 0:
-        builder = RecordBatchBuilder(0, producer_id=producer_id, producer_epoch=0, base_sequence=0)
+        builder = RecordBatchBuilder(codec, producer_id=producer_id, producer_epoch=0, base_sequence=0)
     else:
-        builder = RecordBatchBuilder(0)
-    value = b"v" * VALUE_SIZE
+        builder = RecordBatchBuilder(codec)
+    rng = random.Random(size)
     while builder.estimated_size() + VALUE_SIZE + 10 <= size:
+        value = b"v" * VALUE_SIZE if not codec else _json_like(rng)
         builder.append(value, timestamp=1_700_000_000_000)
     return bytes(builder.build())
+
+
+_WORDS = [b'"page"', b'"/home"', b'"user"', b'"click"', b'"view"', b'"ts"', b'"ref"', b'"mobile"', b"1", b"42"]
+
+
+def _json_like(rng: random.Random) -> bytes:
+    """A VALUE_SIZE-byte value of random words and digits (compressible, not trivially)."""
+    value = b"{" + b",".join(rng.choice(_WORDS) + b":" + b"%d" % rng.randrange(10**6) for _ in range(12))
+    return value[: VALUE_SIZE - 1] + b"}"
 
 
 def idempotent_batches(size: int, count: int) -> list[bytes]:
@@ -106,6 +130,33 @@ def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[floa
         log_s = min(log_s, logged())
     raw_path.unlink(missing_ok=True)
     return log_s, raw_s, log_dir
+
+
+def bench_validation(workdir: Path, batches: list[bytes], rounds: int) -> tuple[float, float]:
+    """(seconds with validation, seconds without) for one leader append of each of ``batches``."""
+    log_dir = workdir / "validate-0"
+    config = {"max.message.bytes": 2 * 1024 * 1024}
+    real = log_module.validate_batches
+
+    def appends(validate) -> float:  # noqa: ANN001 - the validator to use, or a no-op
+        shutil.rmtree(log_dir, ignore_errors=True)
+        log_module.validate_batches = validate
+        try:
+            with Log(log_dir, config) as log:
+                append = log.append
+                start = time.perf_counter()
+                for batch in batches:
+                    append(batch)
+                return time.perf_counter() - start
+        finally:
+            log_module.validate_batches = real
+
+    with_s, without_s = 1e9, 1e9
+    for _ in range(rounds):  # interleaved so both see the same machine state
+        with_s = min(with_s, appends(real))
+        without_s = min(without_s, appends(lambda *args, **kwargs: []))
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return with_s, without_s
 
 
 def bench_read(log_dir: Path, rounds: int) -> tuple[float, float, int]:
@@ -186,6 +237,24 @@ def main() -> None:
                 recovery = f"recovery scan (CRC of every batch, index rebuild): {scanned / 1e6 / seconds:.0f} MB/s"
             shutil.rmtree(log_dir, ignore_errors=True)
         print(recovery)
+        print("\nleader append with record validation (Kafka's LogValidator) against the same append without it")
+        print(
+            f"{'batch':>10} {'codec':>5} {'wire KB':>8} | {'validated MB/s':>14} {'without MB/s':>12} {'ratio':>6}"
+            f" {'us/batch':>9} | {'records/s walked':>16}"
+        )
+        for label, size in BATCH_SIZES.items():
+            for codec_name, codec in CODECS.items():
+                batch = make_batch(size, codec=codec)
+                records = struct.unpack_from(">i", batch, 57)[0]
+                total_mb = args.mb / 16 if size < 4096 else args.mb / 4
+                count = max(1, int(total_mb * 1024 * 1024 // size))
+                with_s, without_s = bench_validation(workdir, [batch] * count, args.rounds)
+                mb = count * size / 1e6  # records' bytes before compression, the same for both codecs
+                extra_us = (with_s - without_s) / count * 1e6
+                print(
+                    f"{label:>10} {codec_name:>5} {len(batch) / 1024:8.1f} | {mb / with_s:14.0f} {mb / without_s:12.0f}"
+                    f" {without_s / with_s:6.0%} {extra_us:9.1f} | {count * records / max(with_s - without_s, 1e-9):16,.0f}"
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     try:

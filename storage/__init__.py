@@ -16,7 +16,7 @@ from storage.log import (
     LogAppendInfo,
     TimestampOffset,
 )
-from storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
+from storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateEntry, ProducerStateManager
 from storage.record_batch import (
     Record,
     RecordBatch,
@@ -30,6 +30,7 @@ from storage.txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
     "AbortedTxn",
+    "AppendOrigin",
     "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateManager",

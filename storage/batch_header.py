@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from storage.errors import CorruptRecordError, RecordTooLargeError, UnknownMagicError
+from storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, UnknownMagicError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -191,7 +191,8 @@ def check_batches(
 
     With ``producer_batches`` the batches must also be as a producer writes them: at least
     one record, offsets contiguous inside each batch (recordsCount == lastOffsetDelta + 1),
-    as Kafka's broker requires before it assigns offsets in place.
+    as Kafka's broker requires before it assigns offsets in place (InvalidRecordError,
+    Kafka's INVALID_RECORD, otherwise).
     """
     end = len(buf)
     if end == 0:
@@ -201,7 +202,7 @@ def check_batches(
     while True:
         header = check_batch(buf, position, end, max_batch_size)
         if producer_batches and (header.records_count == 0 or header.records_count != header.last_offset_delta + 1):
-            raise CorruptRecordError(
+            raise InvalidRecordError(
                 f"batch at byte {position}: recordsCount {header.records_count} does not match "
                 f"lastOffsetDelta {header.last_offset_delta}"
             )
@@ -270,6 +271,17 @@ def set_log_append_time(buf: bytearray, headers: list[BatchHeader], timestamp: i
         _INT16.pack_into(buf, p + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
         _INT64.pack_into(buf, p + MAX_TIMESTAMP_OFFSET, timestamp)
         _UINT32.pack_into(buf, p + CRC_OFFSET, crc32c(view[p + ATTRIBUTES_OFFSET : p + header.size]))
+
+
+def set_max_timestamp(buf: bytearray, header: BatchHeader, timestamp_type: int, timestamp: int) -> None:
+    """Set one batch's timestamp type and maxTimestamp and recompute its CRC (Kafka's
+    ``DefaultRecordBatch.setMaxTimestamp``): the leader makes a CreateTime batch's header
+    agree with its records."""
+    p = header.position
+    attributes = (header.attributes & ~TIMESTAMP_TYPE_MASK) | (timestamp_type << 3)
+    _INT16.pack_into(buf, p + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, p + MAX_TIMESTAMP_OFFSET, timestamp)
+    _UINT32.pack_into(buf, p + CRC_OFFSET, crc32c(memoryview(buf)[p + ATTRIBUTES_OFFSET : p + header.size]))
 
 
 def base_offset_of(buf: bytes | bytearray | memoryview, position: int = 0) -> int:

@@ -13,6 +13,11 @@ Bytes are written the way Kafka's Java client writes them, so a Java consumer re
 
 Any decompression failure is a corrupt batch: it surfaces as CorruptRecordError, never as
 a codec library's own exception type.
+
+``decompress`` can be told the most bytes it may produce (the leader validating a client's
+batch): gzip, lz4 and zstd can expand a megabyte into gigabytes (zstd's run-length blocks
+about 32,000 to 1), and a broker must not run out of memory on one request. The bound is
+kept while decompressing, never after; it does not change what decompresses.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from storage.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from storage.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 
@@ -100,13 +105,26 @@ def _gzip_encode(data: Buffer) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
-def _gzip_decode(data: Buffer) -> bytes:
+def _too_large(max_size: int) -> RecordTooLargeError:
+    return RecordTooLargeError(f"compressed records expand to more than {max_size} bytes")
+
+
+def _gzip_decode(data: Buffer, max_size: int | None = None) -> bytes:
     parts = []
     rest: Buffer = data
+    left = max_size
     # A gzip stream may hold several members back to back; read them all.
     while True:
         decompressor = zlib.decompressobj(47)  # 47: accept a gzip or zlib header
-        parts.append(decompressor.decompress(rest))
+        if left is None:
+            parts.append(decompressor.decompress(rest))
+        else:
+            # One byte more than allowed: getting it means the member goes on past the bound.
+            part = decompressor.decompress(rest, left + 1)
+            if len(part) > left:
+                raise _too_large(max_size)  # type: ignore[arg-type]
+            parts.append(part)
+            left -= len(part)
         if not decompressor.eof:
             raise CorruptRecordError("truncated gzip data")
         rest = decompressor.unused_data
@@ -114,22 +132,42 @@ def _gzip_decode(data: Buffer) -> bytes:
             return b"".join(parts)
 
 
-def _zstd_decode(data: Buffer) -> bytes:
+def _zstd_decode(data: Buffer, max_size: int | None = None) -> bytes:
     if not len(data):
         raise CorruptRecordError("empty zstd data")
     parts = []
     rest: Buffer = data
+    made = 0
     # Frames written by streaming encoders (zstd-jni's) carry no content size, which
     # ZstdDecompressor.decompress needs, so use the streaming decompressor, frame by frame.
     while rest:
         decompressor = _ZSTD_D.decompressobj()
-        parts.append(decompressor.decompress(rest))
+        if max_size is None:
+            parts.append(decompressor.decompress(rest))
+        else:
+            # Its decompress takes no output bound: feed the input in pieces small enough
+            # that one piece cannot expand past what is left of the bound.
+            view, at = memoryview(rest), 0
+            while not decompressor.eof and at < len(view):
+                step = max(_ZSTD_MIN_PIECE, (max_size - made) // _ZSTD_MAX_RATIO)
+                part = decompressor.decompress(view[at : at + step])
+                at += step
+                made += len(part)
+                if made > max_size:
+                    raise _too_large(max_size)
+                parts.append(part)
+            if decompressor.eof:
+                rest = decompressor.unused_data + view[at:]
+                continue
         if not decompressor.eof:
             raise CorruptRecordError("truncated zstd frame")
         rest = decompressor.unused_data
     return b"".join(parts)
 
 
+# A zstd block of at most 128 KiB can be an RLE block of 4 bytes: at most this expansion.
+_ZSTD_MAX_RATIO = 32 * 1024
+_ZSTD_MIN_PIECE = 1024
 _ZSTD_C = zstandard.ZstdCompressor(level=3)
 _ZSTD_D = zstandard.ZstdDecompressor()
 
@@ -154,24 +192,33 @@ def compress(codec: int | str | None, data: Buffer) -> bytes:
     return _ZSTD_C.compress(data)
 
 
-def decompress(codec: int | str | None, data: Buffer) -> bytes:
+def decompress(codec: int | str | None, data: Buffer, max_size: int | None = None) -> bytes:
     """Decompress ``data`` written with ``codec``.
 
     Raises UnsupportedCompressionTypeError for an unknown codec and CorruptRecordError when
-    the data does not decompress.
+    the data does not decompress. With ``max_size``, RecordTooLargeError as soon as the
+    output would grow past it (snappy cannot expand past 32 to 1 and is not bounded).
     """
     c = codec_id(codec)
     try:
         if c == NONE:
             return bytes(data)
         if c == GZIP:
-            return _gzip_decode(data)
+            return _gzip_decode(data, max_size)
         if c == SNAPPY:
             return _snappy_decode(data)
         if c == LZ4:
-            return lz4.frame.decompress(data)
-        return _zstd_decode(data)
-    except CorruptRecordError:
+            if max_size is None:
+                return lz4.frame.decompress(data)
+            decompressor = lz4.frame.LZ4FrameDecompressor()
+            out = decompressor.decompress(data, max_length=max_size + 1)
+            if len(out) > max_size:
+                raise _too_large(max_size)
+            if not decompressor.eof:  # as lz4.frame.decompress: the first frame, whole
+                raise CorruptRecordError("truncated lz4 frame")
+            return out
+        return _zstd_decode(data, max_size)
+    except (CorruptRecordError, RecordTooLargeError):
         raise
     except Exception as exc:  # zlib.error, cramjam.DecompressionError, RuntimeError, ZstdError, ...
         raise CorruptRecordError(f"{CODEC_NAMES[c]} data does not decompress: {exc}") from None

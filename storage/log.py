@@ -2,8 +2,9 @@
 
 As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 
-- appends validate each batch header and CRC, copy the request once, patch offsets (and
-  LogAppendTime) in place and write the same bytes; nothing per record;
+- appends validate each batch header and CRC, patch offsets (and LogAppendTime) and
+  write the same bytes; a leader append first walks every record (``storage.log_validator``,
+  Kafka's LogValidator: the one per-record step), a follower's keeps the leader's bytes;
 - reads return whole batches from the one holding the fetch offset;
 - the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
   holding a snapshot never sees a half-updated list; writers serialise on a lock;
@@ -42,6 +43,7 @@ from typing import Any, NamedTuple
 from storage import batch_header
 from storage.batch_header import (
     CONTROL_MASK,
+    CREATE_TIME,
     HEADER,
     HEADER_SIZE,
     MAGIC_OFFSET,
@@ -64,18 +66,16 @@ from storage.cleaner import (
 from storage.config import LONG_MAX, Config, log_config
 from storage.errors import (
     CorruptRecordError,
-    InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
 from storage.file_lock import FileLock
+from storage.log_validator import decompressed_limit, validate_batches
 from storage.producer_state import (
-    CLIENT,
-    ORIGINS,
-    REPLICATION,
     Analysis,
+    AppendOrigin,
     CompletedTxn,
     Duplicate,
     ProducerStateManager,
@@ -290,22 +290,26 @@ class Log:
         *,
         leader_epoch: int = -1,
         assign_offsets: bool = True,
-        origin: str = CLIENT,
+        origin: AppendOrigin | str = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Append complete record batches and return where they went.
 
         As leader (``assign_offsets=True``) batches get consecutive offsets from the log end
-        and ``leader_epoch``; batches larger than max.message.bytes are rejected. As
-        follower (``assign_offsets=False``) the leader's offsets are kept and must start at
-        or after the log end. Invalid input raises (CorruptRecordError, RecordTooLargeError,
+        and ``leader_epoch``; batches larger than max.message.bytes are rejected, and every
+        record is validated first (:mod:`storage.log_validator`, Kafka's LogValidator:
+        unreadable records are CorruptRecordError; a control batch from ``origin`` CLIENT,
+        offset deltas other than 0..n-1 and, on a compacted topic, keyless records are
+        InvalidRecordError). As follower (``assign_offsets=False``, origin REPLICATION
+        implied) the leader's offsets are kept and must start at or after the log end.
+        Invalid input raises (CorruptRecordError, InvalidRecordError, RecordTooLargeError,
         InvalidRequestError) and leaves the log untouched; an I/O error raises
         KafkaStorageError and leaves the log as it was before the call.
 
         Batches with a producer id are checked against the producer state first (see
-        :mod:`storage.producer_state`): ``origin`` "client" (producer data) gets the epoch,
-        sequence, duplicate and transaction checks, "coordinator" (markers, transactional
-        offset commits) the epoch checks only, and a follower append ("replication",
-        implied by ``assign_offsets=False``) none. A refused batch raises
+        :mod:`storage.producer_state`): ``origin`` CLIENT (producer data) gets the epoch,
+        sequence, duplicate and transaction checks, COORDINATOR (markers, transactional
+        offset commits) the epoch checks only, and a follower append (REPLICATION) none.
+        ``origin`` may also be given as its value ("client", "coordinator"). A refused batch raises
         InvalidProducerEpochError, OutOfOrderSequenceError, InvalidTxnStateError,
         TransactionCoordinatorFencedError or InvalidRecordError, with nothing written. A
         request repeating one of its producer's last five batches appends nothing and
@@ -318,16 +322,22 @@ class Log:
         view = memoryview(records)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
+        if not assign_offsets:
+            origin = AppendOrigin.REPLICATION
+        elif type(origin) is not AppendOrigin or origin is AppendOrigin.REPLICATION:
+            origin = _leader_origin(origin)
         headers = check_batches(view, self._max_message_bytes if assign_offsets else 2**31 - 1, assign_offsets)
-        if self._compacted and assign_offsets:
-            _check_keys(view)
+        # Before the lock: validation is the costly part of an append and reads only the request.
+        fixes = validate_batches(
+            view,
+            headers,
+            origin,
+            compacted=self._compacted,
+            max_decompressed=decompressed_limit(self._max_message_bytes),
+        )
         size = len(view)
         if size > self._segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
-        if not assign_offsets:
-            origin = REPLICATION
-        elif origin is not CLIENT and origin not in ORIGINS:
-            raise InvalidRequestError(f"unknown append origin {origin!r}; use one of {', '.join(ORIGINS)}")
         with self._write_lock:
             if self._closed or self._offline:
                 self._check_writable()
@@ -344,6 +354,16 @@ class Log:
                 next_offset = batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
                 log_append_time = self._time()
                 batch_header.set_log_append_time(buf, headers, log_append_time)
+                headers = [read_header(buf, h.position) for h in headers]
+                parts = [buf]
+                source = buf
+            elif fixes:
+                # Headers that disagree with their records (Kafka rewrites them): patch a copy.
+                first_offset = self._log_end_offset
+                buf = bytearray(view)
+                next_offset = batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
+                for index, max_timestamp in fixes:
+                    batch_header.set_max_timestamp(buf, headers[index], CREATE_TIME, max_timestamp)
                 headers = [read_header(buf, h.position) for h in headers]
                 parts = [buf]
                 source = buf
@@ -1021,9 +1041,15 @@ def _no_step(_name: str) -> None:
     """The default of replace_segments' fault-injection hook."""
 
 
-def _check_keys(view: memoryview) -> None:
-    """Refuse records without a key (Kafka's LogValidator, for compacted topics)."""
-    from storage.record_batch import decode_columns  # the codec: only compacted topics pay for it
-
-    if decode_columns(view, check_crc=False).key.null_count:
-        raise InvalidRecordError("a compacted topic cannot accept a record without a key")
+def _leader_origin(origin: object) -> AppendOrigin:
+    """The AppendOrigin of a leader append given as the enum or its value; REPLICATION and
+    anything unknown are InvalidRequestError (only a follower append, which keeps the
+    leader's offsets, is a replication)."""
+    try:
+        found = AppendOrigin(origin)
+    except ValueError:
+        found = None
+    if found is None or found is AppendOrigin.REPLICATION:
+        allowed = ", ".join(o.value for o in AppendOrigin if o is not AppendOrigin.REPLICATION)
+        raise InvalidRequestError(f"append origin {origin!r} cannot assign offsets; use one of {allowed}")
+    return found

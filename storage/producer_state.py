@@ -3,7 +3,7 @@
 Per producer id the log keeps a :class:`ProducerStateEntry`: the epoch, the metadata of
 the producer's last five batches (first/last sequence, first/last offset, timestamp),
 the coordinator epoch of its last marker, the first offset of its open transaction and
-its last timestamp. On a leader append (origin ``client``) each batch is checked against
+its last timestamp. On a leader append (``AppendOrigin.CLIENT``) each batch is checked against
 it as Kafka does:
 
 - an epoch older than the entry's is refused (InvalidProducerEpochError);
@@ -16,8 +16,8 @@ it as Kafka does:
   is InvalidTxnStateError; a control batch (COMMIT/ABORT marker) completes it, and a
   marker from an older coordinator epoch is TransactionCoordinatorFencedError.
 
-Origin ``coordinator`` (markers, transactional offset commits) skips the sequence checks;
-``replication`` (follower appends, log replay) skips every check and only updates state.
+Origin ``COORDINATOR`` (markers, transactional offset commits) skips the sequence checks;
+``REPLICATION`` (follower appends, log replay) skips every check and only updates state.
 Checks run on a copy (:class:`ProducerAppendInfo`) before anything is written; the log
 applies it after the write succeeded. The common batch (a known producer, same epoch, next
 sequence, no transaction) takes a fast path: one dict lookup and a few int compares.
@@ -35,6 +35,7 @@ next older one tried.
 
 from __future__ import annotations
 
+import enum
 import logging
 import struct
 from collections.abc import Iterator, Sequence
@@ -54,10 +55,20 @@ from storage.errors import (
 
 log = logging.getLogger(__name__)
 
-CLIENT = "client"
-COORDINATOR = "coordinator"
-REPLICATION = "replication"
-ORIGINS = (CLIENT, COORDINATOR, REPLICATION)
+
+class AppendOrigin(enum.Enum):
+    """Who asks for an append, which decides what the leader checks (Kafka's AppendOrigin).
+
+    CLIENT: producer data (every record validated; epoch, sequence and transaction checks;
+    control batches refused). COORDINATOR: the coordinators' markers and transactional
+    offset commits (control batches allowed; epoch checks, no sequence). REPLICATION: a
+    follower copying its leader, or a replay of the log (no checks: the leader made them).
+    """
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+    REPLICATION = "replication"
+
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -224,7 +235,7 @@ class ProducerAppendInfo:
 
     __slots__ = ("producer_id", "origin", "current", "updated", "started_txns")
 
-    def __init__(self, producer_id: int, current: ProducerStateEntry | None, origin: str) -> None:
+    def __init__(self, producer_id: int, current: ProducerStateEntry | None, origin: AppendOrigin) -> None:
         self.producer_id = producer_id
         self.origin = origin
         self.current = current if current is not None else ProducerStateEntry(producer_id)
@@ -241,7 +252,7 @@ class ProducerAppendInfo:
                 f"epoch {epoch} of producer {self.producer_id} at offset {offset} is older than "
                 f"the last seen epoch {self.updated.producer_epoch}"
             )
-            if self.origin == REPLICATION:
+            if self.origin is AppendOrigin.REPLICATION:
                 log.warning("%s", message)
             else:
                 raise InvalidProducerEpochError(message)
@@ -278,9 +289,9 @@ class ProducerAppendInfo:
         is_transactional: bool,
     ) -> None:
         """Check and record one data batch (Kafka's appendDataBatch)."""
-        if self.origin != REPLICATION:
+        if self.origin is not AppendOrigin.REPLICATION:
             self._check_producer_epoch(epoch, first_offset)
-            if self.origin == CLIENT:
+            if self.origin is AppendOrigin.CLIENT:
                 self._check_sequence(epoch, first_seq, first_offset)
         updated = self.updated
         updated.maybe_update_producer_epoch(epoch)
@@ -291,7 +302,7 @@ class ProducerAppendInfo:
                 f"producer {self.producer_id} has a transaction open since offset "
                 f"{updated.current_txn_first_offset}: expected a transactional write at offset {first_offset}"
             )
-            if self.origin != REPLICATION:
+            if self.origin is not AppendOrigin.REPLICATION:
                 raise InvalidTxnStateError(message)
             log.warning("%s", message)  # the leader wrote it: take it, the transaction stays open
         if updated.current_txn_first_offset < 0 and is_transactional:
@@ -302,7 +313,7 @@ class ProducerAppendInfo:
         self, control_type: int, coordinator_epoch: int, epoch: int, offset: int, timestamp: int
     ) -> CompletedTxn | None:
         """Record a COMMIT (1) or ABORT (0) marker; the completed transaction, None for an empty one."""
-        if self.origin != REPLICATION:
+        if self.origin is not AppendOrigin.REPLICATION:
             self._check_producer_epoch(epoch, offset)
         updated = self.updated
         if updated.coordinator_epoch > coordinator_epoch:
@@ -310,7 +321,7 @@ class ProducerAppendInfo:
                 f"marker for producer {self.producer_id} at offset {offset} has coordinator epoch "
                 f"{coordinator_epoch}, older than {updated.coordinator_epoch}"
             )
-            if self.origin == REPLICATION:
+            if self.origin is AppendOrigin.REPLICATION:
                 log.info("%s", message)
             else:
                 raise TransactionCoordinatorFencedError(message)
@@ -424,14 +435,16 @@ class ProducerStateManager:
 
     # -- appends --------------------------------------------------------------------------
 
-    def prepare_update(self, producer_id: int, origin: str) -> ProducerAppendInfo:
+    def prepare_update(self, producer_id: int, origin: AppendOrigin) -> ProducerAppendInfo:
         """A ProducerAppendInfo checking batches of ``producer_id`` against its current entry."""
         return ProducerAppendInfo(producer_id, self._producers.get(producer_id), origin)
 
-    def analyze(self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: str) -> Analysis | None:
+    def analyze(
+        self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: AppendOrigin
+    ) -> Analysis | None:
         """Check the batches of an append (offsets assigned) against the state; change nothing.
 
-        Returns None when no batch has a producer id, a Duplicate when (origin ``client``)
+        Returns None when no batch has a producer id, a Duplicate when (origin CLIENT)
         a batch equals one of its producer's last five, else the changes for :meth:`apply`.
         Raises the Kafka error of the first batch that breaks a rule. ``buf`` holds the
         batches at their header positions (control batches are decoded from it).
@@ -440,10 +453,10 @@ class ProducerStateManager:
             h = headers[0]
             pid = h.producer_id
             if pid < 0:
-                if h.attributes & _TXN_OR_CONTROL and origin != REPLICATION:
+                if h.attributes & _TXN_OR_CONTROL and origin is not AppendOrigin.REPLICATION:
                     raise InvalidRecordError("a transactional or control batch needs a producer id")
                 return None
-            if origin == CLIENT and not h.attributes & _TXN_OR_CONTROL:
+            if origin is AppendOrigin.CLIENT and not h.attributes & _TXN_OR_CONTROL:
                 entry = self._producers.get(pid)
                 if (
                     entry is not None
@@ -468,17 +481,19 @@ class ProducerStateManager:
             return None
         return self._analyze(headers, buf, origin)
 
-    def _analyze(self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: str) -> Analysis:
+    def _analyze(
+        self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: AppendOrigin
+    ) -> Analysis:
         infos: dict[int, ProducerAppendInfo] = {}
         completed: list[CompletedTxn] = []
         for h in headers:
             pid = h.producer_id
             is_control = bool(h.attributes & CONTROL_MASK)
             if pid < 0:
-                if h.attributes & _TXN_OR_CONTROL and origin != REPLICATION:
+                if h.attributes & _TXN_OR_CONTROL and origin is not AppendOrigin.REPLICATION:
                     raise InvalidRecordError("a transactional or control batch needs a producer id")
                 continue
-            if origin == CLIENT and not is_control:
+            if origin is AppendOrigin.CLIENT and not is_control:
                 if h.base_sequence < 0:
                     raise InvalidRecordError(f"invalid sequence number {h.base_sequence} in a batch of producer {pid}")
                 entry = self._producers.get(pid)
@@ -494,7 +509,7 @@ class ProducerStateManager:
                 try:
                     marker = read_marker(buf, h.position)
                 except (CorruptRecordError, ValueError) as exc:
-                    if origin == REPLICATION:
+                    if origin is AppendOrigin.REPLICATION:
                         log.warning("ignoring an unreadable control batch at offset %d: %s", h.base_offset, exc)
                         continue
                     raise CorruptRecordError(f"unreadable control batch at offset {h.base_offset}: {exc}") from exc
@@ -554,7 +569,7 @@ class ProducerStateManager:
         """Replay one batch read back from the log (origin replication); the completed txn and its LSO, if any."""
         if h.producer_id < 0:
             return None
-        info = self.prepare_update(h.producer_id, REPLICATION)
+        info = self.prepare_update(h.producer_id, AppendOrigin.REPLICATION)
         done = info.append(h, marker)
         self.update(info)
         if done is None:
@@ -728,10 +743,8 @@ class ProducerStateManager:
 
 
 __all__ = [
-    "CLIENT",
-    "COORDINATOR",
-    "REPLICATION",
     "AppendAnalysis",
+    "AppendOrigin",
     "BatchMetadata",
     "CompletedTxn",
     "Duplicate",

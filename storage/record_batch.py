@@ -366,6 +366,49 @@ def _check_offset_deltas(od: np.ndarray | list, last_offset_delta: int) -> None:
         raise CorruptRecordError(f"offset deltas not increasing within 0..{last_offset_delta}")
 
 
+class RecordsSummary(NamedTuple):
+    """What walking every record of one batch found: what the broker's LogValidator needs."""
+
+    max_timestamp: int  # the largest record timestamp (CreateTime); NO_TIMESTAMP without records
+    null_keys: int  # records without a key
+    offsets_in_order: bool  # the offset deltas are exactly 0, 1, ..., recordsCount - 1
+
+
+def walk_records(buf: Buffer, header: BatchHeader, max_decompressed: int | None = None) -> RecordsSummary:
+    """Decompress and parse every record of the batch ``header`` describes in ``buf``.
+
+    The same parser the readers use: the records must tile the (decompressed) body
+    exactly, be as many as recordsCount and have sane field lengths; anything else raises
+    CorruptRecordError. The offset deltas are reported, not checked: a producer's batch
+    must number its records 0..n-1 (the broker refuses others as INVALID_RECORD), a
+    compacted one may have holes. A batch whose deltas are in order is one the readers
+    accept. Keys and values are not copied out. A compressed body that would expand past
+    ``max_decompressed`` bytes is RecordTooLargeError, found while decompressing.
+    """
+    start, end = header.position + HEADER_SIZE, header.position + header.size
+    count = header.records_count
+    data: Buffer
+    if header.compression:
+        data = compression.decompress(header.compression, memoryview(buf)[start:end], max_decompressed)
+        start, end = 0, len(data)
+    else:
+        data = buf
+    if count == 0:
+        if start != end:
+            raise CorruptRecordError(f"{end - start} bytes in a batch of 0 records")
+        return RecordsSummary(NO_TIMESTAMP, 0, True)
+    if count < _NUMPY_MIN_RECORDS:
+        ods, tsds, keys, _, _ = _parse_py(data, start, end, count)
+        return RecordsSummary(header.base_timestamp + max(tsds), keys.count(None), ods == list(range(count)))
+    arr = np.frombuffer(data, np.uint8)
+    f = _parse_np(data, arr, _locate(data, arr, start, end, count), end)
+    return RecordsSummary(
+        header.base_timestamp + int(f.tsd.max()),
+        int(np.count_nonzero(f.klen < 0)),
+        bool((f.od == np.arange(count)).all()),
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # Reading batches
 # ---------------------------------------------------------------------------------------
@@ -1285,8 +1328,10 @@ __all__ = [
     "RecordBatch",
     "RecordBatchBuilder",
     "RecordColumns",
+    "RecordsSummary",
     "build_control_batch",
     "committed_batches",
     "decode_columns",
     "iter_batches",
+    "walk_records",
 ]

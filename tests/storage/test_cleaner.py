@@ -15,6 +15,7 @@ from storage import Log, RecordBatchBuilder, build_control_batch, iter_batches
 from storage.batch_header import read_header
 from storage.cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner, SkimpyOffsetMap
 from storage.errors import InvalidRecordError
+from storage.producer_state import AppendOrigin
 from tests.storage.batches import abandon
 
 DAY = 24 * 3600 * 1000
@@ -322,7 +323,7 @@ def test_empty_batch_kept_only_when_producer_state_needs_it(tmp_path):
         log.append(batch([(b"b", b"1")], producer_id=7, producer_epoch=0, base_sequence=1))  # 1: pid 7's last
         log.append(batch([(b"a", b"2"), (b"b", b"2")]))  # 2, 3 supersede both
         log.append(batch([(b"c", b"3")]))  # 4
-        log.append(build_control_batch(True, 9, 1, timestamp=1000))  # 5: a marker, kept as is
+        log.append(build_control_batch(True, 9, 1, timestamp=1000), origin=AppendOrigin.COORDINATOR)  # 5: a marker
         log.append(batch([(b"z", b"4")]))  # 6
         log.roll()
         log.clean(force=True)

@@ -18,6 +18,7 @@ from storage.errors import (
 from storage.producer_state import (
     INT32_MAX,
     AppendAnalysis,
+    AppendOrigin,
     BatchMetadata,
     CompletedTxn,
     Duplicate,
@@ -47,7 +48,7 @@ def control(pid, epoch, commit, coordinator_epoch=0, *, offset=0):
     return read_header(buf), bytes(buf)
 
 
-def append(psm, h_buf, origin="client"):
+def append(psm, h_buf, origin=AppendOrigin.CLIENT):
     h, buf = h_buf
     analysis = psm.analyze([h], buf, origin)
     if isinstance(analysis, Duplicate):
@@ -79,11 +80,11 @@ def test_entry_keeps_the_last_five_batches_and_finds_duplicates():
 def test_analyze_changes_nothing_until_applied(psm):
     append(psm, header(P, 0, 0, 2, offset=0))
     h, buf = header(P, 0, 2, offset=2)
-    pending = psm.analyze([h], buf, "client")
+    pending = psm.analyze([h], buf, AppendOrigin.CLIENT)
     assert psm.last_entry(P).last_seq == 1  # not applied yet
     psm.apply(pending)
     assert psm.last_entry(P).last_seq == 2
-    assert isinstance(psm.analyze([h], buf, "client"), Duplicate)
+    assert isinstance(psm.analyze([h], buf, AppendOrigin.CLIENT), Duplicate)
 
 
 def test_rules_on_the_general_path(psm):
@@ -99,11 +100,11 @@ def test_rules_on_the_general_path(psm):
     with pytest.raises(InvalidTxnStateError):
         psm.analyze(*_one(header(P, 1, 2, offset=2)))
     # Replication never refuses.
-    append(psm, header(P, 0, 40, offset=2), origin="replication")
+    append(psm, header(P, 0, 40, offset=2), origin=AppendOrigin.REPLICATION)
     assert psm.last_entry(P).last_seq == 40 and psm.first_unstable_offset == 1
 
 
-def _one(h_buf, origin="client"):
+def _one(h_buf, origin=AppendOrigin.CLIENT):
     h, buf = h_buf
     return [h], buf, origin
 
@@ -111,14 +112,14 @@ def _one(h_buf, origin="client"):
 def test_markers_complete_transactions_and_give_the_lso(psm):
     append(psm, header(P, 0, 0, txn=True, offset=0))
     append(psm, header(Q, 0, 0, txn=True, offset=1))
-    done = append(psm, control(P, 0, commit=False, coordinator_epoch=2, offset=2), origin="coordinator")
+    done = append(psm, control(P, 0, commit=False, coordinator_epoch=2, offset=2), origin=AppendOrigin.COORDINATOR)
     assert done == [(CompletedTxn(P, 0, 2, True), 1)]  # Q's open transaction bounds the LSO
     assert psm.first_unstable_offset == 0  # P's stays until its marker is below the HW
     psm.on_high_watermark_updated(3)
     assert psm.first_unstable_offset == 1
     with pytest.raises(TransactionCoordinatorFencedError):
-        psm.analyze(*_one(control(P, 0, commit=True, coordinator_epoch=1, offset=3), "coordinator"))
-    done = append(psm, control(Q, 0, commit=True, offset=3), origin="coordinator")
+        psm.analyze(*_one(control(P, 0, commit=True, coordinator_epoch=1, offset=3), AppendOrigin.COORDINATOR))
+    done = append(psm, control(Q, 0, commit=True, offset=3), origin=AppendOrigin.COORDINATOR)
     assert done == [(CompletedTxn(Q, 1, 3, False), 4)]
     psm.on_high_watermark_updated(4)
     assert psm.first_unstable_offset is None
@@ -130,7 +131,7 @@ def test_a_request_with_several_producers(psm):
     b, bbuf = header(Q, 0, 0, offset=2, txn=True)
     buf = abuf + bbuf
     b = b._replace(position=len(abuf))
-    analysis = psm.analyze([a, b], buf, "client")
+    analysis = psm.analyze([a, b], buf, AppendOrigin.CLIENT)
     assert isinstance(analysis, AppendAnalysis) and len(analysis.infos) == 2
     psm.apply(analysis)
     assert psm.last_entry(P).last_seq == 1 and psm.first_unstable_offset == 2

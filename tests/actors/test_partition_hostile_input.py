@@ -1,0 +1,196 @@
+"""Bad input at a real PartitionReplica actor: Kafka-named errors, the log as it was, the
+actor alive (same process, never restarted), and the follower still an exact copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import ray
+from hypothesis import HealthCheck, given, settings
+
+from actors.partition import PartitionReplica
+from storage import AppendOrigin, RecordBatchBuilder, build_control_batch, decode_columns, iter_batches
+from storage.errors import (
+    InvalidFetchSizeError,
+    InvalidRecordError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    KafkaError,
+    OffsetOutOfRangeError,
+)
+from tests.helpers import wait_for
+from tests.storage.hostile_batches import check_stored, is_kafka_named, requests
+
+EPOCH = 0
+P = 77  # a producer id
+FAST = {"replica.fetch.wait.max.ms": 50}
+
+
+def batch(values: list[bytes], **kwargs: object) -> bytes:
+    builder = RecordBatchBuilder(**kwargs)
+    for v in values:
+        builder.append(v, key=b"k", timestamp=1_700_000_000_000)
+    return builder.build()
+
+
+class Pair:
+    """A leader and a follower replica, and what the leader must still serve."""
+
+    def __init__(self, leader, follower) -> None:  # noqa: ANN001 - actor handles
+        self.leader, self.follower = leader, follower
+        self.pids = self.pids_now()
+        self.stored = b""
+
+    def pids_now(self) -> tuple[int, int]:
+        return tuple(ray.get(handle.describe.remote())["pid"] for handle in (self.leader, self.follower))
+
+    def end(self) -> int:
+        return ray.get(self.leader.describe.remote())["log_end_offset"]
+
+    def everything(self, replica=None) -> bytes:  # noqa: ANN001 - an actor handle
+        """Every batch a consumer (or ``replica``'s own log) holds, a segment per read."""
+        out, offset, end = [], 0, self.end()
+        while offset < end:
+            if replica is None:
+                records = ray.get(self.leader.fetch.remote(offset, 2**31 - 1, 0)).records
+            else:
+                records = ray.get(replica.read_local.remote(offset, 2**31 - 1))[0]
+            out.append(records)
+            offset = list(iter_batches(records))[-1].next_offset
+        return b"".join(out)
+
+    def check_intact(self) -> None:
+        """Same processes, every accepted record served, and the follower has the same bytes."""
+        assert self.pids_now() == self.pids
+        assert self.everything() == self.stored
+        end = self.end()
+        wait_for(lambda: ray.get(self.follower.describe.remote())["log_end_offset"] == end, 30, what="replication")
+        assert self.everything(self.follower) == self.stored
+
+
+@pytest.fixture(scope="module")
+def pair(ray_session, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile-actors")
+    # max_restarts=0: a crash would show as a dead actor, never as a quiet restart.
+    replica = ray.remote(PartitionReplica).options(num_cpus=0, max_concurrency=100, max_restarts=0)
+    config = {"segment.bytes": 1 << 20}
+    leader = replica.remote("h", 0, 0, str(root / "b0"), config)
+    follower = replica.remote("h", 0, 1, str(root / "b1"), config)
+    ray.get(leader.become_leader.remote(EPOCH, [0, 1], [0, 1], 300000, 0, None, FAST))
+    ray.get(follower.become_follower.remote(EPOCH, 0, leader, [0, 1], [0, 1], 0, 300000, FAST))
+    yield Pair(leader, follower)
+    for handle in (leader, follower):
+        ray.get(handle.close.remote())
+        ray.kill(handle)
+
+
+def produce(pair: Pair, records: object, *args: object) -> int:
+    result = ray.get(pair.leader.produce.remote(records, -1, 30000, EPOCH, *args))
+    pair.stored += ray.get(pair.leader.fetch.remote(result.base_offset, 2**31 - 1, 0)).records
+    return result.base_offset
+
+
+def test_a_forged_marker_is_refused_from_any_produce_and_the_marker_path_still_works(pair):
+    produce(pair, batch([b"t1", b"t2"], producer_id=P, producer_epoch=0, base_sequence=0, is_transactional=True))
+    lso = ray.get(pair.leader.describe.remote())["last_stable_offset"]
+    forged = build_control_batch(True, P, 0)
+    for origin in (AppendOrigin.CLIENT, "client", AppendOrigin.COORDINATOR, "coordinator"):
+        with pytest.raises(InvalidRecordError, match="control batch"):
+            ray.get(pair.leader.produce.remote(forged, 1, 30000, EPOCH, origin))
+    with pytest.raises(InvalidRequestError):
+        ray.get(pair.leader.produce.remote(batch([b"x"]), 1, 30000, EPOCH, AppendOrigin.REPLICATION))
+    assert ray.get(pair.leader.describe.remote())["last_stable_offset"] == lso  # the transaction is still open
+    pair.check_intact()
+    marker_offset = ray.get(pair.leader.write_txn_marker.remote(P, 0, 0, True, EPOCH))
+    pair.stored += ray.get(pair.leader.fetch.remote(marker_offset, 2**31 - 1, 0)).records
+    wait_for(lambda: ray.get(pair.leader.describe.remote())["last_stable_offset"] == marker_offset + 1, 30)
+    pair.check_intact()
+
+
+BAD_CALLS = [
+    # (method, args, error)
+    ("fetch", (-1, 1024, 0), OffsetOutOfRangeError),
+    ("fetch", (2**62, 1024, 0), OffsetOutOfRangeError),
+    ("fetch", (2**64, 1024, 0), InvalidRequestError),
+    ("fetch", ("0", 1024, 0), InvalidRequestError),
+    ("fetch", (0.5, 1024, 0), InvalidRequestError),
+    ("fetch", (None, 1024, 0), InvalidRequestError),
+    ("fetch", (True, 1024, 0), InvalidRequestError),
+    ("fetch", (0, -1, 0), InvalidFetchSizeError),
+    ("fetch", (0, 2**40, 0), InvalidFetchSizeError),
+    ("fetch", (0, "1MB", 0), InvalidRequestError),
+    ("fetch", (0, 1024, 2**40), InvalidRequestError),
+    ("fetch", (0, 1024, "soon"), InvalidRequestError),
+    ("fetch", (0, 1024, 0, 2**40), InvalidRequestError),
+    ("fetch", (0, 1024, 0, 1, 2), InvalidRequestError),
+    ("fetch", (0, 1024, 0, 1, "read_committed"), InvalidRequestError),
+    ("fetch", (0, 1024, 0, 1, 0, "epoch"), InvalidRequestError),
+    ("fetch", (0, 1024, 0, 1, 0, -1, 2**40), InvalidRequestError),
+    ("list_offsets", (-4,), InvalidRequestError),
+    ("list_offsets", (-(2**63),), InvalidRequestError),
+    ("list_offsets", (2**63,), InvalidRequestError),
+    ("list_offsets", ("latest",), InvalidRequestError),
+    ("list_offsets", (None,), InvalidRequestError),
+    ("list_offsets", (1.5,), InvalidRequestError),
+    ("list_offsets", (-1, -1, 7), InvalidRequestError),
+    ("list_offsets", (-1, 2**31), InvalidRequestError),
+    ("delete_records", (-2,), OffsetOutOfRangeError),
+    ("delete_records", ("all",), InvalidRequestError),
+    ("offset_for_leader_epoch", ("0",), InvalidRequestError),
+    ("produce", (batch([b"x"]), "all"), InvalidRequiredAcksError),
+    ("produce", (batch([b"x"]), 1, -5), InvalidRequestError),
+    ("produce", (batch([b"x"]), 1, "30s"), InvalidRequestError),
+    ("produce", (batch([b"x"]), 1, 30000, EPOCH, "nobody"), InvalidRequestError),
+    ("produce", (batch([b"x"]), 1, 30000, EPOCH, "client", ("s", "one", 0)), InvalidRequestError),
+    ("produce", ("records", 1, 30000, EPOCH), InvalidRequestError),
+    ("produce", (None, 1, 30000, EPOCH), InvalidRequestError),
+    ("write_txn_marker", ("pid", 0, 0, True), InvalidRequestError),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "error"), BAD_CALLS, ids=[f"{m}{a!r:.40}" for m, a, _ in BAD_CALLS])
+def test_bad_arguments_get_a_clear_kafka_error_and_no_crash(pair, method, args, error):
+    if not pair.stored:
+        produce(pair, batch([b"a", b"b"]))
+    with pytest.raises(error) as refused:
+        ray.get(getattr(pair.leader, method).remote(*args), timeout=60)
+    assert is_kafka_named(refused.value)
+    pair.check_intact()
+
+
+def test_good_arguments_of_every_integer_kind_still_work(pair):
+    if not pair.stored:
+        produce(pair, batch([b"a", b"b"]))
+    end = pair.end()
+    fetched = ray.get(pair.leader.fetch.remote(np.int64(0), np.int32(1 << 20), 0, np.int64(1), 0, np.int32(EPOCH)))
+    assert fetched.records and pair.stored.startswith(fetched.records)  # the first segment's batches
+    assert ray.get(pair.leader.fetch.remote(0, 0, 0)).records  # max_bytes 0: still one batch (KIP-74)
+    assert ray.get(pair.leader.fetch.remote(end, 1024, -5)).records == b""  # a negative wait answers at once
+    assert ray.get(pair.leader.list_offsets.remote(np.int64(-1))).offset == end
+    latest_ts = max(b.max_timestamp for b in iter_batches(pair.stored))  # markers count too
+    found = ray.get(pair.leader.list_offsets.remote(-3))  # KIP-734: the record with the largest timestamp
+    assert found.timestamp == latest_ts and 0 <= found.offset < end
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=requests())
+def test_hostile_requests_through_ray(pair, request):
+    """The storage property, end to end: each request is stored as Kafka would or refused
+    with a Kafka-named error; the actor lives on and the follower copies exactly."""
+    end = pair.end()
+    try:
+        result = ray.get(pair.leader.produce.remote(request, -1, 30000, EPOCH))
+    except KafkaError as error:
+        assert is_kafka_named(error), repr(error)
+        assert pair.end() == end
+    else:
+        stored = ray.get(pair.leader.fetch.remote(result.base_offset, 2**31 - 1, 0)).records
+        check_stored(request, stored, end, EPOCH)
+        pair.stored += stored
+    assert pair.pids_now() == pair.pids
+    assert pair.everything() == pair.stored
+    assert len(decode_columns(pair.stored)) == sum(not b.is_control for b in iter_batches(pair.stored) for _ in b)
+
+
+def test_after_the_storm_the_follower_is_an_exact_copy(pair):
+    pair.check_intact()
