@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,10 @@ def _to_float(value: Any) -> float:
 
 
 def _to_str(value: Any) -> str:
-    # Numbers are written as strings (acks=1); anything else would be a repr, not a value.
+    # Numbers are written as strings (acks=1), paths as their text (log.dirs); anything
+    # else would be a repr, not a value.
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"expected a string, got {type(value).__name__}")
     return str(value)
