@@ -27,6 +27,7 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,16 @@ from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
-from storage.config import LOG_CONFIG
+from storage.config import LOG_CONFIG, validate_log_config
 from storage.errors import (
     ElectionNotNeededError,
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    KafkaError,
     LeaderNotAvailableError,
     PolicyViolationError,
     PreferredLeaderNotAvailableError,
@@ -59,6 +62,9 @@ CONTROLLER_NAME = "controller"
 SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
 STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
 MAX_TOPIC_NAME_LENGTH = 249
+INT32_MAX = 2**31 - 1
+# Kafka's controller refuses a request that would add more partitions than this (KAFKA-17870).
+MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 NO_LEADER = -1
@@ -88,6 +94,32 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}")
     if not _LEGAL_TOPIC.fullmatch(name):
         raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def unify_collision_chars(name: str) -> str:
+    """Kafka's Topic.unifyCollisionChars: metric names replace '.' with '_', so two topics
+    that differ only there would share their metrics; Kafka refuses the second one."""
+    return name.replace(".", "_")
+
+
+def resolve_count(value: Any, default: int, what: str, error: type[KafkaError]) -> int:
+    """A partition count or replication factor as CreateTopics takes it (KIP-464): None or -1
+    means the broker default; anything else must be an int32 of at least 1."""
+    if value is None or (type(value) is int and value == -1):
+        return default
+    # bool is an int to Python, never a count to Kafka (an int32 on the wire).
+    if type(value) is not int:
+        raise error(f"{what} must be an integer or -1 (the broker default), got {value!r}")
+    if not 1 <= value <= INT32_MAX:
+        raise error(f"{what} is {value}; it must be at least 1, or -1 for the broker default")
+    return value
+
+
+def _check_partitions_per_request(count: int) -> None:
+    if count > MAX_PARTITIONS_PER_REQUEST:
+        raise PolicyViolationError(
+            f"excessively large number of partitions per request: {count} (the limit is {MAX_PARTITIONS_PER_REQUEST})"
+        )
 
 
 def new_cluster_id() -> str:
@@ -328,26 +360,44 @@ class Controller:
         configs: dict[str, Any] | None = None,
         replica_assignment: list[list[int]] | None = None,
     ) -> TopicMetadata:
-        """Create a topic (Kafka's CreateTopics) and start its replicas."""
+        """Create a topic (Kafka's CreateTopics) and start its replicas.
+
+        ``num_partitions`` / ``replication_factor`` of None or -1 take the broker defaults
+        (KIP-464); 0 and other negatives are refused, as is a replication factor above the
+        number of live brokers. With a ``replica_assignment`` both must be left unset.
+        """
         await self._ensure_started()
         validate_topic_name(name)
-        overrides = LOG_CONFIG.parse(configs or {}).non_default() if configs else {}
-        overrides = {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}
+        overrides = self._topic_overrides(configs)
         async with self._mutex():
             if name in self._state.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            unified = unify_collision_chars(name)
+            for existing in self._state.topics:
+                if unify_collision_chars(existing) == unified:
+                    raise InvalidTopicError(
+                        f"topic {name!r} collides with existing topic {existing!r} ('.' and '_' are the same in metric names)"
+                    )
             live = self._live_brokers()
             if replica_assignment is not None:
-                assignment = [list(r) for r in replica_assignment]
-                self._check_assignment(assignment)
+                if num_partitions not in (None, -1) or replication_factor not in (None, -1):
+                    raise InvalidRequestError(
+                        "a replica assignment was given: num_partitions and replication_factor must be unset (-1)"
+                    )
+                assignment = self._manual_assignment(replica_assignment, live)
             else:
-                partitions = num_partitions or self._config["num.partitions"]
-                if partitions < 1:
-                    raise InvalidPartitionsError(f"num_partitions={partitions}; must be at least 1")
-                rf = replication_factor or self._config["default.replication.factor"]
-                if rf < 1:
-                    raise InvalidReplicationFactorError(f"replication factor {rf}; must be at least 1")
+                partitions = resolve_count(
+                    num_partitions, self._config["num.partitions"], "num_partitions", InvalidPartitionsError
+                )
+                rf = resolve_count(
+                    replication_factor,
+                    self._config["default.replication.factor"],
+                    "replication factor",
+                    InvalidReplicationFactorError,
+                )
+                _check_partitions_per_request(partitions)
                 assignment = assign_replicas(partitions, rf, live)
+            self._check_topic_config(overrides)
             self._write({"type": "topic", "name": name, "configs": overrides, "topic_id": new_topic_id()})
             for p, replicas in enumerate(assignment):
                 self._write_partition(name, p, _Partition(replicas, NO_LEADER, -1, list(replicas)))
@@ -380,18 +430,38 @@ class Controller:
     async def create_partitions(
         self, name: str, total: int, assignment: list[list[int]] | None = None
     ) -> TopicMetadata:
-        """Grow a topic to ``total`` partitions (Kafka never shrinks one)."""
+        """Grow a topic to ``total`` partitions (Kafka never shrinks one).
+
+        An explicit ``assignment`` lists the replicas of each new partition: exactly
+        ``total`` minus the current count of them, each as long as the topic's replication
+        factor (INVALID_REPLICA_ASSIGNMENT otherwise).
+        """
         await self._ensure_started()
         async with self._mutex():
             topic = self._require_topic(name)
             current = len(topic.partitions)
+            if type(total) is not int:
+                raise InvalidPartitionsError(f"the new partition count must be an integer, got {total!r}")
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; asked for {total}")
+            if total > INT32_MAX:
+                raise InvalidPartitionsError(f"{total} partitions is above the limit {INT32_MAX}")
+            _check_partitions_per_request(total - current)
             rf = len(topic.partitions[0].replicas)
+            live = self._live_brokers()
             if assignment is None:
-                assignment = assign_replicas(total - current, rf, self._live_brokers(), first_partition=current)
+                assignment = assign_replicas(total - current, rf, live, first_partition=current)
             else:
-                self._check_assignment(assignment)
+                assignment = self._manual_assignment(assignment, live)
+                if len(assignment) != total - current:
+                    raise InvalidReplicaAssignmentError(
+                        f"increasing the partition count by {total - current} needs as many replica lists; "
+                        f"{len(assignment)} given"
+                    )
+                if len(assignment[0]) != rf:
+                    raise InvalidReplicaAssignmentError(
+                        f"topic {name!r} has replication factor {rf}; the new partitions have {len(assignment[0])}"
+                    )
             for i, replicas in enumerate(assignment):
                 self._write_partition(name, current + i, _Partition(list(replicas), NO_LEADER, -1, list(replicas)))
             await asyncio.gather(
@@ -423,17 +493,25 @@ class Controller:
     async def alter_configs(
         self, name: str, set_configs: dict[str, Any] | None = None, delete_configs: list[str] | None = None
     ) -> dict[str, Any]:
-        """Set and/or remove topic config overrides (Kafka's IncrementalAlterConfigs)."""
+        """Set and/or remove topic config overrides (Kafka's IncrementalAlterConfigs).
+
+        Every key and value is checked before anything changes: one bad entry refuses the
+        whole request (INVALID_CONFIG) and leaves the topic's configs as they were.
+        """
         await self._ensure_started()
+        changes = self._topic_overrides(set_configs)
+        if delete_configs is None:
+            delete_configs = []
+        if not isinstance(delete_configs, (list, tuple, set, frozenset)):
+            raise InvalidConfigError(f"configs to delete must be a list of keys, got {type(delete_configs).__name__}")
+        removed = [LOG_CONFIG.canonical(key) for key in delete_configs]
         async with self._mutex():
             topic = self._require_topic(name)
             merged = dict(topic.configs)
-            for key in delete_configs or []:
-                merged.pop(LOG_CONFIG.canonical(key), None)
-            for key, value in (set_configs or {}).items():
-                canonical = LOG_CONFIG.canonical(key)
-                checked = LOG_CONFIG.keys[canonical].convert(value)
-                merged[canonical] = list(checked) if isinstance(checked, tuple) else checked
+            for key in removed:
+                merged.pop(key, None)
+            merged.update(changes)
+            self._check_topic_config(merged)
             self._write({"type": "topic_config", "name": name, "configs": merged})
             effective = self._effective_config(topic)
             for (t, _, _), handle in list(self._handles.items()):
@@ -472,6 +550,9 @@ class Controller:
         """
         await self._ensure_started()
         names = list(self._state.topics) if topics is None else list(topics)
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidTopicError(f"a topic name is a string, got {type(name).__name__}")
         if auto_create and self._config["auto.create.topics.enable"]:
             for name in names:
                 if name not in self._state.topics and name not in INTERNAL_TOPICS:
@@ -1043,6 +1124,8 @@ class Controller:
         return {**topic_defaults(self._config), **topic.configs}
 
     def _require_topic(self, name: str) -> _Topic:
+        if not isinstance(name, str):
+            raise InvalidTopicError(f"a topic name is a string, got {type(name).__name__}")
         topic = self._state.topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
@@ -1059,14 +1142,46 @@ class Controller:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
 
     def _check_assignment(self, assignment: list[list[int]]) -> None:
-        if not assignment or any(not replicas for replicas in assignment):
-            raise InvalidReplicaAssignmentError("every partition needs at least one replica")
+        if not isinstance(assignment, (list, tuple)) or not assignment:
+            raise InvalidReplicaAssignmentError("a replica assignment is a non-empty list of replica lists")
+        for replicas in assignment:
+            if not isinstance(replicas, (list, tuple)) or not replicas:
+                raise InvalidReplicaAssignmentError("every partition needs at least one replica")
+            if any(type(b) is not int for b in replicas):
+                raise InvalidReplicaAssignmentError(f"bad replica list {replicas!r}: broker ids are integers")
         sizes = {len(replicas) for replicas in assignment}
         if len(sizes) != 1:
             raise InvalidReplicaAssignmentError("all partitions must have the same replication factor")
         for replicas in assignment:
             if len(set(replicas)) != len(replicas) or any(b not in self._state.brokers for b in replicas):
                 raise InvalidReplicaAssignmentError(f"bad replica list {replicas}")
+
+    def _manual_assignment(self, raw: Any, live: list[int]) -> list[list[int]]:
+        """A replica assignment given by the user, checked as Kafka's controller does: known
+        brokers, no duplicates, one replication factor, and some live replica per partition."""
+        self._check_assignment(raw)
+        _check_partitions_per_request(len(raw))
+        assignment = [list(replicas) for replicas in raw]
+        for p, replicas in enumerate(assignment):
+            if not any(b in live for b in replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"every broker in the replica list {replicas} of partition {p} is down"
+                )
+        return assignment
+
+    def _topic_overrides(self, configs: Any) -> dict[str, Any]:
+        """A topic's config overrides as given (each key and value checked, nothing filled in),
+        stored as JSON-ready values."""
+        if configs is None:
+            return {}
+        if not isinstance(configs, Mapping):
+            raise InvalidConfigError(f"topic configs must be a mapping of keys to values, got {type(configs).__name__}")
+        overrides = LOG_CONFIG.convert_overrides(configs)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}
+
+    def _check_topic_config(self, overrides: dict[str, Any]) -> None:
+        """The rules between keys (Kafka's LogConfig.validateValues), on the config the topic would have."""
+        validate_log_config({**topic_defaults(self._config), **overrides})
 
     def _partition_metadata(self, topic: str, p: int, part: _Partition) -> PartitionMetadata:
         handle = self._handles.get((topic, p, part.leader)) if part.leader != NO_LEADER else None

@@ -63,6 +63,15 @@ class PartitionLag:
     lag: int
 
 
+def _config_dict(configs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Topic configs as the controller takes them: a plain dict, checked key by key there."""
+    if configs is None:
+        return {}
+    if not isinstance(configs, Mapping):
+        raise InvalidConfigError(f"topic configs must be a mapping of keys to values, got {type(configs).__name__}")
+    return dict(configs)
+
+
 class Admin:
     """Administrative operations on a rayqueue cluster."""
 
@@ -81,13 +90,17 @@ class Admin:
         configs: Mapping[str, Any] | None = None,
         replica_assignment: list[list[int]] | None = None,
     ) -> TopicMetadata:
-        """Create one topic; defaults come from num.partitions / default.replication.factor."""
+        """Create one topic. ``num_partitions`` / ``replication_factor`` of None or -1 take the
+        broker's num.partitions / default.replication.factor (KIP-464); 0 and other negatives
+        are InvalidPartitionsError / InvalidReplicationFactorError, as is a replication factor
+        above the number of live brokers. A name that differs from an existing topic's only
+        in '.' versus '_' is an InvalidTopicError (their metric names would collide)."""
         return call_controller(
             self._controller.create_topic,
             name,
             num_partitions,
             replication_factor,
-            dict(configs or {}),
+            _config_dict(configs),
             replica_assignment,
         )
 
@@ -127,9 +140,14 @@ class Admin:
     def alter_configs(
         self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: Iterable[str] | None = None
     ) -> dict[str, Any]:
-        """Set or remove topic config overrides; returns the topic's overrides."""
+        """Set or remove topic config overrides; returns the topic's overrides. A bad key or
+        value is an InvalidConfigError and changes nothing."""
+        if isinstance(delete_configs, str):
+            delete_configs = [delete_configs]  # one key, not its characters
+        elif delete_configs is not None and not isinstance(delete_configs, Iterable):
+            raise InvalidConfigError(f"configs to delete must be a list of keys, got {type(delete_configs).__name__}")
         return call_controller(
-            self._controller.alter_configs, name, dict(set_configs or {}), list(delete_configs or [])
+            self._controller.alter_configs, name, _config_dict(set_configs), list(delete_configs or [])
         )
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

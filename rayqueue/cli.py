@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from actors.config import load_toml
 from actors.types import ClusterMetadata, TopicPartition
-from rayqueue.cluster import EMBEDDED_NUM_CPUS, Cluster, connect, launch
+from rayqueue.cluster import Cluster, connect, join_ray, launch, start_embedded_ray
 from storage.errors import KafkaError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
@@ -106,13 +106,11 @@ class CliError(Exception):
 
 
 def _quiet_ray() -> None:
-    """Silence Ray's start-up chatter; must run before ray.init.
+    """Keep Ray's own chatter out of the terminal: its INFO lines stay in its log files.
 
-    Ray 2.60 warns about token authentication on every init when a token exists on the
-    machine; RAY_AUTH_MODE=disabled (read at init) turns that off. An explicit
-    RAY_AUTH_MODE in the environment wins, for clusters that do use tokens.
+    Authentication is left to Ray's rules (rayqueue.cluster): an embedded Ray keeps Ray's
+    default, and joining a cluster uses the token Ray's own tools would find.
     """
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     logging.getLogger("ray").setLevel(logging.WARNING)
 
 
@@ -246,16 +244,9 @@ def start(
     _quiet_ray()
     embedded = not address
     if embedded:
-        # "local" forces a fresh Ray even when `ray start` left a cluster address behind.
-        ray.init(
-            address="local",
-            num_cpus=EMBEDDED_NUM_CPUS,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+        start_embedded_ray()
     else:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        join_ray(address)
 
     stop = threading.Event()
     try:

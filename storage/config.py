@@ -14,6 +14,8 @@ machinery.
 from __future__ import annotations
 
 import difflib
+import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,8 @@ from storage.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+# Kafka's INT and LONG types are Java's int32 and int64: a value outside cannot be stored.
+_TYPE_RANGES: dict[str, tuple[int, int]] = {"int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX)}
 
 
 def _to_bool(value: Any) -> bool:
@@ -35,22 +39,49 @@ def _to_bool(value: Any) -> bool:
 def _to_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"expected an integer, got {value!r}")
-    return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"expected an integer, got {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        return int(value.strip())
+    raise ValueError(f"expected an integer, got {type(value).__name__}")
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {value!r}")
+    converted = float(value.strip() if isinstance(value, str) else value)
+    if not math.isfinite(converted):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return converted
+
+
+def _to_str(value: Any) -> str:
+    # Numbers are written as strings (acks=1), paths as their text (log.dirs); anything
+    # else would be a repr, not a value.
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return str(value)
 
 
 def _to_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    return tuple(str(part) for part in value)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
+        raise ValueError(f"expected a comma-separated string or a list of strings, got {value!r}")
+    return tuple(value)
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "int": _to_int,
     "long": _to_int,
-    "double": float,
-    "string": str,
+    "double": _to_float,
+    "string": _to_str,
     "boolean": _to_bool,
     "list": _to_list,
     "any": lambda value: value,
@@ -78,8 +109,12 @@ class ConfigKey:
             raise InvalidConfigError(f"{self.name} must not be null")
         try:
             converted = _CONVERTERS[self.type](value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidConfigError(f"{self.name}={value!r}: {exc}") from None
+        if self.type in _TYPE_RANGES:
+            low, high = _TYPE_RANGES[self.type]
+            if not low <= converted <= high:
+                raise InvalidConfigError(f"{self.name}={converted!r} does not fit Kafka's {self.type} type")
         if self.min is not None and converted < self.min:
             raise InvalidConfigError(f"{self.name}={converted!r} is below the minimum {self.min}")
         if self.max is not None and converted > self.max:
@@ -147,6 +182,8 @@ class ConfigDef:
 
     def canonical(self, key: str) -> str:
         """The dotted Kafka name for ``key`` (dotted or keyword form), or InvalidConfigError."""
+        if not isinstance(key, str):
+            raise InvalidConfigError(f"a {self.name} config key is a string, got {key!r}")
         if key in self.keys:
             return key
         if key in self._python_names:
@@ -164,6 +201,11 @@ class ConfigDef:
         for name, key in self.keys.items():
             result[name] = key.convert(given[name]) if name in given else key.default
         return Config(result, self)
+
+    def convert_overrides(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The given keys only, canonical and converted (no defaults filled in): what a
+        topic stores as its overrides. Raises InvalidConfigError on the first bad entry."""
+        return {self.canonical(key): self.keys[self.canonical(key)].convert(value) for key, value in values.items()}
 
     def defaults(self) -> Config:
         """The configuration with every key at Kafka's default."""
@@ -217,6 +259,17 @@ LOG_CONFIG = ConfigDef(
         ),
     ],
 )
+
+
+def validate_log_config(values: Mapping[str, Any]) -> None:
+    """The rules between topic keys that no single key can check (Kafka's
+    LogConfig.validateValues), on a topic's effective configuration."""
+    min_lag = values.get("min.compaction.lag.ms", LOG_CONFIG.keys["min.compaction.lag.ms"].default)
+    max_lag = values.get("max.compaction.lag.ms", LOG_CONFIG.keys["max.compaction.lag.ms"].default)
+    if min_lag > max_lag:
+        raise InvalidConfigError(
+            f"conflicting topic configs: min.compaction.lag.ms ({min_lag}) > max.compaction.lag.ms ({max_lag})"
+        )
 
 
 def log_config(overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:

@@ -1,0 +1,48 @@
+"""What a new user sees: `rayqueue start` and the CLI print rayqueue's lines, not Ray's.
+
+Runs the commands as separate processes with a user's environment (Ray's default token
+authentication included), as a person following the README would.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.rayqueue.processes import RAYQUEUE, Background, ray_lines, run, user_env
+
+
+def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = user_env(home)
+    ns = ["--name", "rayqueue-quiet-test"]
+    start = Background(
+        [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns],
+        env,
+        tmp_path / "start.log",
+    )
+    outputs: dict[str, str] = {}
+    try:
+        ready = start.wait_for("Running in the foreground", 180)
+        address = re.search(r"--address (\S+) or RAY_ADDRESS", ready).group(1)
+        at = ["--address", address, *ns]
+        # 18 replica actors and the 3 coordinators: a worker process each, far more than
+        # Ray's default expects of a 2-core machine.
+        code, outputs["topics create"] = run(
+            [*RAYQUEUE, "topics", "create", "quiet", "--partitions", "6"] + ["--replication-factor", "3", *at], env
+        )
+        assert code == 0 and "Created topic quiet (6 partitions, replication factor 3)" in outputs["topics create"]
+        code, outputs["produce"] = run([*RAYQUEUE, "produce", "quiet", *at], env, stdin="a\nb\nc\n")
+        assert code == 0 and "Produced 3 records" in outputs["produce"]
+        code, outputs["consume"] = run(
+            [*RAYQUEUE, "consume", "quiet", "--from-beginning", "--max-messages", "3", *at], env
+        )
+        assert code == 0 and {"a", "b", "c"} <= set(outputs["consume"].splitlines())
+        code, outputs["status"] = run([*RAYQUEUE, "status", *at], env)
+        assert code == 0 and re.search(r"Replica actors:\s+18", outputs["status"])
+    finally:
+        code = start.stop()
+        outputs["start"] = start.output()
+    assert code == 0 and "Stopped." in outputs["start"], outputs["start"]
+    noise = {command: ray_lines(text) for command, text in outputs.items() if ray_lines(text)}
+    assert not noise, noise
