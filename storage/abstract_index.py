@@ -111,7 +111,7 @@ class AbstractIndex:
     def _append_raw(self, *fields: int) -> None:
         entries = self._entries
         if entries >= self._max_entries:
-            raise CorruptIndexError(f"index {self.path.name} is full ({entries} entries)")
+            raise CorruptIndexError(f"{self.path}: full ({entries} entries)")
         self.entry.pack_into(self._mmap, entries * self.entry_size, *fields)  # type: ignore[arg-type]
         self._entries = entries + 1
         self._last = fields
@@ -177,5 +177,5 @@ class AbstractIndex:
     def _check_length(self) -> None:
         if self._length_on_open % self.entry_size:
             raise CorruptIndexError(
-                f"index {self.path.name} has length {self._length_on_open}, not a multiple of {self.entry_size}"
+                f"{self.path}: length {self._length_on_open} is not a multiple of {self.entry_size}"
             )

@@ -187,7 +187,20 @@ class Log:
     # -- loading and recovery -------------------------------------------------------------
 
     def _load(self) -> None:
-        clean = (self.dir / CLEAN_SHUTDOWN_FILE).exists()
+        """Open the segments, check every index, recover what a crash may have torn (Kafka's LogLoader).
+
+        Every segment's indexes are sanity-checked, after clean and unclean shutdowns alike;
+        one that fails is rebuilt from the segment's batches with a warning naming the file.
+        After an unclean shutdown the segments from the one holding the recovery point on
+        are scanned batch by batch and cut at the first invalid batch.
+        """
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            # Gone for good before anything here changes a file: a crash while loading must
+            # be recovered from like any other.
+            marker.unlink()
+            fsync_dir(self.dir)
         for path in self.dir.iterdir():
             # Files of segments deleted before a restart, and temporaries of interrupted writes.
             if path.name.endswith((DELETED_SUFFIX, ".tmp")):
@@ -208,24 +221,26 @@ class Log:
         kept: list[LogSegment] = []
         scanned: list[LogSegment] = []  # their .txnindex is rebuilt with the producer state
         for n, segment in enumerate(segments):
-            if n >= first_to_scan or segment.needs_recovery:
-                segment.make_active()  # room to rebuild the indexes
+            unflushed = n >= first_to_scan
+            if unflushed or segment.needs_recovery:
+                if not unflushed:
+                    # A flushed segment whose index does not hold up: news worth one line.
+                    log.warning(
+                        "%s; rebuilding the indexes of %s from its batches", segment.index_problem, segment.log_path
+                    )
+                kept.append(segment)
                 scanned.append(segment)
-                truncated = segment.recover()
-                segment.flush()
-                # A recovered segment must end where the next begins; if not, its tail was lost
-                # and everything after it is suspect (a follower refetches it from the leader).
-                if n + 1 < len(segments) and (truncated or segment.next_offset != segments[n + 1].base_offset):
+                if not self._recover_segment(segment, segments[n + 1] if n + 1 < len(segments) else None):
+                    # Its tail was lost, so everything after it is suspect (a follower refetches it).
                     log.warning("%s: deleting %d segments after a corrupt batch", self.dir, len(segments) - n - 1)
-                    kept.append(segment)
                     for later in segments[n + 1 :]:
                         later.delete()
                     break
-            kept.append(segment)
+            else:
+                # Loaded as it is: never appended to again, so its indexes stay trimmed as found.
+                kept.append(segment)
         if not kept:
             kept.append(LogSegment(self.dir, max(start_checkpoint or 0, 0), self.config, created_ms=now))
-        for segment in kept[:-1]:
-            segment.on_becoming_inactive()
         kept[-1].make_active()
         self._set_segments(tuple(kept))
         self._log_end_offset = kept[-1].next_offset
@@ -237,9 +252,23 @@ class Log:
         else:
             self._rebuild_producer_state(self._log_end_offset, [s for s in scanned if s in kept])
         write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
-        # From here on a crash must trigger recovery on the next open.
-        (self.dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         fsync_dir(self.dir)
+
+    @staticmethod
+    def _recover_segment(segment: LogSegment, following: LogSegment | None) -> bool:
+        """Rebuild ``segment``'s indexes from its batches, cut its invalid tail and make it durable.
+
+        Returns False when the segment no longer ends where ``following`` begins (its tail
+        was cut or lost): the caller drops every later segment.
+        """
+        segment.make_active()  # room to rebuild the indexes
+        truncated = segment.recover()
+        intact = following is None or (not truncated and segment.next_offset == following.base_offset)
+        if following is not None and intact:
+            # Its final time index entry and the trim, written before the flush makes them durable.
+            segment.on_becoming_inactive()
+        segment.flush()
+        return intact
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         # One attribute assignment: a reader sees the old or the new pair, never a mix.
