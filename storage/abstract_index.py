@@ -35,10 +35,14 @@ class AbstractIndex:
         self.entry_size = self.entry.size
         self._mmap: mmap.mmap | None = None
         self._last: tuple[int, ...] | None = None  # fields of the last entry, read once per append
+        # Whether the file's length changed since the last flush: msync writes the mapped
+        # pages, but only an fsync makes a trim or a preallocation durable.
+        self._length_dirty = False
         existed = self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(fd).st_size if existed else 0
+            self._file_length = length
             # A file whose length is not a whole number of entries is caught by sanity_check.
             self._length_on_open = length
             self._entries = length // self.entry_size
@@ -54,7 +58,10 @@ class AbstractIndex:
         return max(self.entry_size, size - size % self.entry_size)
 
     def _map(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
+        if size != self._file_length:
+            os.ftruncate(fd, size)
+            self._file_length = size
+            self._length_dirty = True
         self._mmap = mmap.mmap(fd, size) if size > 0 else None
         self._max_entries = size // self.entry_size
 
@@ -152,9 +159,16 @@ class AbstractIndex:
         self._truncate_to_entries(0)
 
     def flush(self) -> None:
-        """Write the mapped pages to disk."""
+        """Write the mapped pages, and the file's length if it changed, to disk."""
         if self._mmap is not None:
             self._mmap.flush()
+        if self._length_dirty:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._length_dirty = False
 
     def close(self) -> None:
         """Trim to the entries held and unmap."""

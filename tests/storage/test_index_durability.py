@@ -1,0 +1,48 @@
+"""Index writes are made durable before anything that lets the next open trust them: a power cut
+that drops every unsynced write must leave no index of a flushed segment to rebuild."""
+
+from __future__ import annotations
+
+import logging
+
+from storage import Log
+from tests.storage.batches import make_batch
+from tests.storage.power_loss import Disk
+
+CONFIG = {"segment.bytes": 600, "index.interval.bytes": 90, "segment.index.bytes": 12 * 8}
+
+
+def _power_cut_after(tmp_path, config, workload):
+    """Run ``workload(log)`` on a watched disk, then cut the power with every unsynced write dropped."""
+    disk = Disk(tmp_path / "live", cut_at=10**9, unsynced="drop")
+    with disk.installed():
+        workload(Log(tmp_path / "live", config))
+        disk.cut_at = disk.events + 1
+        disk.tick("after the workload")
+    disk.release()
+    return disk.write_image(tmp_path / "after-cut")
+
+
+def _open_warnings(directory, config, caplog):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="storage"), Log(directory, config) as log:
+        end = log.log_end_offset
+    return end, [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_clean_close_makes_the_trim_of_an_empty_index_durable(tmp_path, caplog):
+    """The active segment held one small batch, so its index had no entry: the close flushed it
+    preallocated, then trimmed it to nothing and never synced that (no map left to flush). After
+    the cut, the clean-shutdown marker vouched for a zero-filled index."""
+
+    def workload(log):
+        for n in range(12):
+            log.append(make_batch([bytes([n]) * 80]))
+        log.roll()
+        log.append(make_batch([b"small"]))
+        log.close()
+
+    directory = _power_cut_after(tmp_path, CONFIG, workload)
+    end, warnings = _open_warnings(directory, CONFIG, caplog)
+    assert end == 13
+    assert not warnings, warnings
