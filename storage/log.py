@@ -479,6 +479,12 @@ class Log:
         log.info("%s: rolled new segment at offset %d", self.dir, base_offset)
         if old.size:
             # As Kafka, the finished segment is made durable now; the log is recoverable up to it.
+            # Its indexes first, always: the roll just wrote their final entry and trimmed them,
+            # and when flush.messages had already synced its data the flush below skips it.
+            try:
+                old.flush_indexes()
+            except OSError as exc:
+                raise KafkaStorageError(f"flush of {old.log_path} failed: {exc}") from exc
             self._flush_locked(base_offset)
         # The producer state as of the new segment: recovery and truncation replay from here.
         self._take_producer_snapshot(base_offset)

@@ -502,6 +502,10 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log file and write the index pages out."""
         os.fsync(self._fd)
+        self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        """Make the indexes durable (their pages and, if it changed, their length)."""
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()

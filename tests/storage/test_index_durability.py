@@ -46,3 +46,20 @@ def test_a_clean_close_makes_the_trim_of_an_empty_index_durable(tmp_path, caplog
     end, warnings = _open_warnings(directory, CONFIG, caplog)
     assert end == 13
     assert not warnings, warnings
+
+
+def test_a_roll_makes_the_rolled_segments_index_writes_durable_under_flush_messages_1(tmp_path, caplog):
+    """With flush.messages=1 the rolled segment's data was already synced, so the flush at the roll
+    skipped it, and its final time index entry and trimmed indexes never reached the disk."""
+    config = {**CONFIG, "flush.messages": 1}
+
+    def workload(log):
+        for n in range(12):
+            log.append(make_batch([bytes([n]) * 80], [1000 + n]))
+        assert len(log.segments) >= 3
+        # The process then dies without closing: the next open is an unclean one.
+
+    directory = _power_cut_after(tmp_path, config, workload)
+    end, warnings = _open_warnings(directory, config, caplog)
+    assert end == 12  # every acknowledged record
+    assert not warnings, warnings
