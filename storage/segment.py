@@ -339,7 +339,10 @@ class LogSegment:
         _, position = self.offset_index.lookup(max(offset, starting_offset))
         for header in self.headers_from(position):
             if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
-                return _search_batch(header, self.read_bytes(header.position, header.size), timestamp, starting_offset)
+                found = _search_batch(header, self.read_bytes(header.position, header.size), timestamp, starting_offset)
+                if found is not None:
+                    return found
+                # A batch compaction emptied or thinned: its maxTimestamp may be a removed record's.
         return None
 
     # -- recovery and truncation ----------------------------------------------------------
@@ -589,33 +592,37 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
 
 
-def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_offset: int) -> tuple[int, int]:
-    """(timestamp, offset) of the first record in ``batch`` with timestamp >= target.
+def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record in ``batch`` with timestamp >= target, or None.
 
-    LogAppendTime batches stamp every record with maxTimestamp. Otherwise the records are
-    decoded with the codec (``storage.record_batch``); should it be unavailable, the batch's
-    first eligible offset is returned, which never skips a matching record.
+    None when no record qualifies: compaction keeps a producer's last batch even with no
+    record left, and keeps a batch's header when it drops some of its records. A batch
+    holding every offset of its range (as written) and stamped LogAppendTime answers
+    without decoding; otherwise the records are decoded with the codec. Should decoding
+    fail, the batch's first eligible offset is returned, which never skips a matching record.
     """
     first_eligible = max(header.base_offset, starting_offset)
-    if header.timestamp_type == LOG_APPEND_TIME:
+    if header.timestamp_type == LOG_APPEND_TIME and header.records_count == header.last_offset_delta + 1:
         return header.max_timestamp, first_eligible
-    for record_offset, record_timestamp in _record_offsets_and_timestamps(batch):
+    records = _record_offsets_and_timestamps(batch)
+    if records is None:
+        return header.max_timestamp, first_eligible
+    for record_offset, record_timestamp in records:
         if record_timestamp >= timestamp and record_offset >= starting_offset:
             return record_timestamp, record_offset
-    return header.max_timestamp, first_eligible
+    return None
 
 
-def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]]:
-    try:
-        from storage.record_batch import RecordBatch  # the codec; imported lazily, written separately
-    except ImportError:
-        return []
+def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]] | None:
+    """The records' (offset, timestamp), or None when the batch cannot be decoded."""
+    from storage.record_batch import RecordBatch  # the codec: only timestamp lookups need it
+
     try:
         decoded = RecordBatch(batch)
         return [(record.offset, record.timestamp) for record in decoded]
     except Exception:  # a codec failure must not fail a timestamp lookup; fall back to the batch
         log.debug("could not decode batch for a timestamp lookup", exc_info=True)
-        return []
+        return None
 
 
 __all__ = [
