@@ -892,6 +892,9 @@ class Log:
                     txn, lso = done
                     segment.update_txn_index(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
         state.on_high_watermark_updated(min(self._high_watermark, end))
+        for segment in rebuild:
+            # Durable before the recovery point passes the segment: it is not scanned again.
+            segment.txn_index.flush()
         if loaded or replayed > _REPLAY_WITHOUT_SNAPSHOT:
             self._take_producer_snapshot(end)
 

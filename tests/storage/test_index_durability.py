@@ -63,3 +63,35 @@ def test_a_roll_makes_the_rolled_segments_index_writes_durable_under_flush_messa
     end, warnings = _open_warnings(directory, config, caplog)
     assert end == 12  # every acknowledged record
     assert not warnings, warnings
+
+
+def test_a_transaction_index_rebuilt_by_recovery_is_durable_before_the_recovery_point_passes_it(tmp_path, caplog):
+    """Recovery rebuilt a lost .txnindex from the log, then checkpointed the recovery point past
+    its segment without syncing it: after a second power cut the segment was no longer scanned,
+    and read_committed consumers would have read the aborted records as committed."""
+    from storage import RecordBatchBuilder, build_control_batch
+
+    directory = tmp_path / "live"
+    log = Log(directory, CONFIG)
+    builder = RecordBatchBuilder(0, producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+    builder.append(b"aborted", b"k", 1000)
+    log.append(builder.build())
+    log.append(build_control_batch(False, 9, 0, 0, timestamp=1000), origin="coordinator")
+    log.roll()
+    log.append(make_batch([b"after"]))
+    log.close()
+    # An earlier power cut took the transaction index and the recovery point, and the log was
+    # not shut down cleanly: the next open scans every segment and rebuilds the index.
+    for name in ("00000000000000000000.txnindex", "recovery-point-offset-checkpoint", ".kafka_cleanshutdown"):
+        (directory / name).unlink()
+
+    def recovery(log):
+        assert [a.last_offset for a in log.collect_aborted_transactions(0, 3)] == [1]
+        assert log.recovery_point == 3
+        # The process dies right after the recovery: its writes are in the page cache only.
+
+    after = _power_cut_after(tmp_path, CONFIG, recovery)
+    with Log(after, CONFIG) as reopened:
+        assert reopened.log_end_offset == 3
+        aborted = reopened.collect_aborted_transactions(0, 3)
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(9, 0, 1)]
