@@ -15,8 +15,8 @@ The disk image after the cut is then built the way a POSIX file system may leave
   applied (metadata is journaled in order: a rename is never kept while an earlier one is
   lost), so a file created, renamed or deleted since may or may not show;
 - contents, per file: its last synced content, its latest content, or a torn mix of both
-  (each 512-byte block from either, the length of either: unsynced pages written back in
-  any order, a size change with or without its data, zero-filled blocks).
+  (each 512-byte block from either, the length of either or one in between: unsynced pages
+  written back in any order, a size change with or without its data, zero-filled blocks).
 
 :class:`PowerCut` is raised from the event so the workload stops there; the image is taken
 before it is raised, so whatever cleanup runs afterwards changes nothing.
@@ -301,7 +301,10 @@ def _survivor(synced: bytes, latest: bytes, rng: random.Random) -> bytes:
         return synced
     if mode == 1:
         return latest
-    length = rng.choice((len(synced), len(latest)))
+    # The length (metadata, journaled apart from the data) of either, or one in between: some of
+    # the appends since the sync made it.
+    shorter, longer = sorted((len(synced), len(latest)))
+    length = rng.choice((shorter, longer, rng.randint(shorter, longer)))
     out = bytearray()
     for start in range(0, length, BLOCK):
         source = synced if rng.random() < 0.5 else latest
