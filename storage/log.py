@@ -175,6 +175,7 @@ class Log:
         self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
         self._producer_state = ProducerStateManager(self.dir, self.config.producer_id_expiration_ms)
         self._high_watermark = 0  # as last told by update_high_watermark
+        self._checkpointed_recovery_point = -1  # the recovery point as its checkpoint file holds it
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -251,7 +252,7 @@ class Log:
             self._truncate_fully_locked(self._log_start_offset)
         else:
             self._rebuild_producer_state(self._log_end_offset, [s for s in scanned if s in kept])
-        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._write_recovery_point()
         fsync_dir(self.dir)
 
     @staticmethod
@@ -473,6 +474,9 @@ class Log:
             old.on_becoming_inactive()
         try:
             new = LogSegment(self.dir, base_offset, self.config, created_ms=self._time(), active=True)
+            # The new files' names are durable before anything written to them can be: a
+            # flush syncs their data, never the directory (as Kafka's flushParentDir on roll).
+            fsync_dir(self.dir)
         except OSError as exc:
             raise KafkaStorageError(f"could not roll {self.dir}: {exc}") from exc
         self._set_segments((*segments, new))
@@ -536,11 +540,25 @@ class Log:
             for segment in self.segments:
                 if segment.base_offset < offset and segment.next_offset > self._recovery_point:
                     segment.flush()
-            write_offset(self.dir / RECOVERY_POINT_FILE, offset)
+            self._recovery_point = offset
+            # After a crash recovery scans from the start of the segment holding the checkpointed
+            # recovery point, so moving it within that segment buys nothing: with flush.messages=1
+            # it would cost three more syncs per append (file, rename, directory).
+            if self._segment_base(offset) != self._segment_base(self._checkpointed_recovery_point):
+                self._write_recovery_point()
         except OSError as exc:
             raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
-        self._recovery_point = offset
         self._last_flush_ms = self._time()
+
+    def _segment_base(self, offset: int) -> int | None:
+        """Base offset of the segment holding ``offset`` (the last one for the log end), or None."""
+        bases = self._view[1]
+        n = bisect.bisect_right(bases, offset) - 1
+        return bases[n] if n >= 0 else None
+
+    def _write_recovery_point(self) -> None:
+        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._checkpointed_recovery_point = self._recovery_point
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -703,7 +721,7 @@ class Log:
 
     def _write_checkpoints(self) -> None:
         write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
-        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._write_recovery_point()
 
     # -- retention ------------------------------------------------------------------------
 
