@@ -31,7 +31,7 @@ import random
 import stat
 import traceback
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,11 +69,16 @@ class Disk:
         *,
         cut_at: int | None = None,
         seed: object = 0,
-        unsynced: str | None = None,
+        unsynced: str | Callable[[str], str] | None = None,
+        names: str | None = None,
     ) -> None:
-        """``unsynced``: "drop" or "keep" every unsynced write (and name change) at the cut; None: decide at random."""
-        assert unsynced in (None, "drop", "keep")
+        """``unsynced``: "drop" or "keep" every unsynced write (and name change) at the cut, or a
+        function choosing one of them per file name; None: decide at random. ``names``: "drop" or
+        "keep" the name changes whatever happens to the data."""
+        assert callable(unsynced) or unsynced in (None, "drop", "keep")
+        assert names in (None, "drop", "keep")
         self.unsynced = unsynced
+        self.names = names or (unsynced if isinstance(unsynced, str) else None)
         self.dir = Path(directory).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.cut_at = cut_at
@@ -161,17 +166,18 @@ class Disk:
         rng = self._rng
         now = self._listing()
         candidates = [self._synced_listing, *self._listings, now]
-        pick = {"drop": 0, "keep": len(candidates) - 1}.get(self.unsynced or "", None)
+        pick = {"drop": 0, "keep": len(candidates) - 1}.get(self.names or "", None)
         listing = candidates[rng.randrange(len(candidates)) if pick is None else pick]
         names = {fid: name for name, fid in now.items()}
         image = {}
         for name, fid in listing.items():
             synced = self._files[fid].synced
             latest = self._content_now(fid, names)
-            if self.unsynced is None:
+            choice = self.unsynced(name) if callable(self.unsynced) else self.unsynced
+            if choice is None:
                 image[name] = _survivor(synced, latest, rng)
             else:
-                image[name] = synced if self.unsynced == "drop" else latest
+                image[name] = synced if choice == "drop" else latest
         return image
 
     def write_image(self, target: str | os.PathLike[str]) -> Path:
