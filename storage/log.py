@@ -661,6 +661,13 @@ class Log:
             active = keep[-1]
             self._truncate_cleaner_checkpoint(offset)
             try:
+                if offset < self._checkpointed_recovery_point:
+                    # On disk before any file changes: a power cut in the middle then has the
+                    # truncated segment scanned, which finds where it now ends and drops the
+                    # segments after it. Checkpointed later, the segment would be trusted as
+                    # flushed, and those segments served after a gap.
+                    self._recovery_point = min(self._recovery_point, offset)
+                    self._write_recovery_point()
                 active.truncate_to(offset)
                 active.make_active()
             except OSError as exc:
