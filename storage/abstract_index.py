@@ -15,6 +15,7 @@ import os
 import struct
 from pathlib import Path
 
+from storage.checkpoint import fsync_path
 from storage.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)
@@ -163,11 +164,7 @@ class AbstractIndex:
         if self._mmap is not None:
             self._mmap.flush()
         if self._length_dirty:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
             self._length_dirty = False
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage.abstract_index import CorruptIndexError
+from storage.checkpoint import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +162,7 @@ class TransactionIndex:
         if self._fd is not None:
             os.fsync(self._fd)
         elif self._exists:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
         self._dirty = False
 
     def close(self) -> None:

@@ -126,63 +126,66 @@ def _end_transaction(log: Log, tracker: Tracker, disk: Disk, commit: bool, times
     disk.tick("acknowledged marker")
 
 
-def appends(directory: Path, config: dict, tracker: Tracker, disk: Disk) -> None:
-    """Appends and rolls over three lives: a clean shutdown, then a process crash, then a clean shutdown."""
+def _lives(directory: Path, config: dict, tracker: Tracker, ends: str, life: Callable[[Log, int, Clock], None]) -> None:
+    """Open the log once per letter of ``ends`` and run ``life(log, number, clock)`` on it, then
+    close it ("c") or let the process die ("x": the page cache keeps every write)."""
     clock = Clock()
-    n = 0
-    for life in range(3):
+    for number, end in enumerate(ends):
         log = tracker.log = Log(directory, config, time_ms=clock)
-        for _ in range(9):
-            n += _append(log, tracker, disk, n, keys=1000)
-            clock.now += 10
-        if life == 1:
-            abandon(log)  # the process dies; the page cache keeps every write
-        else:
-            log.close()
-        tracker.log = None
-
-
-def compaction(directory: Path, config: dict, tracker: Tracker, disk: Disk) -> None:
-    """Keyed appends with compaction passes (segment swaps) between them, and a process crash."""
-    clock = Clock()
-    n = 0
-    for life in range(2):
-        log = tracker.log = Log(directory, config, time_ms=clock)
-        for step in range(12):
-            n += _append(log, tracker, disk, n, keys=4)
-            clock.now += 10
-            if step % 4 == 3:
-                log.clean(force=True, now_ms=clock.now)
-                disk.tick("cleaned")
-        if life == 0:
+        life(log, number, clock)
+        if end == "x":
             abandon(log)
         else:
             log.close()
         tracker.log = None
 
 
+def _appending(
+    directory: Path, config: dict, tracker: Tracker, disk: Disk, *, keys: int, per_life: int, ends: str, clean: int
+) -> None:
+    n = 0
+
+    def life(log: Log, _number: int, clock: Clock) -> None:
+        nonlocal n
+        for step in range(per_life):
+            n += _append(log, tracker, disk, n, keys=keys)
+            clock.now += 10
+            if clean and step % clean == clean - 1:
+                log.clean(force=True, now_ms=clock.now)
+                disk.tick("cleaned")
+
+    _lives(directory, config, tracker, ends, life)
+
+
+def appends(directory: Path, config: dict, tracker: Tracker, disk: Disk) -> None:
+    """Appends and rolls over three lives: a clean shutdown, then a process crash, then a clean shutdown."""
+    _appending(directory, config, tracker, disk, keys=1000, per_life=9, ends="cxc", clean=0)
+
+
+def compaction(directory: Path, config: dict, tracker: Tracker, disk: Disk) -> None:
+    """Keyed appends with compaction passes (segment swaps) between them, and a process crash."""
+    _appending(directory, config, tracker, disk, keys=4, per_life=12, ends="xc", clean=4)
+
+
 def transactions(directory: Path, config: dict, tracker: Tracker, disk: Disk) -> None:
     """Transactions committed and aborted among idempotent appends; one is open when the process
     crashes and aborted after the restart (its state came back from a snapshot and the log)."""
-    clock = Clock()
     n = 0
-    for life in range(2):
-        log = tracker.log = Log(directory, config, time_ms=clock)
-        if life == 1:
+
+    def life(log: Log, number: int, clock: Clock) -> None:
+        nonlocal n
+        if number == 1:
             _end_transaction(log, tracker, disk, False, clock.now)
         for step in range(4):
             n += _append(log, tracker, disk, n, keys=1000, pid=T)
             n += _append(log, tracker, disk, n, keys=1000, pid=P)
             n += _append(log, tracker, disk, n, keys=1000, pid=T)
             clock.now += 10
-            if life == 0 and step == 3:
-                break  # left open
+            if number == 0 and step == 3:
+                return  # left open
             _end_transaction(log, tracker, disk, step % 2 == 0, clock.now)
-        if life == 0:
-            abandon(log)
-        else:
-            log.close()
-        tracker.log = None
+
+    _lives(directory, config, tracker, "xc", life)
 
 
 DEFAULTS = {
