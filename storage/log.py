@@ -7,9 +7,10 @@ As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 - reads return whole batches from the one holding the fetch offset;
 - the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
   holding a snapshot never sees a half-updated list; writers serialise on a lock;
-- recovery on open: a clean-shutdown marker skips the scan; otherwise the segments from
-  the recovery point on are scanned batch by batch and the log is cut at the first
-  invalid batch (later segments are deleted);
+- recovery on open: every segment's indexes are sanity-checked and one that fails is
+  rebuilt (one warning naming the file); a clean-shutdown marker skips the scan;
+  otherwise the segments from the recovery point on are scanned batch by batch and the
+  log is cut at the first invalid batch (later segments are deleted);
 - retention deletes whole segments by time (largest timestamp, KIP-32), size and log
   start offset, renaming their files ``.deleted`` before removing them;
 - one owner per directory, enforced by an advisory file lock;
@@ -516,7 +517,7 @@ class Log:
     # -- flush ----------------------------------------------------------------------------
 
     def flush(self, offset: int | None = None) -> None:
-        """fsync the segments holding offsets below ``offset`` (default: everything) and checkpoint."""
+        """fsync the segments holding offsets below ``offset`` (default: everything): the new recovery point."""
         with self._write_lock:
             self._flush_locked(self._log_end_offset if offset is None else min(offset, self._log_end_offset))
 
