@@ -15,6 +15,7 @@ import os
 import struct
 from pathlib import Path
 
+from storage.checkpoint import fsync_path
 from storage.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,14 @@ class AbstractIndex:
         self.entry_size = self.entry.size
         self._mmap: mmap.mmap | None = None
         self._last: tuple[int, ...] | None = None  # fields of the last entry, read once per append
+        # Whether the file's length changed since the last flush: msync writes the mapped
+        # pages, but only an fsync makes a trim or a preallocation durable.
+        self._length_dirty = False
         existed = self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(fd).st_size if existed else 0
+            self._file_length = length
             # A file whose length is not a whole number of entries is caught by sanity_check.
             self._length_on_open = length
             self._entries = length // self.entry_size
@@ -54,7 +59,10 @@ class AbstractIndex:
         return max(self.entry_size, size - size % self.entry_size)
 
     def _map(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
+        if size != self._file_length:
+            os.ftruncate(fd, size)
+            self._file_length = size
+            self._length_dirty = True
         self._mmap = mmap.mmap(fd, size) if size > 0 else None
         self._max_entries = size // self.entry_size
 
@@ -111,7 +119,7 @@ class AbstractIndex:
     def _append_raw(self, *fields: int) -> None:
         entries = self._entries
         if entries >= self._max_entries:
-            raise CorruptIndexError(f"index {self.path.name} is full ({entries} entries)")
+            raise CorruptIndexError(f"{self.path}: full ({entries} entries)")
         self.entry.pack_into(self._mmap, entries * self.entry_size, *fields)  # type: ignore[arg-type]
         self._entries = entries + 1
         self._last = fields
@@ -152,9 +160,12 @@ class AbstractIndex:
         self._truncate_to_entries(0)
 
     def flush(self) -> None:
-        """Write the mapped pages to disk."""
+        """Write the mapped pages, and the file's length if it changed, to disk."""
         if self._mmap is not None:
             self._mmap.flush()
+        if self._length_dirty:
+            fsync_path(self.path)
+            self._length_dirty = False
 
     def close(self) -> None:
         """Trim to the entries held and unmap."""
@@ -177,5 +188,5 @@ class AbstractIndex:
     def _check_length(self) -> None:
         if self._length_on_open % self.entry_size:
             raise CorruptIndexError(
-                f"index {self.path.name} has length {self._length_on_open}, not a multiple of {self.entry_size}"
+                f"{self.path}: length {self._length_on_open} is not a multiple of {self.entry_size}"
             )

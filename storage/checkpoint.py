@@ -16,13 +16,18 @@ log = logging.getLogger(__name__)
 _VERSION = 0
 
 
-def fsync_dir(directory: str | Path) -> None:
-    """fsync a directory so renames and new files in it survive a crash."""
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str | Path) -> None:
+    """fsync the file or directory at ``path`` (for one whose descriptor is not at hand)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """fsync a directory so renames and new files in it survive a crash."""
+    fsync_path(directory)
 
 
 def write_atomically(path: str | Path, data: bytes) -> None:

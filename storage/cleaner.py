@@ -853,6 +853,10 @@ def recover_interrupted_swap(directory: Path, config: Any) -> None:
             continue
         segment = LogSegment(directory, base, config, created_ms=0, active=False, file_suffix=SWAP_SUFFIX)
         if segment.needs_recovery:
+            if not segment.indexes_missing:  # missing is expected: renamed to their final names already
+                log.warning(
+                    "%s; rebuilding the indexes of %s from its batches", segment.index_problem, segment.log_path
+                )
             segment.make_active()
             segment.recover()
         end = segment.next_offset

@@ -8,9 +8,10 @@ As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 - reads return whole batches from the one holding the fetch offset;
 - the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
   holding a snapshot never sees a half-updated list; writers serialise on a lock;
-- recovery on open: a clean-shutdown marker skips the scan; otherwise the segments from
-  the recovery point on are scanned batch by batch and the log is cut at the first
-  invalid batch (later segments are deleted);
+- recovery on open: every segment's indexes are sanity-checked and one that fails is
+  rebuilt (one warning naming the file); a clean-shutdown marker skips the scan;
+  otherwise the segments from the recovery point on are scanned batch by batch and the
+  log is cut at the first invalid batch (later segments are deleted);
 - retention deletes whole segments by time (largest timestamp, KIP-32), size and log
   start offset, renaming their files ``.deleted`` before removing them;
 - one owner per directory, enforced by an advisory file lock;
@@ -175,6 +176,7 @@ class Log:
         self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
         self._producer_state = ProducerStateManager(self.dir, self.config.producer_id_expiration_ms)
         self._high_watermark = 0  # as last told by update_high_watermark
+        self._checkpointed_recovery_point = -1  # the recovery point as its checkpoint file holds it
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file_lock = FileLock(self.dir)
         self._file_lock.acquire()
@@ -187,7 +189,20 @@ class Log:
     # -- loading and recovery -------------------------------------------------------------
 
     def _load(self) -> None:
-        clean = (self.dir / CLEAN_SHUTDOWN_FILE).exists()
+        """Open the segments, check every index, recover what a crash may have torn (Kafka's LogLoader).
+
+        Every segment's indexes are sanity-checked, after clean and unclean shutdowns alike;
+        one that fails is rebuilt from the segment's batches with a warning naming the file.
+        After an unclean shutdown the segments from the one holding the recovery point on
+        are scanned batch by batch and cut at the first invalid batch.
+        """
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            # Gone for good before anything here changes a file: a crash while loading must
+            # be recovered from like any other.
+            marker.unlink()
+            fsync_dir(self.dir)
         for path in self.dir.iterdir():
             # Files of segments deleted before a restart, and temporaries of interrupted writes.
             if path.name.endswith((DELETED_SUFFIX, ".tmp")):
@@ -208,24 +223,26 @@ class Log:
         kept: list[LogSegment] = []
         scanned: list[LogSegment] = []  # their .txnindex is rebuilt with the producer state
         for n, segment in enumerate(segments):
-            if n >= first_to_scan or segment.needs_recovery:
-                segment.make_active()  # room to rebuild the indexes
+            unflushed = n >= first_to_scan
+            if unflushed or segment.needs_recovery:
+                if not unflushed:
+                    # A flushed segment whose index does not hold up: news worth one line.
+                    log.warning(
+                        "%s; rebuilding the indexes of %s from its batches", segment.index_problem, segment.log_path
+                    )
+                kept.append(segment)
                 scanned.append(segment)
-                truncated = segment.recover()
-                segment.flush()
-                # A recovered segment must end where the next begins; if not, its tail was lost
-                # and everything after it is suspect (a follower refetches it from the leader).
-                if n + 1 < len(segments) and (truncated or segment.next_offset != segments[n + 1].base_offset):
+                if not self._recover_segment(segment, segments[n + 1] if n + 1 < len(segments) else None):
+                    # Its tail was lost, so everything after it is suspect (a follower refetches it).
                     log.warning("%s: deleting %d segments after a corrupt batch", self.dir, len(segments) - n - 1)
-                    kept.append(segment)
                     for later in segments[n + 1 :]:
                         later.delete()
                     break
-            kept.append(segment)
+            else:
+                # Loaded as it is: never appended to again, so its indexes stay trimmed as found.
+                kept.append(segment)
         if not kept:
             kept.append(LogSegment(self.dir, max(start_checkpoint or 0, 0), self.config, created_ms=now))
-        for segment in kept[:-1]:
-            segment.on_becoming_inactive()
         kept[-1].make_active()
         self._set_segments(tuple(kept))
         self._log_end_offset = kept[-1].next_offset
@@ -236,10 +253,24 @@ class Log:
             self._truncate_fully_locked(self._log_start_offset)
         else:
             self._rebuild_producer_state(self._log_end_offset, [s for s in scanned if s in kept])
-        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
-        # From here on a crash must trigger recovery on the next open.
-        (self.dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        self._write_recovery_point()
         fsync_dir(self.dir)
+
+    @staticmethod
+    def _recover_segment(segment: LogSegment, following: LogSegment | None) -> bool:
+        """Rebuild ``segment``'s indexes from its batches, cut its invalid tail and make it durable.
+
+        Returns False when the segment no longer ends where ``following`` begins (its tail
+        was cut or lost): the caller drops every later segment.
+        """
+        segment.make_active()  # room to rebuild the indexes
+        truncated = segment.recover()
+        intact = following is None or (not truncated and segment.next_offset == following.base_offset)
+        if following is not None and intact:
+            # Its final time index entry and the trim, written before the flush makes them durable.
+            segment.on_becoming_inactive()
+        segment.flush()
+        return intact
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         # One attribute assignment: a reader sees the old or the new pair, never a mix.
@@ -464,12 +495,21 @@ class Log:
             old.on_becoming_inactive()
         try:
             new = LogSegment(self.dir, base_offset, self.config, created_ms=self._time(), active=True)
+            # The new files' names are durable before anything written to them can be: a
+            # flush syncs their data, never the directory (as Kafka's flushParentDir on roll).
+            fsync_dir(self.dir)
         except OSError as exc:
             raise KafkaStorageError(f"could not roll {self.dir}: {exc}") from exc
         self._set_segments((*segments, new))
         log.info("%s: rolled new segment at offset %d", self.dir, base_offset)
         if old.size:
             # As Kafka, the finished segment is made durable now; the log is recoverable up to it.
+            # Its indexes first, always: the roll just wrote their final entry and trimmed them,
+            # and when flush.messages had already synced its data the flush below skips it.
+            try:
+                old.flush_indexes()
+            except OSError as exc:
+                raise KafkaStorageError(f"flush of {old.log_path} failed: {exc}") from exc
             self._flush_locked(base_offset)
         # The producer state as of the new segment: recovery and truncation replay from here.
         self._take_producer_snapshot(base_offset)
@@ -497,7 +537,7 @@ class Log:
     # -- flush ----------------------------------------------------------------------------
 
     def flush(self, offset: int | None = None) -> None:
-        """fsync the segments holding offsets below ``offset`` (default: everything) and checkpoint."""
+        """fsync the segments holding offsets below ``offset`` (default: everything): the new recovery point."""
         with self._write_lock:
             self._flush_locked(self._log_end_offset if offset is None else min(offset, self._log_end_offset))
 
@@ -521,11 +561,25 @@ class Log:
             for segment in self.segments:
                 if segment.base_offset < offset and segment.next_offset > self._recovery_point:
                     segment.flush()
-            write_offset(self.dir / RECOVERY_POINT_FILE, offset)
+            self._recovery_point = offset
+            # After a crash recovery scans from the start of the segment holding the checkpointed
+            # recovery point, so moving it within that segment buys nothing: with flush.messages=1
+            # it would cost three more syncs per append (file, rename, directory).
+            if self._segment_base(offset) != self._segment_base(self._checkpointed_recovery_point):
+                self._write_recovery_point()
         except OSError as exc:
             raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
-        self._recovery_point = offset
         self._last_flush_ms = self._time()
+
+    def _segment_base(self, offset: int) -> int | None:
+        """Base offset of the segment holding ``offset`` (the last one for the log end), or None."""
+        bases = self._view[1]
+        n = bisect.bisect_right(bases, offset) - 1
+        return bases[n] if n >= 0 else None
+
+    def _write_recovery_point(self) -> None:
+        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._checkpointed_recovery_point = self._recovery_point
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -628,6 +682,13 @@ class Log:
             active = keep[-1]
             self._truncate_cleaner_checkpoint(offset)
             try:
+                if offset < self._checkpointed_recovery_point:
+                    # On disk before any file changes: a power cut in the middle then has the
+                    # truncated segment scanned, which finds where it now ends and drops the
+                    # segments after it. Checkpointed later, the segment would be trusted as
+                    # flushed, and those segments served after a gap.
+                    self._recovery_point = min(self._recovery_point, offset)
+                    self._write_recovery_point()
                 active.truncate_to(offset)
                 active.make_active()
             except OSError as exc:
@@ -688,7 +749,7 @@ class Log:
 
     def _write_checkpoints(self) -> None:
         write_offset(self.dir / LOG_START_OFFSET_FILE, self._log_start_offset)
-        write_offset(self.dir / RECOVERY_POINT_FILE, self._recovery_point)
+        self._write_recovery_point()
 
     # -- retention ------------------------------------------------------------------------
 
@@ -877,6 +938,9 @@ class Log:
                     txn, lso = done
                     segment.update_txn_index(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
         state.on_high_watermark_updated(min(self._high_watermark, end))
+        for segment in rebuild:
+            # Durable before the recovery point passes the segment: it is not scanned again.
+            segment.txn_index.flush()
         if loaded or replayed > _REPLAY_WITHOUT_SNAPSHOT:
             self._take_producer_snapshot(end)
 

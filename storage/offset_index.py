@@ -75,8 +75,8 @@ class OffsetIndex(AbstractIndex):
         entries = np.frombuffer(self._mmap[: self.size_in_bytes], dtype=_DTYPE)
         offsets, positions = entries["offset"], entries["position"]
         if offsets[0] < 0 or positions[0] < 0:
-            raise CorruptIndexError(f"index {self.path.name} starts with a negative entry")
+            raise CorruptIndexError(f"{self.path}: starts with a negative entry")
         if self._entries > 1 and (np.any(np.diff(offsets) <= 0) or np.any(np.diff(positions) <= 0)):
-            raise CorruptIndexError(f"index {self.path.name} entries are not strictly increasing")
+            raise CorruptIndexError(f"{self.path}: entries are not strictly increasing")
         if int(positions[-1]) >= max(log_size, 1):
-            raise CorruptIndexError(f"index {self.path.name} points past the log end ({positions[-1]} >= {log_size})")
+            raise CorruptIndexError(f"{self.path}: points past the log end ({positions[-1]} >= {log_size})")

@@ -22,6 +22,7 @@ from typing import Any
 
 from storage.abstract_index import CorruptIndexError
 from storage.batch_header import (
+    CURRENT_MAGIC,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -115,23 +116,28 @@ class LogSegment:
         self.offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes, writable=active)
         self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes, writable=active)
         self.closed = False
+        # Whether the indexes are preallocated for appends (the active segment). Only then is
+        # there a slot for the final time index entry: a segment loaded as it was found keeps
+        # its indexes as they are.
+        self._writable = active
         self._bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = base_offset
         self._next_offset = base_offset
         self._rolling_based_timestamp: int | None = None
-        # Set when the indexes are missing or fail their sanity check: the log must call recover().
-        self.needs_recovery = self.indexes_missing
-        if not self.needs_recovery:
+        # Why the indexes cannot be trusted (a message naming the file), or None. The owner
+        # decides whether that is news (a flushed segment) or expected (one it scans anyway).
+        self.index_problem: str | None = None
+        if self.indexes_missing:
+            missing = index_path if not index_path.exists() else time_index_path
+            self.index_problem = f"{missing} is missing"
+        else:
             try:
-                # The offset index is checked before it is trusted to find the tail.
-                self.offset_index.sanity_check(self._size)
-                self._load_tail_state()
-                self.time_index.sanity_check(self._next_offset)
-                self.txn_index.sanity_check()
+                self.sanity_check()
             except CorruptIndexError as exc:
-                log.warning("%s: %s; rebuilding the indexes", self.log_path, exc)
-                self.needs_recovery = True
+                self.index_problem = exc.args[0] if exc.args else str(exc)
+        # Set when the indexes are missing or fail their sanity check: the owner must call recover().
+        self.needs_recovery = self.index_problem is not None
         if self.needs_recovery:
             self.offset_index.reset()
             self.time_index.reset()
@@ -333,7 +339,10 @@ class LogSegment:
         _, position = self.offset_index.lookup(max(offset, starting_offset))
         for header in self.headers_from(position):
             if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
-                return _search_batch(header, self.read_bytes(header.position, header.size), timestamp, starting_offset)
+                found = _search_batch(header, self.read_bytes(header.position, header.size), timestamp, starting_offset)
+                if found is not None:
+                    return found
+                # A batch compaction emptied or thinned: its maxTimestamp may be a removed record's.
         return None
 
     # -- recovery and truncation ----------------------------------------------------------
@@ -409,6 +418,44 @@ class LogSegment:
         self._load_tail_state()
         return removed
 
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError, naming the file, unless the indexes agree with the batches.
+
+        Kafka's ``LogSegment.sanityCheck``, a little stricter, since a power cut can leave an
+        index stale, zero-filled or short while the ``.log`` survived: every index file holds
+        whole entries; the offset index strictly increases, stays inside the file, and its
+        last entry names the batch at its position; the batches from there end exactly at the
+        file end; the time index increases, stays inside the segment, and its last entry
+        names a batch whose largest timestamp it holds; the transaction index holds whole,
+        ordered entries. Loads the next offset and the largest timestamp on the way. Costs a
+        few header reads plus a walk of at most ``index.interval.bytes`` of batches.
+        """
+        self.offset_index.sanity_check(self._size)
+        if self.offset_index.entries:
+            offset, position = self.offset_index.last_entry
+            header = self._header_or_none(position)
+            if header is None or header.magic != CURRENT_MAGIC or header.last_offset != offset:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry ({offset}, {position}) does not name the batch there"
+                )
+        try:
+            self._load_tail_state()
+        except CorruptIndexError as exc:
+            raise CorruptIndexError(f"{self.log_path}: {exc.args[0]}") from None
+        self.time_index.sanity_check(self._next_offset)
+        if self.time_index.entries:
+            timestamp, offset = self.time_index.last_entry
+            header = self.translate_offset(offset)
+            if header is None or header.base_offset > offset or header.max_timestamp != timestamp:
+                raise CorruptIndexError(
+                    f"{self.time_index.path}: last entry ({timestamp}, {offset}) does not match the batch there"
+                )
+        self.txn_index.sanity_check()
+
+    def _header_or_none(self, position: int) -> BatchHeader | None:
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        return BatchHeader(position, *HEADER.unpack(data)) if len(data) == HEADER_SIZE else None
+
     def _load_tail_state(self) -> None:
         """Next offset, largest timestamp and bytes since the last index entry, from the last entry on."""
         last_offset, position = self.offset_index.last_entry
@@ -440,19 +487,28 @@ class LogSegment:
 
     def on_becoming_inactive(self) -> None:
         """On roll: record the final largest timestamp and trim the indexes (as Kafka)."""
-        if self.max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
+        self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._writable = False
+
+    def _append_final_time_entry(self) -> None:
+        if self._writable and self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
 
     def make_active(self) -> None:
         """Preallocate the indexes again: this segment takes appends."""
         self.offset_index.make_writable()
         self.time_index.make_writable()
+        self._writable = True
 
     def flush(self) -> None:
         """fsync the log file and write the index pages out."""
         os.fsync(self._fd)
+        self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        """Make the indexes durable (their pages and, if it changed, their length)."""
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -462,8 +518,7 @@ class LogSegment:
         if self.closed:
             return
         self.closed = True
-        if self.max_timestamp_so_far >= 0 and self.time_index._mmap is not None:
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
+        self._append_final_time_entry()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
@@ -537,33 +592,37 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
 
 
-def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_offset: int) -> tuple[int, int]:
-    """(timestamp, offset) of the first record in ``batch`` with timestamp >= target.
+def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record in ``batch`` with timestamp >= target, or None.
 
-    LogAppendTime batches stamp every record with maxTimestamp. Otherwise the records are
-    decoded with the codec (``storage.record_batch``); should it be unavailable, the batch's
-    first eligible offset is returned, which never skips a matching record.
+    None when no record qualifies: compaction keeps a producer's last batch even with no
+    record left, and keeps a batch's header when it drops some of its records. A batch
+    holding every offset of its range (as written) and stamped LogAppendTime answers
+    without decoding; otherwise the records are decoded with the codec. Should decoding
+    fail, the batch's first eligible offset is returned, which never skips a matching record.
     """
     first_eligible = max(header.base_offset, starting_offset)
-    if header.timestamp_type == LOG_APPEND_TIME:
+    if header.timestamp_type == LOG_APPEND_TIME and header.records_count == header.last_offset_delta + 1:
         return header.max_timestamp, first_eligible
-    for record_offset, record_timestamp in _record_offsets_and_timestamps(batch):
+    records = _record_offsets_and_timestamps(batch)
+    if records is None:
+        return header.max_timestamp, first_eligible
+    for record_offset, record_timestamp in records:
         if record_timestamp >= timestamp and record_offset >= starting_offset:
             return record_timestamp, record_offset
-    return header.max_timestamp, first_eligible
+    return None
 
 
-def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]]:
-    try:
-        from storage.record_batch import RecordBatch  # the codec; imported lazily, written separately
-    except ImportError:
-        return []
+def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]] | None:
+    """The records' (offset, timestamp), or None when the batch cannot be decoded."""
+    from storage.record_batch import RecordBatch  # the codec: only timestamp lookups need it
+
     try:
         decoded = RecordBatch(batch)
         return [(record.offset, record.timestamp) for record in decoded]
     except Exception:  # a codec failure must not fail a timestamp lookup; fall back to the batch
         log.debug("could not decode batch for a timestamp lookup", exc_info=True)
-        return []
+        return None
 
 
 __all__ = [

@@ -80,6 +80,6 @@ class TimeIndex(AbstractIndex):
         )
         last = int(offsets[-1]) + self.base_offset
         if bad:
-            raise CorruptIndexError(f"time index {self.path.name} entries are not increasing")
+            raise CorruptIndexError(f"{self.path}: entries are not increasing")
         if last >= max(next_offset, self.base_offset + 1):
-            raise CorruptIndexError(f"time index {self.path.name} points past the segment end ({last})")
+            raise CorruptIndexError(f"{self.path}: points past the segment end ({last})")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage.abstract_index import CorruptIndexError
+from storage.checkpoint import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class TransactionIndex:
         self._fd: int | None = None
         self._entries: list[AbortedTxn] | None = None  # loaded on first use
         self._exists = self.path.exists()
+        self._dirty = False  # written or truncated since the last flush
 
     # -- reading --------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class TransactionIndex:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self._exists = True
         os.write(self._fd, _ENTRY.pack(_VERSION, *txn))
+        self._dirty = True
         entries.append(txn)
 
     def truncate_to(self, offset: int) -> None:
@@ -149,12 +152,18 @@ class TransactionIndex:
             os.ftruncate(self._fd, count * ENTRY_SIZE)
         else:
             os.truncate(self.path, count * ENTRY_SIZE)
+        self._dirty = True
         del self._entries[count:]
 
     def flush(self) -> None:
-        """fsync the file (when it exists and was written)."""
+        """fsync the file when it was written or truncated since the last flush."""
+        if not self._dirty:
+            return
         if self._fd is not None:
             os.fsync(self._fd)
+        elif self._exists:
+            fsync_path(self.path)
+        self._dirty = False
 
     def close(self) -> None:
         """Close the file; the entries stay readable from memory."""
