@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
+from actors.protocol import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrRequest, require
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.config import LOG_CONFIG
 from storage.errors import (
@@ -734,37 +735,26 @@ class Controller:
         retention = self._config["log.retention.check.interval.ms"]
         replication = {k: self._config[k] for k in DEFAULT_REPLICATION}
         leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
-        if leader is not None:
-            await self._call_replica(
-                leader.become_leader.remote(
-                    part.leader_epoch,
-                    part.replicas,
-                    part.isr,
-                    retention,
-                    part.partition_epoch,
-                    self._self_handle(),
-                    replication,
-                )
-            )
+        if leader is None:
+            return
+        state = LeaderAndIsrRequest(
+            part.leader,
+            part.leader_epoch,
+            tuple(part.replicas),
+            tuple(part.isr),
+            part.partition_epoch,
+            leader_handle=leader,
+            controller=self._self_handle(),
+            retention_check_ms=retention,
+            replication=replication,
+        )
+        await self._call_replica(leader.become_leader.remote(state))
         calls = []
         for b in part.replicas:
             handle = self._handles.get((topic, partition, b))
-            if handle is None or b == part.leader or leader is None:
+            if handle is None or b == part.leader:
                 continue
-            calls.append(
-                self._call_replica(
-                    handle.become_follower.remote(
-                        part.leader_epoch,
-                        part.leader,
-                        leader,
-                        part.replicas,
-                        part.isr,
-                        part.partition_epoch,
-                        retention,
-                        replication,
-                    )
-                )
-            )
+            calls.append(self._call_replica(handle.become_follower.remote(state)))
         await asyncio.gather(*calls)
 
     async def _call_replica(self, ref: Any) -> Any:
@@ -780,25 +770,30 @@ class Controller:
 
     # -- replication: ISR changes, brokers, elections, reassignment -------------------------
 
-    async def alter_partition(
-        self, topic: str, partition: int, leader_id: int, leader_epoch: int, partition_epoch: int, isr: list[int]
-    ) -> tuple[int, int, list[int]]:
-        """A leader's ISR change (Kafka's AlterPartition); returns (leader epoch, partition epoch, ISR) as committed.
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        """A leader's ISR change (Kafka's AlterPartition); answers the partition's state as committed.
 
-        Refused (the current state is returned unchanged) when the caller is not the current
+        Refused (the current state is answered unchanged) when the caller is not the current
         leader at the current leader and partition epochs, so a stale change never applies.
         Only live replicas may join.
         """
+        require(request, AlterPartitionRequest)
+        topic, partition, leader_id = request.topic_name, request.partition_index, request.broker_id
+        isr = request.new_isr
         # A leader may call before any client does after a controller restart: the live
         # replicas must be known before an expansion is judged.
         await self._ensure_started()
         async with self._mutex():
             t = self._state.topics.get(topic)
-            if t is None or partition >= len(t.partitions):
+            if t is None or not 0 <= partition < len(t.partitions):
                 raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
             part = t.partitions[partition]
-            if (leader_id, leader_epoch, partition_epoch) != (part.leader, part.leader_epoch, part.partition_epoch):
-                return part.leader_epoch, part.partition_epoch, list(part.isr)
+            if (leader_id, request.leader_epoch, request.partition_epoch) != (
+                part.leader,
+                part.leader_epoch,
+                part.partition_epoch,
+            ):
+                return AlterPartitionResponse(part.leader_epoch, part.partition_epoch, tuple(part.isr))
             new_isr = [
                 b
                 for b in part.replicas
@@ -812,7 +807,7 @@ class Controller:
                 logger.info(
                     "%s-%d: ISR is now %s (partition epoch %d)", topic, partition, new_isr, part.partition_epoch
                 )
-            return part.leader_epoch, part.partition_epoch, list(part.isr)
+            return AlterPartitionResponse(part.leader_epoch, part.partition_epoch, tuple(part.isr))
 
     async def stop_broker(self, broker_id: int) -> None:
         """Shut one broker down cleanly: its replicas close, leave the ISRs and give up leadership."""

@@ -25,6 +25,7 @@ import ray
 
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME
+from actors.protocol import AppendOrigin, FetchRequest, ListOffsetsRequest, ProduceRequest
 from storage.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -47,10 +48,12 @@ _RETRY_BACKOFF_S = 0.1
 async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterator[tuple[RecordBatch, int]]:
     """Every batch of the partition from its log start to its log end, with the first offset
     of it to apply (the log start may lie inside the first batch)."""
-    start = (await leader_handle.list_offsets.remote(EARLIEST_TIMESTAMP, leader_epoch)).offset
+    start = (await leader_handle.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, leader_epoch))).offset
     offset, wait_ms = start, 0
     while True:
-        result = await leader_handle.fetch.remote(offset, _FETCH_BYTES, wait_ms, 1, 0, leader_epoch)
+        result = await leader_handle.fetch.remote(
+            FetchRequest(offset, _FETCH_BYTES, wait_ms, current_leader_epoch=leader_epoch)
+        )
         for batch in iter_batches(result.records):
             yield batch, offset
             offset = batch.next_offset
@@ -142,9 +145,9 @@ class InternalTopic:
         await self.ensure()
         if producer_id >= 0:
             builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
-            origin = "coordinator"
+            origin = AppendOrigin.COORDINATOR
         else:
-            builder, origin = RecordBatchBuilder(), "client"
+            builder, origin = RecordBatchBuilder(), AppendOrigin.CLIENT
         for key, value in records:
             builder.append(value, key=key)
         data = builder.build()
@@ -153,7 +156,7 @@ class InternalTopic:
             try:
                 # Looked up inside the retry: a restarting controller fails this call too.
                 part = await self.leader(p)
-                await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
+                await part.leader_handle.produce.remote(ProduceRequest(data, -1, 30000, part.leader_epoch, origin))
                 return
             except (KafkaError, ray.exceptions.RayActorError) as exc:
                 retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable

@@ -43,6 +43,7 @@ from actors.group_coordinator import (
     offsets_partition_for,
 )
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.protocol import TransactionResult, WriteTxnMarkersRequest
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -493,7 +494,14 @@ class TransactionCoordinator(Coordinator):
                     logger.info("marker for %s skipped: the topic no longer exists", tp)
                     return
                 await part.leader_handle.write_txn_marker.remote(
-                    producer_id, producer_epoch, coordinator_epoch, commit, part.leader_epoch, _MARKER_TIMEOUT_MS
+                    WriteTxnMarkersRequest(
+                        producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        TransactionResult.COMMIT if commit else TransactionResult.ABORT,
+                        part.leader_epoch,
+                        _MARKER_TIMEOUT_MS,
+                    )
                 )
                 return
             except TransactionCoordinatorFencedError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from actors.protocol import DeleteRecordsRequest, ListOffsetsRequest
 from actors.types import (
     GroupDescription,
     OffsetAndMetadata,
@@ -139,15 +140,17 @@ class Admin:
         again (default.api.timeout.ms).
         """
         calls = {
-            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(o, m.leader_epoch)
+            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(DeleteRecordsRequest(o, m.leader_epoch))
             for tp, offset in offsets.items()
         }
-        return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
+        answers = self._metadata.call_leaders(calls, _API_TIMEOUT_S)
+        return {tp: answer.low_watermark for tp, answer in answers.items()}
 
     def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Offsets by spec: -2 earliest, -1 latest, or a timestamp in ms (leaders looked up again as needed)."""
         calls = {
-            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ts, m.leader_epoch) for tp, spec in specs.items()
+            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ListOffsetsRequest(ts, m.leader_epoch))
+            for tp, spec in specs.items()
         }
         return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
 

@@ -43,6 +43,7 @@ from typing import Any
 import crc32c as _crc32c
 import ray
 
+from actors.protocol import AppendOrigin, ProduceOrder, ProduceRequest
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
 from rayqueue.metadata import MetadataCache
@@ -73,7 +74,7 @@ logger = logging.getLogger(__name__)
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 # (session, request number, oldest unanswered number) of a call without idempotence; see Producer._drain.
-Order = tuple[str, int, int]
+Order = ProduceOrder
 # The outcome _complete gets for a call that passed delivery.timeout.ms unanswered.
 _EXPIRED_IN_FLIGHT = KafkaTimeoutError("delivery.timeout.ms passed while the produce call was in flight")
 
@@ -964,7 +965,7 @@ class Producer:
                     self._next_turn[tp] = turn + 1
                     open_turns = self._open_turns[tp]
                     open_turns.append(turn)
-                    order = (self._session, turn, open_turns[0])
+                    order = ProduceOrder(self._session, turn, open_turns[0])
                 self._in_flight[tp] += weight
                 self._requests_in_flight += 1
                 requests.append((tp, batches, weight, order))
@@ -1060,7 +1061,7 @@ class Producer:
     def _produce(self, leader: Any, data: bytes, order: Order | None = None) -> Any:
         """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
         return leader.leader_handle.produce.remote(
-            data, self._acks, self._request_timeout_ms, leader.leader_epoch, "client", order
+            ProduceRequest(data, self._acks, self._request_timeout_ms, leader.leader_epoch, AppendOrigin.CLIENT, order)
         )
 
     def _on_resolved(self, request: _Request, future: Any) -> None:
@@ -1109,7 +1110,7 @@ class Producer:
             self._in_flight[tp] -= weight
             self._requests_in_flight -= 1
             if order is not None:
-                self._open_turns[tp].remove(order[1])
+                self._open_turns[tp].remove(order.number)
             if not self._requests_in_flight:
                 self._wakeup.notify_all()
         if outcome is _EXPIRED_IN_FLIGHT:
@@ -1120,7 +1121,7 @@ class Producer:
         if error is None:
             offset = result.base_offset
             for batch in batches:
-                self._finish(batch, offset, result.log_append_time, None)
+                self._finish(batch, offset, result.log_append_time_ms, None)
                 offset += batch.records
             return
         error = as_kafka_error(error)

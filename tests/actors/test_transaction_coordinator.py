@@ -12,6 +12,7 @@ import pytest
 import ray
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.protocol import FetchRequest, IsolationLevel, ProduceRequest
 from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
 from actors.types import TopicPartition
 from rayqueue.errors import (
@@ -27,7 +28,6 @@ from rayqueue.errors import (
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import wait_for
 
-READ_COMMITTED = 1
 _ids = itertools.count()
 
 
@@ -49,12 +49,12 @@ def leader_of(cluster, topic: str, partition: int = 0):
 
 def produce(cluster, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[bytes]):
     leader, leader_epoch = leader_of(cluster, tp.topic, tp.partition)
-    return ray.get(leader.produce.remote(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch))
+    return ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch)))
 
 
-def read(cluster, tp: TopicPartition, isolation: int = 0):
+def read(cluster, tp: TopicPartition, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED):
     leader, _ = leader_of(cluster, tp.topic, tp.partition)
-    return ray.get(leader.fetch.remote(0, 1 << 22, 0, 1, isolation))
+    return ray.get(leader.fetch.remote(FetchRequest(0, 1 << 22, 0, 1, isolation)))
 
 
 def markers(records: bytes) -> list[tuple[int, bool]]:
@@ -111,7 +111,9 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
     assert desc.state == "Ongoing" and set(desc.partitions) == set(tps) and desc.start_ms > 0
     for i, tp in enumerate(tps):
         produce(cluster, tp, pid, epoch, 0, [f"v{i}".encode()])
-        assert read(cluster, tp, READ_COMMITTED).last_stable_offset == 0  # the open transaction holds the LSO
+        assert (
+            read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 0
+        )  # the open transaction holds the LSO
 
     ray.get(coordinator.add_offsets_to_txn.remote(tid, pid, epoch, group))
     source = TopicPartition("source", 0)
@@ -124,7 +126,7 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
     desc = state_of(coordinator, tid)
     assert desc.state == "CompleteCommit" and desc.partitions == ()
     for tp in tps:
-        result = read(cluster, tp, READ_COMMITTED)
+        result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
         assert markers(result.records) == [(pid, True)]
         assert result.last_stable_offset == result.log_end_offset == 2 and result.aborted_transactions == ()
     offsets_tp = TopicPartition(
@@ -151,7 +153,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     ray.get(groups.txn_offset_commit.remote(tid, pid, epoch, group, "", None, -1, {TopicPartition("src", 0): 7}))
     ray.get(coordinator.end_txn.remote(tid, pid, epoch, False))
     assert state_of(coordinator, tid).state == "CompleteAbort"
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
     assert ray.get(groups.fetch_offsets.remote(group, None, True)) == {}
 
@@ -159,7 +161,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
     produce(cluster, tp, pid, epoch, 1, [b"kept"])
     ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False), (pid, True)]
     assert result.aborted_transactions == ((pid, 0),)
 
@@ -179,7 +181,7 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
     second = ray.get(coordinator.init_producer_id.remote(tid))
     assert second.producer_id == first.producer_id and second.epoch > first.epoch
     # The zombie's open transaction was aborted with a bumped epoch before the answer.
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(first.producer_id, False)]
     assert result.aborted_transactions == ((first.producer_id, 0),) and result.last_stable_offset == 2
     assert state_of(coordinator, tid).state == "Empty"
@@ -245,7 +247,7 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_t
     # The background loop (every transaction.abort.timed.out.transaction.cleanup.interval.ms) aborts it.
     desc = wait_for(lambda: (d := state_of(coordinator, tid)).state == "CompleteAbort" and d, 60, what="timeout abort")
     assert desc.producer_epoch == epoch + 1
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
     with pytest.raises(ProducerFencedError):
         ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
@@ -373,7 +375,7 @@ def test_epoch_bumps_retries_and_exhaustion(cluster, request):
     leader, epoch = leader_of(cluster, TRANSACTION_STATE_TOPIC, offsets_partition_for(tid, partitions))
     builder = RecordBatchBuilder()
     builder.append(json.dumps(record).encode(), key=transaction_key(tid))
-    ray.get(leader.produce.remote(builder.build(), -1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch)))
     restart(coordinator)
     assert state_of(coordinator, tid).producer_epoch == 32766
     rotated = ray.get(coordinator.init_producer_id.remote(tid))
