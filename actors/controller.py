@@ -37,11 +37,29 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
-from actors.protocol import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrRequest, require
-from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+from actors.protocol import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    LeaderAndIsrRequest,
+    MetadataRequest,
+    require,
+)
+from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.config import LOG_CONFIG
 from storage.errors import (
     ElectionNotNeededError,
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -125,6 +143,45 @@ def assign_replicas(
             replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
         out.append(replicas)
     return out
+
+
+def _altered(
+    overrides: dict[str, Any], effective: dict[str, Any], changes: tuple[AlterableConfig, ...]
+) -> dict[str, Any]:
+    """A topic's config overrides after IncrementalAlterConfigs ``changes`` (Kafka's
+    semantics: APPEND adds the values a list config lacks, SUBTRACT removes values, both
+    starting from the effective value). Checked as a whole: InvalidConfigError (an unknown
+    key, a bad value, APPEND/SUBTRACT on a non-list) or InvalidRequestError (a key named
+    twice, an unknown operation), and then nothing changes."""
+    merged = dict(overrides)
+    seen: set[str] = set()
+    for change in changes:
+        if type(change) is not AlterableConfig:
+            raise InvalidRequestError(f"a config change must be an AlterableConfig, not {change!r:.60}")
+        key = LOG_CONFIG.canonical(change.name)
+        if key in seen:
+            raise InvalidRequestError(f"config {key} is changed twice in one request")
+        seen.add(key)
+        try:
+            op = AlterConfigOp(change.config_operation)
+        except ValueError:
+            raise InvalidRequestError(f"unknown config operation {change.config_operation!r:.20}") from None
+        spec = LOG_CONFIG.keys[key]
+        if op is AlterConfigOp.DELETE:
+            merged.pop(key, None)
+            continue
+        value = spec.convert(change.value)
+        if op is not AlterConfigOp.SET:
+            if spec.type != "list":
+                raise InvalidConfigError(f"{key} is not a list config: {op.name} does not apply")
+            current = list(merged.get(key, effective.get(key, spec.default)) or ())
+            if op is AlterConfigOp.APPEND:
+                value = current + [v for v in value if v not in current]
+            else:
+                value = [v for v in current if v not in value]
+            value = spec.convert(value)
+        merged[key] = list(value) if isinstance(value, tuple) else value
+    return merged
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -321,18 +378,17 @@ class Controller:
 
     # -- topics ---------------------------------------------------------------------------
 
-    async def create_topic(
-        self,
-        name: str,
-        num_partitions: int | None = None,
-        replication_factor: int | None = None,
-        configs: dict[str, Any] | None = None,
-        replica_assignment: list[list[int]] | None = None,
-    ) -> TopicMetadata:
-        """Create a topic (Kafka's CreateTopics) and start its replicas."""
+    async def create_topic(self, request: CreateTopicsRequest) -> TopicMetadata:
+        """Create a topic (one of Kafka's CreateTopics) and start its replicas.
+
+        ``num_partitions`` / ``replication_factor`` -1 take num.partitions /
+        default.replication.factor; ``assignments`` replaces both.
+        """
+        require(request, CreateTopicsRequest)
+        name, configs, replica_assignment = request.name, request.configs, request.assignments
         await self._ensure_started()
         validate_topic_name(name)
-        overrides = LOG_CONFIG.parse(configs or {}).non_default() if configs else {}
+        overrides = LOG_CONFIG.parse(dict(configs)).non_default() if configs else {}
         overrides = {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}
         async with self._mutex():
             if name in self._state.topics:
@@ -342,10 +398,14 @@ class Controller:
                 assignment = [list(r) for r in replica_assignment]
                 self._check_assignment(assignment)
             else:
-                partitions = num_partitions or self._config["num.partitions"]
+                partitions = request.num_partitions
+                if partitions == -1:
+                    partitions = self._config["num.partitions"]
                 if partitions < 1:
                     raise InvalidPartitionsError(f"num_partitions={partitions}; must be at least 1")
-                rf = replication_factor or self._config["default.replication.factor"]
+                rf = request.replication_factor
+                if rf == -1:
+                    rf = self._config["default.replication.factor"]
                 if rf < 1:
                     raise InvalidReplicationFactorError(f"replication factor {rf}; must be at least 1")
                 assignment = assign_replicas(partitions, rf, live)
@@ -361,8 +421,10 @@ class Controller:
         logger.info("created topic %s with %d partitions", name, len(assignment))
         return self._topic_metadata(self._state.topics[name])
 
-    async def delete_topic(self, name: str) -> None:
-        """Delete a topic, its replicas and their data."""
+    async def delete_topic(self, request: DeleteTopicsRequest) -> None:
+        """Delete a topic (one of Kafka's DeleteTopics), its replicas and their data."""
+        require(request, DeleteTopicsRequest)
+        name = request.name
         await self._ensure_started()
         if not self._config["delete.topic.enable"]:
             raise PolicyViolationError("delete.topic.enable is false")
@@ -378,10 +440,12 @@ class Controller:
                 )
             )
 
-    async def create_partitions(
-        self, name: str, total: int, assignment: list[list[int]] | None = None
-    ) -> TopicMetadata:
-        """Grow a topic to ``total`` partitions (Kafka never shrinks one)."""
+    async def create_partitions(self, request: CreatePartitionsRequest) -> TopicMetadata:
+        """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
+        shrinks one)."""
+        require(request, CreatePartitionsRequest)
+        name, total = request.name, request.count
+        assignment = [list(r) for r in request.assignments] if request.assignments is not None else None
         await self._ensure_started()
         async with self._mutex():
             topic = self._require_topic(name)
@@ -407,12 +471,17 @@ class Controller:
         """Topic names, sorted."""
         return sorted(t for t in self._state.topics if include_internal or t not in INTERNAL_TOPICS)
 
-    async def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
-        """Every topic config with its value and source (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC)."""
-        topic = self._require_topic(name)
+    async def describe_configs(self, request: DescribeConfigsRequest) -> dict[str, tuple[Any, str]]:
+        """The topic's configs (all, or ``configuration_keys``) with value and source
+        (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC); one resource of Kafka's DescribeConfigs."""
+        require(request, DescribeConfigsRequest)
+        topic = self._require_topic(request.resource_name)
+        keys = request.configuration_keys
         broker_defaults = topic_defaults(self._config)
         out = {}
         for key, spec in LOG_CONFIG.keys.items():
+            if keys is not None and key not in keys:
+                continue
             if key in topic.configs:
                 out[key] = (topic.configs[key], "DYNAMIC_TOPIC_CONFIG")
             elif broker_defaults.get(key, spec.default) != spec.default:
@@ -421,20 +490,16 @@ class Controller:
                 out[key] = (spec.default, "DEFAULT_CONFIG")
         return out
 
-    async def alter_configs(
-        self, name: str, set_configs: dict[str, Any] | None = None, delete_configs: list[str] | None = None
-    ) -> dict[str, Any]:
-        """Set and/or remove topic config overrides (Kafka's IncrementalAlterConfigs)."""
+    async def alter_configs(self, request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
+        """Change topic config overrides (one resource of Kafka's IncrementalAlterConfigs):
+        SET, DELETE (back to the default), and APPEND / SUBTRACT on list configs, all
+        applied together or none. Returns the topic's overrides after it."""
+        require(request, IncrementalAlterConfigsRequest)
+        name = request.resource_name
         await self._ensure_started()
         async with self._mutex():
             topic = self._require_topic(name)
-            merged = dict(topic.configs)
-            for key in delete_configs or []:
-                merged.pop(LOG_CONFIG.canonical(key), None)
-            for key, value in (set_configs or {}).items():
-                canonical = LOG_CONFIG.canonical(key)
-                checked = LOG_CONFIG.keys[canonical].convert(value)
-                merged[canonical] = list(checked) if isinstance(checked, tuple) else checked
+            merged = _altered(topic.configs, self._effective_config(topic), request.configs)
             self._write({"type": "topic_config", "name": name, "configs": merged})
             effective = self._effective_config(topic)
             for (t, _, _), handle in list(self._handles.items()):
@@ -449,11 +514,13 @@ class Controller:
 
     # -- producer ids ---------------------------------------------------------------------
 
-    async def allocate_producer_ids(self, count: int = 1000) -> tuple[int, int]:
-        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds): returns
-        ``(first_id, count)``. The block is in the metadata log before it is returned, so a
-        restarted controller never hands an id out twice."""
-        if not 1 <= count <= 1_000_000:
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds). The block
+        is in the metadata log before it is answered, so a restarted controller never hands
+        an id out twice."""
+        require(request, AllocateProducerIdsRequest)
+        count = request.count
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1_000_000:
             raise InvalidRequestError(f"producer id block size {count}; use 1..1000000")
         async with self._mutex():
             first = self._state.next_producer_id
@@ -461,23 +528,27 @@ class Controller:
                 raise InvalidRequestError("producer ids are exhausted")
             self._write({"type": "producer_ids", "next_producer_id": first + count})
         logger.info("allocated producer ids [%d, %d)", first, first + count)
-        return first, count
+        return AllocateProducerIdsResponse(first, count)
 
     # -- metadata -------------------------------------------------------------------------
 
-    async def get_metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> ClusterMetadata:
-        """A snapshot of brokers and topics with leader handles, for clients to cache.
+    async def get_metadata(self, request: MetadataRequest | None = None) -> ClusterMetadata:
+        """A snapshot of brokers and topics with leader handles, for clients to cache (Kafka's
+        Metadata; no request: every topic).
 
-        With ``auto_create`` (and auto.create.topics.enable), unknown topics are created
-        with num.partitions and default.replication.factor, as a Kafka broker does.
+        With ``allow_auto_topic_creation`` (and auto.create.topics.enable), unknown topics are
+        created with num.partitions and default.replication.factor, as a Kafka broker does.
         """
+        if request is None:
+            request = MetadataRequest()
+        require(request, MetadataRequest)
         await self._ensure_started()
-        names = list(self._state.topics) if topics is None else list(topics)
-        if auto_create and self._config["auto.create.topics.enable"]:
+        names = list(self._state.topics) if request.topics is None else list(request.topics)
+        if request.allow_auto_topic_creation and self._config["auto.create.topics.enable"]:
             for name in names:
                 if name not in self._state.topics and name not in INTERNAL_TOPICS:
                     try:
-                        await self.create_topic(name)
+                        await self.create_topic(CreateTopicsRequest(name))
                     except TopicAlreadyExistsError:
                         pass
         return ClusterMetadata(
@@ -500,12 +571,13 @@ class Controller:
             "data_root": str(self._root),
         }
 
-    async def replica_handles(self, topic: str, partition: int) -> dict[int, Any]:
+    async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of every live replica of a partition, by broker id (for tests/tools)."""
-        return {b: h for (t, p, b), h in self._handles.items() if t == topic and p == partition}
+        return {b: h for (t, p, b), h in self._handles.items() if t == tp.topic and p == tp.partition}
 
-    async def wait_online(self, topic: str, partition: int, timeout_s: float = 60.0) -> PartitionMetadata:
+    async def wait_online(self, tp: TopicPartition, timeout_s: float = 60.0) -> PartitionMetadata:
         """Wait until the partition has a live leader; returns its metadata."""
+        topic, partition = tp.topic, tp.partition
         deadline = time.monotonic() + timeout_s
         while True:
             await self._ensure_started()
@@ -849,27 +921,30 @@ class Controller:
             self._write_broker(broker_id, node_id, data_dir, alive=True)
             return broker_id
 
-    async def elect_leaders(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], str | None]:
-        """Preferred leader election: move leadership to each partition's first replica.
+    async def elect_leaders(self, request: ElectLeadersRequest) -> dict[TopicPartition, str | None]:
+        """Preferred leader election (Kafka's ElectLeaders): move leadership to each
+        partition's first replica.
 
-        Returns None per partition that moved, else the reason (ElectionNotNeeded,
+        Answers None per partition that moved, else the reason (ElectionNotNeeded,
         PreferredLeaderNotAvailable) as the error's class name.
         """
+        require(request, ElectLeadersRequest)
         await self._ensure_started()
-        out: dict[tuple[str, int], str | None] = {}
+        out: dict[TopicPartition, str | None] = {}
         async with self._mutex():
-            wanted = partitions
-            if wanted is None:
+            if request.topic_partitions is None:
                 wanted = [(t.name, p) for t in self._state.topics.values() for p in range(len(t.partitions))]
+            else:
+                wanted = [(tp.topic, tp.partition) for tp in request.topic_partitions]
             for topic, p in wanted:
                 t = self._require_topic(topic)
                 if not 0 <= p < len(t.partitions):
                     raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")
                 try:
                     await self._elect_preferred(topic, p)
-                    out[(topic, p)] = None
+                    out[TopicPartition(topic, p)] = None
                 except (ElectionNotNeededError, PreferredLeaderNotAvailableError) as exc:
-                    out[(topic, p)] = type(exc).__name__
+                    out[TopicPartition(topic, p)] = type(exc).__name__
         return out
 
     async def _elect_preferred(self, topic: str, p: int) -> None:
@@ -908,16 +983,18 @@ class Controller:
             except Exception:  # the next turn tries again
                 logger.exception("leader rebalance failed")
 
-    async def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> None:
+    async def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest) -> None:
         """Move partitions to new replica lists (Kafka's AlterPartitionReassignments).
 
         The new replicas start as followers and catch up; once all of them are in the ISR
         leadership moves into the new list if needed and the old replicas are removed with
         their data. Returns at once; ``list_partition_reassignments`` shows what is ongoing.
         """
+        require(request, AlterPartitionReassignmentsRequest)
         await self._ensure_started()
         async with self._mutex():
-            for (topic, p), target in reassignments.items():
+            for tp, target in request.reassignments.items():
+                topic, p = tp.topic, tp.partition
                 t = self._require_topic(topic)
                 if not 0 <= p < len(t.partitions):
                     raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")

@@ -40,6 +40,7 @@ from typing import Any
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.controller import INTERNAL_TOPICS
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.protocol import MetadataRequest
 from actors.types import (
     GroupDescription,
     JoinGroupResult,
@@ -848,7 +849,7 @@ class GroupCoordinator(Coordinator):
                 self._prepare_rebalance(group, f"subscribed topics changed: {group.snapshot} -> {now_counts}")
 
     async def _refresh_metadata(self) -> None:
-        md = await self._controller_handle().get_metadata.remote(None)
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest())
         self._topic_counts = {name: len(t.partitions) for name, t in md.topics.items()}
 
     # -- writing __consumer_offsets -------------------------------------------------------

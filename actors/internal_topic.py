@@ -25,7 +25,15 @@ import ray
 
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME
-from actors.protocol import AppendOrigin, FetchRequest, ListOffsetsRequest, ProduceRequest
+from actors.protocol import (
+    AppendOrigin,
+    CreateTopicsRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from actors.types import TopicPartition
 from storage.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -99,17 +107,19 @@ class InternalTopic:
             if self._ready:
                 return
             controller = self._controller()
-            md = await controller.get_metadata.remote([self.name])
+            md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             if self.name not in md.topics:
                 rf = max(1, min(self._replication_factor, len(md.brokers)))
                 configs: dict[str, Any] = {"cleanup.policy": ["compact"]}
                 if self._min_insync_replicas is not None:
                     configs["min.insync.replicas"] = min(self._min_insync_replicas, rf)
                 try:
-                    await controller.create_topic.remote(self.name, self.num_partitions, rf, configs)
+                    await controller.create_topic.remote(
+                        CreateTopicsRequest(self.name, self.num_partitions, rf, configs=configs)
+                    )
                 except TopicAlreadyExistsError:
                     pass  # created meanwhile (by an earlier life of this actor, say): use it
-                md = await controller.get_metadata.remote([self.name])
+                md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             self.num_partitions = len(md.topics[self.name].partitions)
             self._ready = True
 
@@ -119,7 +129,7 @@ class InternalTopic:
         part = self._leaders.get(p)
         if part is None:
             await self.ensure()
-            part = await self._controller().wait_online.remote(self.name, p, _WRITE_TIMEOUT_S)
+            part = await self._controller().wait_online.remote(TopicPartition(self.name, p), _WRITE_TIMEOUT_S)
             self._leaders[p] = part
         return part
 
@@ -173,7 +183,7 @@ class InternalTopic:
     async def replay(self) -> AsyncIterator[tuple[int, RecordBatch, int]]:
         """Every batch of the topic, partition by partition, as ``(partition, batch, first
         offset to apply)``; nothing when the topic does not exist yet (the first write creates it)."""
-        md = await self._controller().get_metadata.remote([self.name])
+        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
         meta = md.topics.get(self.name)
         if meta is None:
             return

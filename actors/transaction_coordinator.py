@@ -43,7 +43,7 @@ from actors.group_coordinator import (
     offsets_partition_for,
 )
 from actors.internal_topic import Coordinator, InternalTopic
-from actors.protocol import TransactionResult, WriteTxnMarkersRequest
+from actors.protocol import AllocateProducerIdsRequest, MetadataRequest, TransactionResult, WriteTxnMarkersRequest
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -246,8 +246,11 @@ class TransactionCoordinator(Coordinator):
             self._pid_lock = asyncio.Lock()
         async with self._pid_lock:
             if self._next_pid >= self._pid_end:
-                first, count = await self._controller_handle().allocate_producer_ids.remote(PRODUCER_ID_BLOCK_SIZE)
-                self._next_pid, self._pid_end = first, first + count
+                block = await self._controller_handle().allocate_producer_ids.remote(
+                    AllocateProducerIdsRequest(PRODUCER_ID_BLOCK_SIZE)
+                )
+                self._next_pid = block.producer_id_start
+                self._pid_end = block.producer_id_start + block.producer_id_len
             pid = self._next_pid
             self._next_pid += 1
             return pid
@@ -558,26 +561,28 @@ class TransactionCoordinator(Coordinator):
         part = self._leaders.get(tp)
         if part is not None:
             return part
-        md = await self._controller_handle().get_metadata.remote([tp.topic])
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest((tp.topic,)))
         topic = md.topics.get(tp.topic)
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         try:
-            part = await self._controller_handle().wait_online.remote(tp.topic, tp.partition, _WRITE_TIMEOUT_S)
+            part = await self._controller_handle().wait_online.remote(tp, _WRITE_TIMEOUT_S)
         except UnknownTopicOrPartitionError:
             return None
         self._leaders[tp] = part
         return part
 
     async def _check_partitions_exist(self, wanted: set[TopicPartition]) -> None:
-        md = await self._controller_handle().get_metadata.remote(sorted({tp.topic for tp in wanted}))
+        md = await self._controller_handle().get_metadata.remote(
+            MetadataRequest(tuple(sorted({tp.topic for tp in wanted})))
+        )
         for tp in wanted:
             topic = md.topics.get(tp.topic)
             if topic is None or not 0 <= tp.partition < len(topic.partitions):
                 raise UnknownTopicOrPartitionError(f"unknown partition {tp}")
 
     async def _offsets_partitions(self) -> int:
-        md = await self._controller_handle().get_metadata.remote([OFFSETS_TOPIC])
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest((OFFSETS_TOPIC,)))
         meta = md.topics.get(OFFSETS_TOPIC)
         return len(meta.partitions) if meta is not None else self._config["offsets.topic.num.partitions"]
 

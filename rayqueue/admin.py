@@ -9,7 +9,20 @@ from typing import Any
 
 import ray
 
-from actors.protocol import DeleteRecordsRequest, ListOffsetsRequest
+from actors.protocol import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+)
 from actors.types import (
     GroupDescription,
     OffsetAndMetadata,
@@ -83,14 +96,14 @@ class Admin:
         replica_assignment: list[list[int]] | None = None,
     ) -> TopicMetadata:
         """Create one topic; defaults come from num.partitions / default.replication.factor."""
-        return call_controller(
-            self._controller.create_topic,
+        request = CreateTopicsRequest(
             name,
-            num_partitions,
-            replication_factor,
+            -1 if num_partitions is None else num_partitions,
+            -1 if replication_factor is None else replication_factor,
+            None if replica_assignment is None else tuple(tuple(r) for r in replica_assignment),
             dict(configs or {}),
-            replica_assignment,
         )
+        return call_controller(self._controller.create_topic, request)
 
     def create_topics(self, topics: Iterable[NewTopic]) -> list[TopicMetadata]:
         """Create several topics, in order."""
@@ -101,7 +114,7 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its data."""
-        call_controller(self._controller.delete_topic, name)
+        call_controller(self._controller.delete_topic, DeleteTopicsRequest(name))
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete several topics."""
@@ -114,24 +127,27 @@ class Admin:
 
     def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicMetadata]:
         """Partitions, leaders, replicas and ISR of each topic."""
-        names = list(names) if names is not None else None
-        return call_controller(self._controller.get_metadata, names).topics
+        wanted = tuple(names) if names is not None else None
+        return call_controller(self._controller.get_metadata, MetadataRequest(wanted)).topics
 
     def create_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> TopicMetadata:
         """Grow ``name`` to ``total`` partitions."""
-        return call_controller(self._controller.create_partitions, name, total, assignment)
+        assignments = None if assignment is None else tuple(tuple(r) for r in assignment)
+        return call_controller(self._controller.create_partitions, CreatePartitionsRequest(name, total, assignments))
 
     def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
         """Each topic config: (value, source)."""
-        return call_controller(self._controller.describe_configs, name)
+        return call_controller(self._controller.describe_configs, DescribeConfigsRequest(name))
 
     def alter_configs(
         self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: Iterable[str] | None = None
     ) -> dict[str, Any]:
-        """Set or remove topic config overrides; returns the topic's overrides."""
-        return call_controller(
-            self._controller.alter_configs, name, dict(set_configs or {}), list(delete_configs or [])
-        )
+        """Set or remove topic config overrides; returns the topic's overrides. A key both set
+        and removed is set."""
+        set_configs = dict(set_configs or {})
+        changes = [AlterableConfig(k, AlterConfigOp.DELETE) for k in delete_configs or () if k not in set_configs]
+        changes += [AlterableConfig(k, AlterConfigOp.SET, v) for k, v in set_configs.items()]
+        return call_controller(self._controller.alter_configs, IncrementalAlterConfigsRequest(name, tuple(changes)))
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Delete records before each offset (-1: the high watermark); returns the new log start offsets.
@@ -307,17 +323,14 @@ class Admin:
     def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, str | None]:
         """Preferred leader election; per partition None when leadership moved, else the reason
         (``ElectionNotNeededError``, ``PreferredLeaderNotAvailableError``). All partitions by default."""
-        wanted = None if partitions is None else [(tp.topic, tp.partition) for tp in partitions]
-        out = call_controller(self._controller.elect_leaders, wanted)
-        return {TopicPartition(t, p): reason for (t, p), reason in out.items()}
+        wanted = None if partitions is None else tuple(partitions)
+        return call_controller(self._controller.elect_leaders, ElectLeadersRequest(wanted))
 
     def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int]]) -> None:
         """Move partitions to new replica lists; the move completes in the background once the
         new replicas have caught up (see ``list_partition_reassignments``)."""
-        call_controller(
-            self._controller.alter_partition_reassignments,
-            {(tp.topic, tp.partition): list(replicas) for tp, replicas in reassignments.items()},
-        )
+        request = AlterPartitionReassignmentsRequest({tp: tuple(r) for tp, r in reassignments.items()})
+        call_controller(self._controller.alter_partition_reassignments, request)
 
     def list_partition_reassignments(self) -> dict[TopicPartition, dict[str, list[int]]]:
         """Ongoing reassignments: ``replicas``, ``adding`` and ``removing`` broker ids per partition."""
@@ -338,4 +351,4 @@ class Admin:
 
     def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of a partition's live replicas by broker id (for tools and tests)."""
-        return call_controller(self._controller.replica_handles, tp.topic, tp.partition)
+        return call_controller(self._controller.replica_handles, tp)

@@ -29,7 +29,7 @@ import ray
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
-from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
+from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, MetadataRequest
 from actors.types import TopicPartition
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError
@@ -348,7 +348,7 @@ def read_range(
     empty_answers = 0
 
     def refresh() -> tuple[Any, int]:
-        metadata = ray.get(controller.get_metadata.remote([r.topic]))
+        metadata = ray.get(controller.get_metadata.remote(MetadataRequest((r.topic,))))
         found = _leader(metadata, r.tp)
         if found[0] is None:
             raise NetworkError(f"{r.tp} has no leader")

@@ -14,6 +14,7 @@ from typing import Any
 
 import ray
 
+from actors.protocol import MetadataRequest
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (
     KafkaError,
@@ -90,7 +91,7 @@ class MetadataCache:
     def refresh(self, topics: list[str] | None = None) -> None:
         """Ask the controller for fresh metadata of ``topics`` (all cached ones by default)."""
         names = list(topics if topics is not None else self._topics)
-        snapshot = call_controller(self._controller.get_metadata, names, self._auto_create)
+        snapshot = call_controller(self._controller.get_metadata, MetadataRequest(tuple(names), self._auto_create))
         now = time.monotonic()
         with self._lock:
             self.cluster_id = snapshot.cluster_id

@@ -7,14 +7,25 @@ import time
 import pytest
 import ray
 
-from actors.controller import Controller, assign_replicas, new_cluster_id, replica_actor_name, validate_topic_name
+from actors.controller import (
+    Controller,
+    _altered,
+    assign_replicas,
+    new_cluster_id,
+    replica_actor_name,
+    validate_topic_name,
+)
 from actors.metadata_log import MetadataLog
 from actors.partition import PartitionReplica
 from actors.protocol import (
+    AlterableConfig,
+    AlterConfigOp,
     AlterPartitionRequest,
     AlterPartitionResponse,
     DeleteRecordsRequest,
+    DescribeConfigsRequest,
     FetchRequest,
+    IncrementalAlterConfigsRequest,
     LeaderAndIsrRequest,
     ListOffsetsRequest,
     ProduceOrder,
@@ -26,6 +37,7 @@ from rayqueue.errors import (
     FencedLeaderEpochError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -252,6 +264,59 @@ def test_default_replica_assignment_spreads_leaders_and_replicas():
     # Kafka shifts the followers after each full round of leaders.
     assert assignment[0] != assignment[3]
     assert len(new_cluster_id()) == 22
+
+
+def test_incremental_alter_configs_applies_kafka_s_four_operations_or_none():
+    defaults = {"cleanup.policy": ("delete",), "retention.ms": 604800000}
+    overrides = {"retention.ms": 1000, "segment.bytes": 2048}
+    changes = (
+        AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "compact"),  # from the default
+        AlterableConfig("retention.ms", AlterConfigOp.DELETE),
+        AlterableConfig("segment_bytes", AlterConfigOp.SET, "4096"),  # the keyword form, converted
+    )
+    assert _altered(overrides, defaults, changes) == {"cleanup.policy": ["delete", "compact"], "segment.bytes": 4096}
+    assert overrides == {"retention.ms": 1000, "segment.bytes": 2048}  # the input stays as it was
+    both = {"cleanup.policy": ["delete", "compact"]}
+    subtract = (AlterableConfig("cleanup.policy", AlterConfigOp.SUBTRACT, "delete"),)
+    assert _altered(both, defaults, subtract) == {"cleanup.policy": ["compact"]}
+    append_again = (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, ["compact"]),)
+    assert _altered(both, defaults, append_again) == both  # nothing doubled
+    for bad, error in (
+        ((AlterableConfig("retention.ms", AlterConfigOp.APPEND, 5),), InvalidConfigError),  # not a list
+        ((AlterableConfig("no.such.key", AlterConfigOp.SET, 1),), InvalidConfigError),
+        ((AlterableConfig("retention.ms", AlterConfigOp.SET, "soon"),), InvalidConfigError),
+        ((AlterableConfig("retention.ms", 7, 1),), InvalidRequestError),
+        ((AlterableConfig("retention.ms", 0, 1), AlterableConfig("retention_ms", 1)), InvalidRequestError),
+        (("retention.ms=1",), InvalidRequestError),
+    ):
+        with pytest.raises(error):
+            _altered(overrides, defaults, bad)
+
+
+def test_describe_and_alter_configs_through_the_controller(cluster, new_topic):
+    topic = new_topic()
+    controller = cluster.controller
+    chosen = ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic, ("cleanup.policy", "no.such"))))
+    assert chosen == {"cleanup.policy": (("delete",), "DEFAULT_CONFIG")}
+    append = IncrementalAlterConfigsRequest(
+        topic, (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "compact"),)
+    )
+    assert ray.get(controller.alter_configs.remote(append)) == {"cleanup.policy": ["delete", "compact"]}
+    described = ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic)))
+    assert described["cleanup.policy"] == (["delete", "compact"], "DYNAMIC_TOPIC_CONFIG")
+    assert described["retention.ms"][1] == "DEFAULT_CONFIG"
+    refused = IncrementalAlterConfigsRequest(
+        topic,
+        (
+            AlterableConfig("retention.ms", AlterConfigOp.SET, 5000),
+            AlterableConfig("segment.bytes", AlterConfigOp.APPEND, 1),
+        ),
+    )
+    with pytest.raises(InvalidConfigError):
+        ray.get(controller.alter_configs.remote(refused))
+    assert ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic, ("retention.ms",)))) == {
+        "retention.ms": (604800000, "DEFAULT_CONFIG")
+    }  # nothing of the refused request applied
 
 
 def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):

@@ -9,8 +9,16 @@ from types import SimpleNamespace
 import pytest
 
 from actors.internal_topic import InternalTopic, replay_partition
-from actors.protocol import AppendOrigin, FetchRequest, FetchResponse, ListOffsetsRequest, ProduceRequest
-from actors.types import OffsetAndTimestamp
+from actors.protocol import (
+    AppendOrigin,
+    CreateTopicsRequest,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from actors.types import OffsetAndTimestamp, TopicPartition
 from storage import RecordBatchBuilder
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
@@ -118,15 +126,15 @@ class FakeController:
         self.create_topic = _Method(self._create_topic)
         self.wait_online = _Method(self._wait_online)
 
-    async def _get_metadata(self, topics):
+    async def _get_metadata(self, request: MetadataRequest):
         found = {} if self.partitions is None else {"__t": SimpleNamespace(partitions=list(range(self.partitions)))}
         return SimpleNamespace(topics=found, brokers=self.brokers)
 
-    async def _create_topic(self, name, partitions, rf, configs):
-        self.created.append((name, partitions, rf, configs))
-        self.partitions = partitions
+    async def _create_topic(self, request: CreateTopicsRequest):
+        self.created.append((request.name, request.num_partitions, request.replication_factor, request.configs))
+        self.partitions = request.num_partitions
 
-    async def _wait_online(self, topic, p, timeout_s):
+    async def _wait_online(self, tp: TopicPartition, timeout_s: float):
         self.lookups += 1
         return SimpleNamespace(leader_handle=self.leader, leader_epoch=self.lookups)
 

@@ -12,7 +12,7 @@ import pytest
 import ray
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
-from actors.protocol import FetchRequest, IsolationLevel, ProduceRequest
+from actors.protocol import AllocateProducerIdsRequest, FetchRequest, IsolationLevel, ProduceRequest
 from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
 from actors.types import TopicPartition
 from rayqueue.errors import (
@@ -82,12 +82,13 @@ def test_producer_ids_are_unique_and_blocks_survive_a_controller_restart(cluster
     assert all(i.epoch == 0 for i in ids) and len({i.producer_id for i in ids}) == 5
 
     controller = cluster.controller
-    first, count = ray.get(controller.allocate_producer_ids.remote(10))
-    assert count == 10
+    block = ray.get(controller.allocate_producer_ids.remote(AllocateProducerIdsRequest(10)))
+    first = block.producer_id_start
+    assert block.producer_id_len == 10
     before = cluster.describe()["controller_epoch"]
     ray.kill(controller, no_restart=False)  # Ray restarts it; it replays its metadata log
     wait_for(lambda: cluster.describe()["controller_epoch"] > before, 60, what="controller restart")
-    again, _ = ray.get(controller.allocate_producer_ids.remote(10))
+    again = ray.get(controller.allocate_producer_ids.remote(AllocateProducerIdsRequest(10))).producer_id_start
     assert again >= first + 10  # nothing handed out twice
     assert all(i.producer_id < again for i in ids)
 
