@@ -314,7 +314,7 @@ class Controller:
                     self._write_broker(broker_id, node, data_dir, alive=True)
             self._started = False
         await self._ensure_started()
-        return await self.get_metadata()
+        return await self.get_metadata(MetadataRequest())
 
     async def start(self) -> None:
         """Bring a (re)started controller up (idempotent): attach to or create every replica,
@@ -532,15 +532,13 @@ class Controller:
 
     # -- metadata -------------------------------------------------------------------------
 
-    async def get_metadata(self, request: MetadataRequest | None = None) -> ClusterMetadata:
+    async def get_metadata(self, request: MetadataRequest) -> ClusterMetadata:
         """A snapshot of brokers and topics with leader handles, for clients to cache (Kafka's
-        Metadata; no request: every topic).
+        Metadata).
 
         With ``allow_auto_topic_creation`` (and auto.create.topics.enable), unknown topics are
         created with num.partitions and default.replication.factor, as a Kafka broker does.
         """
-        if request is None:
-            request = MetadataRequest()
         require(request, MetadataRequest)
         await self._ensure_started()
         names = list(self._state.topics) if request.topics is None else list(request.topics)

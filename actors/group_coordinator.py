@@ -30,17 +30,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import numbers
 import re
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.controller import INTERNAL_TOPICS
 from actors.internal_topic import Coordinator, InternalTopic
-from actors.protocol import MetadataRequest
+from actors.protocol import (
+    CompleteTxnRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TransactionResult,
+    TxnOffsetCommitRequest,
+    require,
+)
 from actors.types import (
     GroupDescription,
     JoinGroupResult,
@@ -360,26 +377,19 @@ class GroupCoordinator(Coordinator):
 
     # -- membership -----------------------------------------------------------------------
 
-    async def join_group(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocols: list[str],
-        topics: list[str],
-        pattern: str | None = None,
-        owned: list[TopicPartition] | None = None,
-        assignors: dict[str, Any] | None = None,
-    ) -> JoinGroupResult:
-        """Join (or rejoin) a group; returns when the rebalance completes.
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResult:
+        """Join (or rejoin) a group (Kafka's JoinGroup); returns when the rebalance completes.
 
         ``member_id`` is "" for a new member (the coordinator names it). ``protocols`` are
         assignor names in preference order; ``assignors`` carries user-supplied ones by
-        name. ``owned`` is what the member holds now (the cooperative protocol keeps it).
+        name. ``owned_partitions`` is what the member holds now (the cooperative protocol
+        keeps it).
         """
+        require(request, JoinGroupRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        client_id, protocols, topics, pattern = request.client_id, request.protocols, request.topics, request.pattern
+        session_timeout_ms, rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        owned, assignors = request.owned_partitions, request.assignors
         self._check_loaded()
         _check_group_id(group_id)
         if not protocols:
@@ -447,12 +457,13 @@ class GroupCoordinator(Coordinator):
         except TimeoutError:
             raise RebalanceInProgressError(f"rebalance of {group_id!r} did not complete in time; rejoin") from None
 
-    async def sync_group(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> list[TopicPartition]:
-        """This member's assignment for ``generation_id`` (computed when the join completed)."""
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        """This member's assignment for ``generation_id`` (Kafka's SyncGroup; computed when
+        the join completed)."""
+        require(request, SyncGroupRequest)
+        group_id, generation_id = request.group_id, request.generation_id
         self._check_loaded()
-        group, member = self._member(group_id, member_id, group_instance_id)
+        group, member = self._member(group_id, request.member_id, request.group_instance_id)
         if group.state == PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
@@ -460,19 +471,20 @@ class GroupCoordinator(Coordinator):
                 f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
             )
         member.touch()
-        return list(member.assignment)
+        return SyncGroupResponse(tuple(member.assignment))
 
-    async def heartbeat(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int, poll_age_ms: int = 0
-    ) -> None:
-        """Keep the member alive; ``poll_age_ms`` is the time since its application last polled.
+    async def heartbeat(self, request: HeartbeatRequest) -> None:
+        """Keep the member alive (Kafka's Heartbeat); ``poll_age_ms`` is the time since its
+        application last polled.
 
         Raises RebalanceInProgressError when the member must rejoin, IllegalGenerationError /
         UnknownMemberIdError when it was fenced out, FencedInstanceIdError for a zombie static member.
         """
+        require(request, HeartbeatRequest)
+        group_id, generation_id = request.group_id, request.generation_id
         self._check_loaded()
-        group, member = self._member(group_id, member_id, group_instance_id)
-        member.touch(poll_age_ms)
+        group, member = self._member(group_id, request.member_id, request.group_instance_id)
+        member.touch(request.poll_age_ms)
         if group.state == PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
@@ -480,27 +492,25 @@ class GroupCoordinator(Coordinator):
                 f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
             )
 
-    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
-        """Leave at once (a rebalance starts without waiting for the session timeout)."""
+    async def leave_group(self, request: LeaveGroupRequest) -> None:
+        """Leave at once (Kafka's LeaveGroup: a rebalance starts without waiting for the
+        session timeout)."""
+        require(request, LeaveGroupRequest)
         self._check_loaded()
-        group, _ = self._member(group_id, member_id, group_instance_id)
-        self._remove_member(group, member_id, "left the group")
+        group, _ = self._member(request.group_id, request.member_id, request.group_instance_id)
+        self._remove_member(group, request.member_id, "left the group")
 
     # -- offsets --------------------------------------------------------------------------
 
-    async def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> None:
-        """Commit offsets (with metadata strings) once they are durable in ``__consumer_offsets``.
+    async def commit_offsets(self, request: OffsetCommitRequest) -> None:
+        """Commit offsets (Kafka's OffsetCommit) once they are durable in ``__consumer_offsets``.
 
         Generation -1 with no member id is a standalone commit, allowed only while the group
         has no members (Kafka's rule).
         """
+        require(request, OffsetCommitRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        generation_id, offsets = request.generation_id, request.offsets
         self._check_loaded()
         _check_group_id(group_id)
         group = self._groups.get(group_id)
@@ -520,7 +530,7 @@ class GroupCoordinator(Coordinator):
             member.touch()
         await self._store_offsets(group_id, offsets)
 
-    async def _store_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+    async def _store_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         values = _offset_values(offsets)
         if not values:
             return
@@ -528,17 +538,7 @@ class GroupCoordinator(Coordinator):
         group = self._groups.setdefault(group_id, _Group(group_id))
         group.offsets.update(values)
 
-    async def txn_offset_commit(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> None:
+    async def txn_offset_commit(self, request: TxnOffsetCommitRequest) -> None:
         """TxnOffsetCommit: write offsets as part of the producer's transaction.
 
         They are written as a transactional batch (the producer's id and epoch) to the
@@ -547,6 +547,10 @@ class GroupCoordinator(Coordinator):
         (KIP-447), so a zombie of an older generation cannot commit. A stale producer
         epoch raises ProducerFencedError.
         """
+        require(request, TxnOffsetCommitRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        generation_id, offsets = request.generation_id, request.offsets
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
         self._check_loaded()
         _check_group_id(group_id)
         if member_id:
@@ -563,22 +567,24 @@ class GroupCoordinator(Coordinator):
         await self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch)
         self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
 
-    async def complete_txn(self, producer_id: int, committed: bool) -> int:
+    async def complete_txn(self, request: CompleteTxnRequest) -> int:
         """The producer's transaction ended and its marker is in ``__consumer_offsets``: its
         pending offsets apply (commit) or vanish (abort). Returns how many there were."""
+        require(request, CompleteTxnRequest)
         self._check_loaded()
-        return self._end_pending(producer_id, committed)
+        return self._end_pending(request.producer_id, request.transaction_result == TransactionResult.COMMIT)
 
-    async def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None, require_stable: bool = False
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Committed offsets of a group (all, or of ``partitions``); partitions without one are absent.
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (Kafka's OffsetFetch; all, or of ``partitions``);
+        partitions without one are absent.
 
         With ``require_stable`` (KIP-447) a partition with a transactional commit still
         pending raises the retriable UnstableOffsetCommitError instead.
         """
+        require(request, OffsetFetchRequest)
+        group_id, partitions = request.group_id, request.partitions
         self._check_loaded()
-        if require_stable:
+        if request.require_stable:
             pending = {tp for groups in self._pending.values() for tp in groups.get(group_id, ())}
             unstable = pending if partitions is None else pending.intersection(partitions)
             if unstable:
@@ -599,11 +605,13 @@ class GroupCoordinator(Coordinator):
         self._check_loaded()
         return sorted((g.group_id, g.state, PROTOCOL_TYPE) for g in self._groups.values())
 
-    async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
-        """State, protocol, generation and members with assignments; unknown groups show as Dead."""
+    async def describe_groups(self, request: DescribeGroupsRequest) -> list[GroupDescription]:
+        """State, protocol, generation and members with assignments (Kafka's DescribeGroups);
+        unknown groups show as Dead."""
+        require(request, DescribeGroupsRequest)
         self._check_loaded()
         out = []
-        for gid in group_ids:
+        for gid in request.groups:
             g = self._groups.get(gid)
             if g is None:
                 out.append(GroupDescription(gid, DEAD, "", "", -1, "", ()))
@@ -615,20 +623,24 @@ class GroupCoordinator(Coordinator):
             out.append(GroupDescription(gid, g.state, PROTOCOL_TYPE, g.protocol, g.generation, g.leader, members))
         return out
 
-    async def alter_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
-        """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise)."""
+    async def alter_offsets(self, request: OffsetCommitRequest) -> None:
+        """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise):
+        Kafka's AlterConsumerGroupOffsets, a standalone OffsetCommit (no member, generation -1)."""
+        require(request, OffsetCommitRequest)
+        group_id = request.group_id
         self._check_loaded()
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         if group is not None and group.members:
             raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} members; stop them first")
-        await self._store_offsets(group_id, offsets)
+        await self._store_offsets(group_id, request.offsets)
 
-    async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
-        """Delete empty groups with their offsets; per group None or the error."""
+    async def delete_groups(self, request: DeleteGroupsRequest) -> dict[str, KafkaError | None]:
+        """Delete empty groups with their offsets (Kafka's DeleteGroups); per group None or the error."""
+        require(request, DeleteGroupsRequest)
         self._check_loaded()
         out: dict[str, KafkaError | None] = {}
-        for gid in group_ids:
+        for gid in request.groups_names:
             group = self._groups.get(gid)
             if group is None:
                 out[gid] = GroupIdNotFoundError(f"group {gid!r} does not exist")
@@ -901,15 +913,19 @@ class GroupCoordinator(Coordinator):
         return group, member
 
 
-def _offset_values(offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
-    """Offsets as given to a commit ((offset, metadata) or an int), checked and timestamped."""
+def _offset_values(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """A commit's offsets, checked (InvalidRequestError) and stamped with the commit time, as
+    Kafka's coordinator stamps them."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidRequestError(f"offsets must map partitions to OffsetAndMetadata, not {offsets!r:.60}")
     now = _now_ms()
     values = {}
-    for tp, spec in offsets.items():
-        offset, metadata = (spec, "") if isinstance(spec, int) else (spec[0], spec[1] or "")
-        if offset < 0:
-            raise InvalidRequestError(f"offset for {tp} must be >= 0, got {offset}")
-        values[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(int(offset), str(metadata), now)
+    for tp, om in offsets.items():
+        if type(tp) is not TopicPartition or type(om) is not OffsetAndMetadata:
+            raise InvalidRequestError(f"offsets must map TopicPartition to OffsetAndMetadata, not {tp!r}: {om!r:.60}")
+        if isinstance(om.offset, bool) or not isinstance(om.offset, numbers.Integral) or om.offset < 0:
+            raise InvalidRequestError(f"offset for {tp} must be an integer >= 0, got {om.offset!r}")
+        values[tp] = OffsetAndMetadata(int(om.offset), str(om.metadata or ""), now, int(om.leader_epoch))
     return values
 
 

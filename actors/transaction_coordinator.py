@@ -43,7 +43,19 @@ from actors.group_coordinator import (
     offsets_partition_for,
 )
 from actors.internal_topic import Coordinator, InternalTopic
-from actors.protocol import AllocateProducerIdsRequest, MetadataRequest, TransactionResult, WriteTxnMarkersRequest
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AllocateProducerIdsRequest,
+    CompleteTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    MetadataRequest,
+    TransactionResult,
+    WriteTxnMarkersRequest,
+    require,
+)
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -257,21 +269,19 @@ class TransactionCoordinator(Coordinator):
 
     # -- the transactional API ------------------------------------------------------------
 
-    async def init_producer_id(
-        self,
-        transactional_id: str | None,
-        transaction_timeout_ms: int = 60000,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-    ) -> ProducerIdAndEpoch:
-        """InitProducerId: a fresh id (epoch 0) for an idempotent producer (``None``), or the
-        transactional id's producer id with a bumped epoch, which fences older instances.
+    async def init_producer_id(self, request: InitProducerIdRequest) -> ProducerIdAndEpoch:
+        """InitProducerId: a fresh id (epoch 0) for an idempotent producer (no transactional
+        id), or the transactional id's producer id with a bumped epoch, which fences older
+        instances.
 
         An open transaction of an older instance is aborted first, a PrepareCommit or
         PrepareAbort completed first. ``producer_id``/``producer_epoch`` (KIP-360) are the
         caller's current ones when it asks for a bump after an error; a mismatch means a
         newer instance took over (ProducerFencedError).
         """
+        require(request, InitProducerIdRequest)
+        transactional_id, transaction_timeout_ms = request.transactional_id, request.transaction_timeout_ms
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
         if transactional_id is None or transactional_id == "":
             # Idempotent producers need no state here (Kafka does the same).
             self._start()
@@ -328,29 +338,35 @@ class TransactionCoordinator(Coordinator):
             logger.info("%r: producer %d epoch %d", transactional_id, new.producer_id, new.producer_epoch)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
-    async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
-    ) -> None:
+    async def add_partitions_to_txn(self, request: AddPartitionsToTxnRequest) -> None:
         """AddPartitionsToTxn: record the partitions in the transaction (durably) before the
         producer writes to them; starts the transaction if none is open."""
+        require(request, AddPartitionsToTxnRequest)
         self._check_loaded()
-        wanted = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
+        wanted = {TopicPartition(tp.topic, tp.partition) for tp in request.partitions}
         await self._check_partitions_exist(wanted)
-        await self._add(transactional_id, producer_id, producer_epoch, wanted)
+        await self._add(request.transactional_id, request.producer_id, request.producer_epoch, wanted)
 
-    async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> None:
+    async def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> None:
         """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition to the transaction."""
+        require(request, AddOffsetsToTxnRequest)
+        group_id = request.group_id
         self._check_loaded()
         if not isinstance(group_id, str) or not group_id:
             raise InvalidRequestError("group id must be a non-empty string")
         tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for(group_id, await self._offsets_partitions()))
-        await self._add(transactional_id, producer_id, producer_epoch, {tp})
+        await self._add(request.transactional_id, request.producer_id, request.producer_epoch, {tp})
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort. Returns once every marker is written and the state is
-        CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
+    async def end_txn(self, request: EndTxnRequest) -> None:
+        """EndTxn: commit (``committed``) or abort. Returns once every marker is written and
+        the state is CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
+        require(request, EndTxnRequest)
+        transactional_id, producer_id, producer_epoch = (
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+        )
+        commit = bool(request.committed)
         self._check_loaded()
         async with self._locked(transactional_id):
             txn = self._owned(transactional_id, producer_id, producer_epoch)
@@ -367,8 +383,11 @@ class TransactionCoordinator(Coordinator):
                 )
             await self._complete(txn)
 
-    async def describe_transactions(self, transactional_ids: list[str] | None = None) -> list[TransactionDescription]:
-        """State of the given transactional ids (all by default); unknown ids show as Dead."""
+    async def describe_transactions(self, request: DescribeTransactionsRequest) -> list[TransactionDescription]:
+        """State of the given transactional ids (Kafka's DescribeTransactions; all of them, as
+        ListTransactions, when none are given); unknown ids show as Dead."""
+        require(request, DescribeTransactionsRequest)
+        transactional_ids = request.transactional_ids
         self._check_loaded()
         if transactional_ids is None:
             return [self._txns[t].describe() for t in sorted(self._txns)]
@@ -533,7 +552,8 @@ class TransactionCoordinator(Coordinator):
             try:
                 if self._group_coordinator is None:
                     self._group_coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._namespace)
-                await self._group_coordinator.complete_txn.remote(producer_id, commit)
+                result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
+                await self._group_coordinator.complete_txn.remote(CompleteTxnRequest(producer_id, result))
                 return
             except (KafkaError, ray.exceptions.RayActorError, ValueError) as exc:
                 if isinstance(exc, ValueError):

@@ -15,13 +15,18 @@ from actors.protocol import (
     AlterPartitionReassignmentsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeTransactionsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListOffsetsRequest,
     MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 from actors.types import (
     GroupDescription,
@@ -183,14 +188,15 @@ class Admin:
     def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         """State, protocol, generation, members and their assignments (unknown groups show state Dead)."""
         ids = list(group_ids)
-        return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(ids))}
+        request = DescribeGroupsRequest(tuple(ids))
+        return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(request))}
 
     def list_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (all, or of ``partitions``)."""
-        wanted = list(partitions) if partitions is not None else None
-        return self._group_call(lambda c: c.fetch_offsets.remote(group_id, wanted))
+        request = OffsetFetchRequest(group_id, tuple(partitions) if partitions is not None else None)
+        return self._group_call(lambda c: c.fetch_offsets.remote(request))
 
     def group_lag(self, group_id: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, PartitionLag]:
         """Per partition: committed offset, log end offset (high watermark) and lag = end - committed.
@@ -215,11 +221,11 @@ class Admin:
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Set a group's committed offsets; the group must have no members (NonEmptyGroupError)."""
-        payload = {
-            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            for tp, om in offsets.items()
-        }
-        self._group_call(lambda c: c.alter_offsets.remote(group_id, payload))
+        request = OffsetCommitRequest(
+            group_id,
+            {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()},
+        )
+        self._group_call(lambda c: c.alter_offsets.remote(request))
 
     def reset_group_offsets(
         self,
@@ -267,7 +273,8 @@ class Admin:
         """Delete empty groups and their offsets; raises the first error (GroupIdNotFoundError,
         NonEmptyGroupError) after attempting them all."""
         ids = list(group_ids)
-        results = self._group_call(lambda c: c.delete_groups.remote(ids))
+        request = DeleteGroupsRequest(tuple(ids))
+        results = self._group_call(lambda c: c.delete_groups.remote(request))
         for error in results.values():
             if error is not None:
                 raise error
@@ -278,7 +285,10 @@ class Admin:
         """Producer id and epoch, state, timeout, start time and partitions of each
         transactional id (unknown ids show state Dead)."""
         ids = list(transactional_ids)
-        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(ids))
+        request = DescribeTransactionsRequest(tuple(ids))
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(request)
+        )
         return {d.transactional_id: d for d in descriptions}
 
     def list_transactions(
@@ -288,7 +298,9 @@ class Admin:
         or of ``producer_ids`` (Kafka's ListTransactions filters)."""
         wanted_states = set(states) if states is not None else None
         wanted_pids = set(producer_ids) if producer_ids is not None else None
-        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(None))
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(DescribeTransactionsRequest())
+        )
         return [
             TransactionListing(d.transactional_id, d.producer_id, d.state)
             for d in descriptions

@@ -43,7 +43,15 @@ from typing import Any
 import crc32c as _crc32c
 import ray
 
-from actors.protocol import AppendOrigin, ProduceOrder, ProduceRequest
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AppendOrigin,
+    EndTxnRequest,
+    ProduceOrder,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
 from rayqueue.metadata import MetadataCache
@@ -498,24 +506,27 @@ class Producer:
             group_metadata = ConsumerGroupMetadata(group_metadata, -1, "", None)
         group_id = group_metadata.group_id
         converted = {
-            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            for tp, om in offsets.items()
+            tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()
         }
         try:
             if group_id not in txn.groups:
-                txn.call("add_offsets_to_txn", txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                add = AddOffsetsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                txn.call("add_offsets_to_txn", add)
                 txn.groups.add(group_id)
-            coordinator_call(
-                self._group_coordinator,
-                "txn_offset_commit",
+            commit = TxnOffsetCommitRequest(
                 txn.transactional_id,
                 txn.producer_id,
                 txn.epoch,
                 group_id,
+                converted,
                 group_metadata.member_id,
                 group_metadata.group_instance_id,
                 group_metadata.generation_id,
-                converted,
+            )
+            coordinator_call(
+                self._group_coordinator,
+                "txn_offset_commit",
+                commit,
                 timeout_s=self._max_block,
                 backoff_s=max(self._backoff, 0.01),
                 what=f"txn_offset_commit({group_id!r})",
@@ -579,7 +590,7 @@ class Producer:
         if not txn.started:
             return
         try:
-            txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, commit)
+            txn.call("end_txn", EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, commit))
         except KafkaTimeoutError:
             raise
         except Exception as exc:
@@ -1007,7 +1018,7 @@ class Producer:
         txn = self._txn
         try:
             ref = txn.coordinator().add_partitions_to_txn.remote(
-                txn.transactional_id, txn.producer_id, txn.epoch, partitions
+                AddPartitionsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, tuple(partitions))
             )
         except Exception as exc:  # noqa: BLE001 - handled like a failed call
             self._on_partitions_added(partitions, exc)

@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
 from rayqueue.consumer_coordinator import IllegalStateError
 from rayqueue.metadata import as_kafka_error
@@ -171,12 +172,13 @@ class TransactionManager:
             self._coordinator = handle
         return self._coordinator
 
-    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
-        """A coordinator call with Kafka's retries, bounded by max.block.ms."""
+    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """A coordinator call (``method`` with its ``request``) with Kafka's retries, bounded
+        by max.block.ms."""
         return coordinator_call(
             self.coordinator,
             method,
-            *args,
+            request,
             timeout_s=self._max_block if timeout_s is None else timeout_s,
             backoff_s=self._backoff,
             what=f"{method}({self.transactional_id!r})",
@@ -188,14 +190,10 @@ class TransactionManager:
         With a known id and epoch (an epoch bump after an abort, KIP-360) they are passed
         along so that the coordinator bumps the epoch rather than fencing us.
         """
-        result = self.call(
-            "init_producer_id",
-            self.transactional_id,
-            self.transaction_timeout_ms,
-            self.producer_id,
-            self.epoch,
-            timeout_s=timeout_s,
+        request = InitProducerIdRequest(
+            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch
         )
+        result = self.call("init_producer_id", request, timeout_s=timeout_s)
         with self._lock:
             self.producer_id, self.epoch = result.producer_id, result.epoch
             self._sequences.clear()

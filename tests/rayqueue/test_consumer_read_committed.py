@@ -16,13 +16,15 @@ import ray
 
 from actors.protocol import (
     AbortedTransaction,
+    CompleteTxnRequest,
     FetchRequest,
     FetchResponse,
     IsolationLevel,
     ProduceRequest,
+    TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
-from actors.types import OffsetAndTimestamp, TopicPartition
+from actors.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
 from rayqueue.metadata import MetadataCache
 from storage.batch_header import batch_boundaries, read_header
@@ -432,7 +434,11 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
     first.commit({tp: 2})
     first.close()
     pid = next(_producer_ids)
-    ray.get(coordinator.txn_offset_commit.remote("rc-txn", pid, 0, group, "", None, -1, {tp: (7, "")}))
+    ray.get(
+        coordinator.txn_offset_commit.remote(
+            TxnOffsetCommitRequest("rc-txn", pid, 0, group, {tp: OffsetAndMetadata(7)}, "", None, -1)
+        )
+    )
 
     plain = cluster.consumer(group_id=group, enable_auto_commit=False)
     assert plain.committed([tp])[tp].offset == 2  # read_uncommitted: the last stable commit
@@ -469,7 +475,7 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
         meta = cluster.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions
         part = meta[offsets_partition_for(group, len(meta))]
         ray.get(part.leader_handle.write_txn_marker.remote(WriteTxnMarkersRequest(pid, 0, 0, True, part.leader_epoch)))
-        ray.get(coordinator.complete_txn.remote(pid, True))
+        ray.get(coordinator.complete_txn.remote(CompleteTxnRequest(pid, True)))
         waiter.join(30)
         assert answer[tp].offset == 7
     finally:
