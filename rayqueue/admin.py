@@ -36,8 +36,14 @@ from actors.types import (
     TopicPartition,
     TransactionDescription,
 )
+from rayqueue.errors import (
+    CoordinatorNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+    as_kafka_error,
+)
 from rayqueue.metadata import MetadataCache, call_controller
-from storage.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 # Kafka's default.api.timeout.ms: how long a call to partition leaders keeps retrying.
@@ -322,12 +328,10 @@ class Admin:
         while True:
             try:
                 return ray.get(make_ref(coordinator))
-            except KafkaError as exc:
-                if not exc.retriable or time.monotonic() > deadline:
-                    raise
-            except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise
+            except Exception as exc:  # noqa: BLE001 - sorted into retriable and not below
+                error = as_kafka_error(exc, CoordinatorNotAvailableError, which.replace("_", " "))
+                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
+                    raise error from None
             time.sleep(0.1)
 
     # -- replication ----------------------------------------------------------------------

@@ -39,8 +39,9 @@ import ray
 from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
-from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener, IllegalStateError
-from rayqueue.metadata import MetadataCache, as_kafka_error, call_controller
+from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from rayqueue.errors import IllegalStateError, as_kafka_error
+from rayqueue.metadata import MetadataCache, call_controller
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
     CorruptRecordError,

@@ -29,7 +29,7 @@ from actors.protocol import (
     SyncGroupRequest,
 )
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from storage.errors import (
+from rayqueue.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -39,6 +39,7 @@ from storage.errors import (
     KafkaTimeoutError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    as_kafka_error,
 )
 
 if TYPE_CHECKING:
@@ -50,12 +51,6 @@ logger = logging.getLogger(__name__)
 _MAX_BACKOFF_S = 1.0
 
 UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
-
-
-class IllegalStateError(KafkaError):
-    """A client call that the consumer's state does not allow (Kafka's IllegalStateException)."""
-
-    code, retriable = -1, False
 
 
 class ConsumerRebalanceListener:
@@ -78,11 +73,7 @@ class ConsumerRebalanceListener:
 
 
 def _kafka_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, KafkaError):
-        return exc
-    if isinstance(exc, ray.exceptions.RayActorError):
-        return CoordinatorNotAvailableError(f"group coordinator unavailable: {type(exc).__name__}")
-    return exc
+    return as_kafka_error(exc, CoordinatorNotAvailableError, "group coordinator")
 
 
 def normalize_strategies(value: Any) -> tuple[list[str], dict[str, Any]]:

@@ -31,8 +31,8 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, MetadataRequest
 from actors.types import TopicPartition
+from rayqueue.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError, is_retriable
 from storage.batch_header import batch_boundaries, read_header
-from storage.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError
 from storage.record_batch import HEADERS_TYPE, committed_batches, decode_columns
 
 logger = logging.getLogger(__name__)
@@ -147,12 +147,6 @@ def _leader(metadata: Any, tp: TopicPartition) -> tuple[Any, int]:
     return meta.leader_handle, meta.leader_epoch
 
 
-def _retriable(exc: BaseException) -> bool:
-    if isinstance(exc, KafkaError):
-        return exc.retriable
-    return isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))
-
-
 def _list_offsets(cluster: Any, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """list_offsets on each partition's leader (pipelined), retrying leader changes."""
     topics = sorted({tp.topic for tp in specs})
@@ -171,7 +165,7 @@ def _list_offsets(cluster: Any, specs: Mapping[TopicPartition, int]) -> dict[Top
                 refs[tp] = handle.list_offsets.remote(ListOffsetsRequest(ts, epoch))
             return {tp: ray.get(ref).offset for tp, ref in refs.items()}
         except Exception as exc:  # noqa: BLE001 - retried below when retriable
-            if not _retriable(exc) or time.monotonic() > deadline:
+            if not is_retriable(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(RETRY_BACKOFF_S)
 
@@ -367,7 +361,7 @@ def read_range(
             result = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - retriable ones are retried
             ref = None
-            if isinstance(exc, OffsetOutOfRangeError) or not _retriable(exc) or time.monotonic() > deadline:
+            if isinstance(exc, OffsetOutOfRangeError) or not is_retriable(exc) or time.monotonic() > deadline:
                 raise
             logger.info("%s: fetch at %d failed (%s); refreshing metadata", r.tp, position, exc)
             handle = None

@@ -16,24 +16,14 @@ import ray
 
 from actors.protocol import MetadataRequest
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
-from storage.errors import (
+from rayqueue.errors import (
     KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
     NetworkError,
     UnknownTopicOrPartitionError,
+    as_kafka_error,
 )
-
-
-def as_kafka_error(error: BaseException) -> BaseException:
-    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
-    if isinstance(error, KafkaError):
-        return error
-    if isinstance(error, ray.exceptions.RayActorError):
-        return NetworkError(f"actor unavailable: {type(error).__name__}")
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
-        return error.cause
-    return error
 
 
 def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:

@@ -54,14 +54,10 @@ from actors.protocol import (
 )
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
+from rayqueue.errors import TransactionAbortedError, as_kafka_error
 from rayqueue.metadata import MetadataCache
 from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
-from rayqueue.transaction_manager import (
-    TransactionAbortedError,
-    TransactionManager,
-    as_kafka_error,
-    coordinator_call,
-)
+from rayqueue.transaction_manager import TransactionManager, coordinator_call
 from storage import RecordBatchBuilder
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import (

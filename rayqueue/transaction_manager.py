@@ -22,14 +22,15 @@ import ray
 
 from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
-from rayqueue.consumer_coordinator import IllegalStateError
-from rayqueue.metadata import as_kafka_error
-from storage.errors import (
+from rayqueue.errors import (
     CoordinatorNotAvailableError,
+    IllegalStateError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
+    as_kafka_error,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,13 +39,6 @@ logger = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 INT32_MAX = 2**31 - 1
 EPOCH_MAX = 2**15 - 1
-
-
-class TransactionAbortedError(KafkaError):
-    """TRANSACTION_ABORTED: the batch was not sent because its transaction is being aborted
-    (Kafka's TransactionAbortedException; no wire error code)."""
-
-    code, retriable = -1, False
 
 
 class TransactionState(enum.Enum):
