@@ -46,6 +46,7 @@ from actors.protocol import (
     CompleteTxnRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
+    GroupState,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -86,11 +87,6 @@ GROUP_COORDINATOR_NAME = "group_coordinator"
 OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 
-EMPTY = "Empty"
-PREPARING_REBALANCE = "PreparingRebalance"
-COMPLETING_REBALANCE = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
 
 # Record key versions, as Kafka's: 0/1 are offset commits, 2 is group metadata.
 OFFSET_KEY_VERSION = 1
@@ -206,7 +202,7 @@ class _Member:
 @dataclass
 class _Group:
     group_id: str
-    state: str = EMPTY
+    state: GroupState = GroupState.EMPTY
     generation: int = 0
     protocol: str = ""
     rebalance_protocol: str = EAGER
@@ -246,7 +242,7 @@ class _Group:
             self.members[m.member_id] = m
             if m.instance_id:
                 self.static[m.instance_id] = m.member_id
-        self.state = STABLE if self.members else EMPTY
+        self.state = GroupState.STABLE if self.members else GroupState.EMPTY
 
 
 class GroupCoordinator(Coordinator):
@@ -336,7 +332,7 @@ class GroupCoordinator(Coordinator):
                 if group is not None:
                     group.members.clear()
                     group.static.clear()
-                    group.state = EMPTY
+                    group.state = GroupState.EMPTY
                     self._drop_if_unused(group)
             else:
                 self._groups.setdefault(group_id, _Group(group_id)).load_record(json.loads(value))
@@ -372,7 +368,7 @@ class GroupCoordinator(Coordinator):
         return count
 
     def _drop_if_unused(self, group: _Group) -> None:
-        if not group.members and not group.offsets and group.state == EMPTY:
+        if not group.members and not group.offsets and group.state == GroupState.EMPTY:
             self._groups.pop(group.group_id, None)
 
     # -- membership -----------------------------------------------------------------------
@@ -414,7 +410,7 @@ class GroupCoordinator(Coordinator):
                 unchanged = (
                     member.protocols == list(protocols) and member.topics == topics_t and member.pattern == pattern
                 )
-                if unchanged and group.state in (STABLE, COMPLETING_REBALANCE):
+                if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = client_id
                     member.touch()
                     self._persist_group(group)
@@ -449,7 +445,7 @@ class GroupCoordinator(Coordinator):
         if member.join_future is None or member.join_future.done():
             member.join_future = asyncio.get_running_loop().create_future()
         future = member.join_future
-        if group.state != PREPARING_REBALANCE:
+        if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member_id} joined")
         self._maybe_complete_join(group)
         try:
@@ -464,7 +460,7 @@ class GroupCoordinator(Coordinator):
         group_id, generation_id = request.group_id, request.generation_id
         self._check_loaded()
         group, member = self._member(group_id, request.member_id, request.group_instance_id)
-        if group.state == PREPARING_REBALANCE:
+        if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
             raise IllegalGenerationError(
@@ -485,7 +481,7 @@ class GroupCoordinator(Coordinator):
         self._check_loaded()
         group, member = self._member(group_id, request.member_id, request.group_instance_id)
         member.touch(request.poll_age_ms)
-        if group.state == PREPARING_REBALANCE:
+        if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
             raise IllegalGenerationError(
@@ -525,7 +521,7 @@ class GroupCoordinator(Coordinator):
                 raise IllegalGenerationError(
                     f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
                 )
-            if group.state == COMPLETING_REBALANCE:
+            if group.state == GroupState.COMPLETING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id!r} is completing a rebalance")
             member.touch()
         await self._store_offsets(group_id, offsets)
@@ -614,7 +610,7 @@ class GroupCoordinator(Coordinator):
         for gid in request.groups:
             g = self._groups.get(gid)
             if g is None:
-                out.append(GroupDescription(gid, DEAD, "", "", -1, "", ()))
+                out.append(GroupDescription(gid, GroupState.DEAD, "", "", -1, "", ()))
                 continue
             members = tuple(
                 MemberDescription(m.member_id, m.instance_id, m.client_id, m.topics, tuple(m.assignment))
@@ -658,7 +654,7 @@ class GroupCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
         expired = 0
         for group in list(self._groups.values()):
-            if group.members or group.state != EMPTY:
+            if group.members or group.state != GroupState.EMPTY:
                 continue
             gone = [
                 tp
@@ -683,14 +679,14 @@ class GroupCoordinator(Coordinator):
         records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, tp), None) for tp in group.offsets]
         records.append((group_key(gid), None))
         await self._append(gid, records)
-        group.state = DEAD
+        group.state = GroupState.DEAD
         self._groups.pop(gid, None)
 
     # -- rebalancing ----------------------------------------------------------------------
 
     def _prepare_rebalance(self, group: _Group, reason: str) -> None:
-        was_empty = group.state == EMPTY
-        group.state = PREPARING_REBALANCE
+        was_empty = group.state == GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
         now = time.monotonic()
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
         group.rebalance_deadline = now + timeout
@@ -698,7 +694,7 @@ class GroupCoordinator(Coordinator):
         logger.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation, reason)
 
     def _maybe_complete_join(self, group: _Group) -> None:
-        if group.state != PREPARING_REBALANCE or time.monotonic() < group.not_before:
+        if group.state != GroupState.PREPARING_REBALANCE or time.monotonic() < group.not_before:
             return
         if all(m.join_future is not None for m in group.members.values()):
             self._complete_join(group)
@@ -708,7 +704,7 @@ class GroupCoordinator(Coordinator):
         group.generation += 1
         group.state_timestamp_ms = _now_ms()
         if not group.members:
-            group.state, group.protocol, group.leader, group.snapshot = EMPTY, "", "", {}
+            group.state, group.protocol, group.leader, group.snapshot = GroupState.EMPTY, "", "", {}
             self._persist_group(group)
             return
         members = group.members
@@ -732,12 +728,12 @@ class GroupCoordinator(Coordinator):
                 if m.join_future is not None and not m.join_future.done():
                     m.join_future.set_exception(error)
                 m.join_future = None
-            group.state = STABLE
+            group.state = GroupState.STABLE
             return
         group.protocol = protocol
         group.rebalance_protocol = protocol_of(assignor)
         group.snapshot = counts
-        group.state = STABLE
+        group.state = GroupState.STABLE
         for mid, m in members.items():
             m.assignment = sorted(assignment.get(mid, []))
             m.touch()
@@ -800,7 +796,7 @@ class GroupCoordinator(Coordinator):
         if member.join_future is not None and not member.join_future.done():
             member.join_future.set_exception(UnknownMemberIdError(f"member {member_id} was removed: {reason}"))
         logger.info("group %s: member %s removed: %s", group.group_id, member_id, reason)
-        if group.state != PREPARING_REBALANCE:
+        if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member_id} {reason}")
         self._maybe_complete_join(group)
 
@@ -837,7 +833,7 @@ class GroupCoordinator(Coordinator):
                     self._remove_member(
                         group, mid, f"did not poll within max.poll.interval.ms ({m.rebalance_timeout_ms} ms)"
                     )
-            if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
+            if group.state == GroupState.PREPARING_REBALANCE and now >= group.rebalance_deadline:
                 for mid, m in list(group.members.items()):
                     if m.join_future is None:
                         self._remove_member(group, mid, "did not rejoin within the rebalance timeout")
@@ -848,12 +844,12 @@ class GroupCoordinator(Coordinator):
     async def _check_subscriptions(self) -> None:
         """Rebalance stable groups whose subscribed topics changed partition count, or whose
         regex now matches other topics."""
-        active = [g for g in self._groups.values() if g.state == STABLE and g.members]
+        active = [g for g in self._groups.values() if g.state == GroupState.STABLE and g.members]
         if not active:
             return
         await self._refresh_metadata()
         for group in active:
-            if group.state != STABLE:
+            if group.state != GroupState.STABLE:
                 continue
             wanted = {t for m in group.members.values() for t in self._resolve(m)}
             now_counts = {t: self._topic_counts[t] for t in wanted if t in self._topic_counts}

@@ -26,7 +26,8 @@ Kafka's field types and ranges) before it acts, since a caller may put anything 
 A request is built once per call (per batch set on the data path), never per record.
 
 Protocol states are enums: ``IsolationLevel`` (Kafka's wire values, so the gateway passes
-them straight), ``ReplicaRole``, ``TransactionResult``, ``AlterConfigOp``, and
+them straight), ``ReplicaRole``, ``GroupState``, ``TransactionState``, ``TransactionResult``,
+``AlterConfigOp``, and
 ``AppendOrigin`` (defined in ``storage``, which cannot import this module).
 """
 
@@ -70,6 +71,7 @@ __all__ = [
     "EpochEndOffset",
     "FetchRequest",
     "FetchResponse",
+    "GroupState",
     "HeartbeatRequest",
     "IncrementalAlterConfigsRequest",
     "InitProducerIdRequest",
@@ -89,6 +91,7 @@ __all__ = [
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TransactionResult",
+    "TransactionState",
     "TxnOffsetCommitRequest",
     "WriteTxnMarkersRequest",
 ]
@@ -109,6 +112,31 @@ class ReplicaRole(enum.StrEnum):
     LEADER = "leader"
     FOLLOWER = "follower"
     OFFLINE = "offline"  # not told yet, or closed
+
+
+class GroupState(enum.StrEnum):
+    """A consumer group's state (Kafka's classic GroupState, named as DescribeGroups shows it)."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class TransactionState(enum.StrEnum):
+    """A transactional id's state at the transaction coordinator (Kafka's coordinator
+    TransactionState, named as DescribeTransactions shows it). The producer's own states are
+    another machine: ``rayqueue.transaction_manager.TransactionState`` (Kafka's
+    TransactionManager.State)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
 
 
 class TransactionResult(enum.IntEnum):

@@ -53,6 +53,7 @@ from actors.protocol import (
     InitProducerIdRequest,
     MetadataRequest,
     TransactionResult,
+    TransactionState,
     WriteTxnMarkersRequest,
     require,
 )
@@ -75,13 +76,6 @@ logger = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
-EMPTY = "Empty"
-ONGOING = "Ongoing"
-PREPARE_COMMIT = "PrepareCommit"
-PREPARE_ABORT = "PrepareAbort"
-COMPLETE_COMMIT = "CompleteCommit"
-COMPLETE_ABORT = "CompleteAbort"
-DEAD = "Dead"
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -116,7 +110,7 @@ class TransactionMetadata:
     producer_id: int
     producer_epoch: int
     timeout_ms: int
-    state: str = EMPTY
+    state: TransactionState = TransactionState.EMPTY
     partitions: set[TopicPartition] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = field(default_factory=_now_ms)
@@ -146,7 +140,7 @@ class TransactionMetadata:
             d["producer_id"],
             d["producer_epoch"],
             d["timeout_ms"],
-            d["state"],
+            TransactionState(d["state"]),
             {TopicPartition(t, p) for t, p in d.get("partitions", [])},
             d.get("start_ms", -1),
             d.get("last_update_ms", _now_ms()),
@@ -214,7 +208,11 @@ class TransactionCoordinator(Coordinator):
                         self._apply(record.key, record.value)
                         records += 1
         self._loaded = True
-        pending = [t for t in self._txns.values() if t.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+        pending = [
+            t
+            for t in self._txns.values()
+            if t.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+        ]
         for txn in pending:
             self._spawn(self._complete_after_load(txn.transactional_id))
         logger.info(
@@ -237,7 +235,7 @@ class TransactionCoordinator(Coordinator):
     async def _complete_after_load(self, tid: str) -> None:
         async with self._lock(tid):
             txn = self._txns.get(tid)
-            if txn is not None and txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn is not None and txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 logger.info("completing %s of %r found on load", txn.state, tid)
                 await self._complete(txn)
 
@@ -303,7 +301,7 @@ class TransactionCoordinator(Coordinator):
             if producer_id != NO_PRODUCER_ID:
                 current = (txn.producer_id, txn.producer_epoch)
                 if (producer_id, producer_epoch) == (txn.last_producer_id, txn.last_producer_epoch) and (
-                    txn.state == EMPTY
+                    txn.state == TransactionState.EMPTY
                 ):
                     return ProducerIdAndEpoch(*current)  # a retry of a bump that went through
                 if (producer_id, producer_epoch) != current:
@@ -311,11 +309,11 @@ class TransactionCoordinator(Coordinator):
                         f"{transactional_id!r}: producer {producer_id} epoch {producer_epoch} is not the current "
                         f"{current[0]} epoch {current[1]}"
                     )
-            if txn.state == ONGOING:
+            if txn.state == TransactionState.ONGOING:
                 # An older instance left a transaction open: abort it under a bumped epoch,
                 # so that its zombie can neither write more nor commit.
                 txn = await self._prepare_end(txn, commit=False, bump=True)
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 txn = await self._complete(txn)
             if txn.producer_epoch >= MAX_EPOCH - 1:
                 # The epoch would overflow int16: a new producer id starts at epoch 0.
@@ -332,7 +330,11 @@ class TransactionCoordinator(Coordinator):
                     last_producer_epoch=txn.producer_epoch,
                 )
             new = new.copy(
-                state=EMPTY, partitions=set(), start_ms=-1, timeout_ms=transaction_timeout_ms, last_update_ms=_now_ms()
+                state=TransactionState.EMPTY,
+                partitions=set(),
+                start_ms=-1,
+                timeout_ms=transaction_timeout_ms,
+                last_update_ms=_now_ms(),
             )
             await self._write(new)
             logger.info("%r: producer %d epoch %d", transactional_id, new.producer_id, new.producer_epoch)
@@ -370,12 +372,12 @@ class TransactionCoordinator(Coordinator):
         self._check_loaded()
         async with self._locked(transactional_id):
             txn = self._owned(transactional_id, producer_id, producer_epoch)
-            wanted = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-            if txn.state == ONGOING:
+            wanted = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+            if txn.state == TransactionState.ONGOING:
                 txn = await self._prepare_end(txn, commit, bump=False)
             elif txn.state == wanted:
                 return  # a retry of an end that completed
-            elif txn.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
+            elif txn.state == (TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT):
                 pass  # an earlier end did not finish: finish it now
             else:
                 raise InvalidTxnStateError(
@@ -394,7 +396,11 @@ class TransactionCoordinator(Coordinator):
         out = []
         for tid in transactional_ids:
             txn = self._txns.get(tid)
-            out.append(txn.describe() if txn is not None else TransactionDescription(tid, -1, -1, DEAD, 0, -1, ()))
+            out.append(
+                txn.describe()
+                if txn is not None
+                else TransactionDescription(tid, -1, -1, TransactionState.DEAD, 0, -1, ())
+            )
         return out
 
     async def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
@@ -405,7 +411,7 @@ class TransactionCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
 
         def timed_out(txn: TransactionMetadata | None) -> bool:
-            return txn is not None and txn.state == ONGOING and now >= txn.start_ms + txn.timeout_ms
+            return txn is not None and txn.state == TransactionState.ONGOING and now >= txn.start_ms + txn.timeout_ms
 
         async def abort(tid: str) -> bool:
             async with self._lock(tid):
@@ -427,13 +433,21 @@ class TransactionCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
         expired = 0
         for tid, txn in list(self._txns.items()):
-            if txn.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            if txn.state not in (
+                TransactionState.EMPTY,
+                TransactionState.COMPLETE_COMMIT,
+                TransactionState.COMPLETE_ABORT,
+            ):
                 continue
             if now - txn.last_update_ms < self._id_expiration_ms or self._lock(tid).locked():
                 continue
             async with self._lock(tid):
                 txn = self._txns.get(tid)
-                if txn is None or txn.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+                if txn is None or txn.state not in (
+                    TransactionState.EMPTY,
+                    TransactionState.COMPLETE_COMMIT,
+                    TransactionState.COMPLETE_ABORT,
+                ):
                     continue
                 await self._topic.append(self._partition_for(tid), [(transaction_key(tid), None)])
                 self._txns.pop(tid, None)
@@ -445,16 +459,21 @@ class TransactionCoordinator(Coordinator):
     async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
         async with self._locked(tid):
             txn = self._owned(tid, producer_id, producer_epoch)
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(f"{tid!r}: the previous transaction is still completing")
-            if txn.state == DEAD:
+            if txn.state == TransactionState.DEAD:
                 raise InvalidTxnStateError(f"{tid!r} is dead")
-            if txn.state == ONGOING and wanted <= txn.partitions:
+            if txn.state == TransactionState.ONGOING and wanted <= txn.partitions:
                 return
             now = _now_ms()
-            start = txn.start_ms if txn.state == ONGOING else now
+            start = txn.start_ms if txn.state == TransactionState.ONGOING else now
             await self._write(
-                txn.copy(state=ONGOING, partitions=txn.partitions | wanted, start_ms=start, last_update_ms=now)
+                txn.copy(
+                    state=TransactionState.ONGOING,
+                    partitions=txn.partitions | wanted,
+                    start_ms=start,
+                    last_update_ms=now,
+                )
             )
 
     def _owned(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
@@ -474,7 +493,7 @@ class TransactionCoordinator(Coordinator):
         the epoch so that the markers fence the current producer."""
         epoch = min(txn.producer_epoch + 1, MAX_EPOCH) if bump else txn.producer_epoch
         prepared = txn.copy(
-            state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+            state=TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT,
             producer_epoch=epoch,
             last_producer_epoch=txn.producer_epoch if bump else txn.last_producer_epoch,
             last_update_ms=_now_ms(),
@@ -484,7 +503,7 @@ class TransactionCoordinator(Coordinator):
 
     async def _complete(self, txn: TransactionMetadata) -> TransactionMetadata:
         """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable."""
-        commit = txn.state == PREPARE_COMMIT
+        commit = txn.state == TransactionState.PREPARE_COMMIT
         state_partition = self._partition_for(txn.transactional_id)
         await asyncio.gather(
             *(
@@ -494,7 +513,11 @@ class TransactionCoordinator(Coordinator):
         )
         if any(tp.topic == OFFSETS_TOPIC for tp in txn.partitions):
             await self._tell_group_coordinator(txn.producer_id, commit)
-        done = txn.copy(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(), last_update_ms=_now_ms())
+        done = txn.copy(
+            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT,
+            partitions=set(),
+            last_update_ms=_now_ms(),
+        )
         await self._write(done)
         logger.debug("%r: %s", txn.transactional_id, done.state)
         return done

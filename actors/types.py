@@ -130,7 +130,7 @@ class GroupDescription:
     """A consumer group: state, protocol, generation and members (Kafka's ConsumerGroupDescription)."""
 
     group_id: str
-    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    state: str  # an actors.protocol.GroupState: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
     protocol_type: str
     protocol: str
     generation_id: int
@@ -163,7 +163,7 @@ class TransactionDescription:
     transactional_id: str
     producer_id: int
     producer_epoch: int
-    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead
+    state: str  # an actors.protocol.TransactionState: Empty, Ongoing, PrepareCommit, ..., Dead
     timeout_ms: int
     start_ms: int  # when the ongoing transaction started; -1 when none is open
     partitions: tuple[TopicPartition, ...]

@@ -3,12 +3,15 @@ come), and every actor method that takes a request refuses anything else with a 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import ray
 
 from actors.protocol import (
     FetchRequest,
+    GroupState,
     InitProducerIdRequest,
     IsolationLevel,
     ListOffsetsRequest,
@@ -19,6 +22,7 @@ from actors.protocol import (
     ProduceRequest,
     ReplicaRole,
     TransactionResult,
+    TransactionState,
     WriteTxnMarkersRequest,
 )
 from actors.types import OffsetAndMetadata, TopicPartition
@@ -60,6 +64,11 @@ def test_enums_keep_kafka_s_wire_values_and_names():
     assert [int(level) for level in IsolationLevel] == [0, 1]
     assert ReplicaRole.LEADER == "leader"  # what describe() has always shown
     assert [int(r) for r in TransactionResult] == [0, 1]
+    # Shown and stored (the coordinators' JSON records) as Kafka's names, read back as members.
+    assert json.dumps([GroupState.PREPARING_REBALANCE, TransactionState.PREPARE_COMMIT]) == (
+        '["PreparingRebalance", "PrepareCommit"]'
+    )
+    assert TransactionState(json.loads('"CompleteAbort"')) is TransactionState.COMPLETE_ABORT
 
 
 def test_every_actor_refuses_what_is_not_its_request(cluster, new_topic):
