@@ -1,8 +1,10 @@
 """The typed requests and responses at the actor boundary, after Kafka's own messages.
 
-Every public method of a partition replica, the controller and the two coordinators takes
-one of these frozen dataclasses (or nothing), never a list of positional arguments, and
-answers one of them (or a result type of ``actors.types``). They are named after Kafka's
+Every method of a partition replica, the controller and the two coordinators that serves one
+of Kafka's requests takes one of these frozen dataclasses, never a list of positional
+arguments, and answers one of them (or a result type of ``actors.types``); what is
+rayqueue's own (lifecycle, tools, test hooks: ``describe``, ``stop_broker``, ...) keeps its
+one or two plain arguments. They are named after Kafka's
 APIs and their fields carry Kafka's field names in snake_case, so that a translator from
 Kafka's wire protocol (``actors/gateway/``) maps a wire request onto them field for field,
 and the Python clients send exactly what the gateway sends.
@@ -21,14 +23,15 @@ JoinGroup ``JoinGroupResult``, DescribeGroups ``GroupDescription``, InitProducer
 ``ProducerIdAndEpoch``, DescribeTransactions ``TransactionDescription`` (all in
 ``actors.types``).
 
-Requests are plain data: the receiving actor checks every field (``checked()``, against
-Kafka's field types and ranges) before it acts, since a caller may put anything in them.
+Requests are plain data and a caller may put anything in them: every actor refuses a
+request of the wrong type (``require``, InvalidRequestError), and the replica checks every
+field of its requests against Kafka's field types and ranges (``checked()``) before it acts.
 A request is built once per call (per batch set on the data path), never per record.
 
-Protocol states are enums: ``IsolationLevel`` (Kafka's wire values, so the gateway passes
-them straight), ``ReplicaRole``, ``GroupState``, ``TransactionState``, ``TransactionResult``,
-``AlterConfigOp``, and
-``AppendOrigin`` (defined in ``storage``, which cannot import this module).
+Protocol states are enums: ``IsolationLevel``, ``TransactionResult`` and ``AlterConfigOp``
+carry Kafka's wire values (the gateway passes them straight); ``ReplicaRole``, ``GroupState``
+and ``TransactionState`` Kafka's names; ``AppendOrigin`` is defined in ``storage`` (which
+cannot import this module) and re-exported here.
 """
 
 from __future__ import annotations
@@ -189,12 +192,6 @@ def _isolation(value: Any) -> IsolationLevel:
     return IsolationLevel(
         int_field("isolation_level", value, IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
     )
-
-
-def _string(name: str, value: Any, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or not (value or allow_empty):
-        raise InvalidRequestError(f"{name} must be a {'' if allow_empty else 'non-empty '}string, not {value!r:.40}")
-    return value
 
 
 def require(request: Any, kind: type) -> None:
