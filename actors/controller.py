@@ -38,7 +38,25 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
-from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+from actors.protocol import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    LeaderAndIsrRequest,
+    MetadataRequest,
+    require,
+)
+from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.config import LOG_CONFIG, validate_log_config
 from storage.errors import (
     ElectionNotNeededError,
@@ -156,6 +174,45 @@ def assign_replicas(
             replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
         out.append(replicas)
     return out
+
+
+def _altered(
+    overrides: dict[str, Any], effective: dict[str, Any], changes: tuple[AlterableConfig, ...]
+) -> dict[str, Any]:
+    """A topic's config overrides after IncrementalAlterConfigs ``changes`` (Kafka's
+    semantics: APPEND adds the values a list config lacks, SUBTRACT removes values, both
+    starting from the effective value). Checked as a whole: InvalidConfigError (an unknown
+    key, a bad value, APPEND/SUBTRACT on a non-list) or InvalidRequestError (a key named
+    twice, an unknown operation), and then nothing changes."""
+    merged = dict(overrides)
+    seen: set[str] = set()
+    for change in changes:
+        if type(change) is not AlterableConfig:
+            raise InvalidRequestError(f"a config change must be an AlterableConfig, not {change!r:.60}")
+        key = LOG_CONFIG.canonical(change.name)
+        if key in seen:
+            raise InvalidRequestError(f"config {key} is changed twice in one request")
+        seen.add(key)
+        try:
+            op = AlterConfigOp(change.config_operation)
+        except ValueError:
+            raise InvalidRequestError(f"unknown config operation {change.config_operation!r:.20}") from None
+        spec = LOG_CONFIG.keys[key]
+        if op is AlterConfigOp.DELETE:
+            merged.pop(key, None)
+            continue
+        value = spec.convert(change.value)
+        if op is not AlterConfigOp.SET:
+            if spec.type != "list":
+                raise InvalidConfigError(f"{key} is not a list config: {op.name} does not apply")
+            current = list(merged.get(key, effective.get(key, spec.default)) or ())
+            if op is AlterConfigOp.APPEND:
+                value = current + [v for v in value if v not in current]
+            else:
+                value = [v for v in current if v not in value]
+            value = spec.convert(value)
+        merged[key] = list(value) if isinstance(value, tuple) else value
+    return merged
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -288,7 +345,7 @@ class Controller:
                     self._write_broker(broker_id, node, data_dir, alive=True)
             self._started = False
         await self._ensure_started()
-        return await self.get_metadata()
+        return await self.get_metadata(MetadataRequest())
 
     async def start(self) -> None:
         """Bring a (re)started controller up (idempotent): attach to or create every replica,
@@ -352,23 +409,20 @@ class Controller:
 
     # -- topics ---------------------------------------------------------------------------
 
-    async def create_topic(
-        self,
-        name: str,
-        num_partitions: int | None = None,
-        replication_factor: int | None = None,
-        configs: dict[str, Any] | None = None,
-        replica_assignment: list[list[int]] | None = None,
-    ) -> TopicMetadata:
-        """Create a topic (Kafka's CreateTopics) and start its replicas.
+    async def create_topic(self, request: CreateTopicsRequest) -> TopicMetadata:
+        """Create a topic (one of Kafka's CreateTopics) and start its replicas.
 
-        ``num_partitions`` / ``replication_factor`` of None or -1 take the broker defaults
-        (KIP-464); 0 and other negatives are refused, as is a replication factor above the
-        number of live brokers. With a ``replica_assignment`` both must be left unset.
+        ``num_partitions`` / ``replication_factor`` of -1 (or None) take num.partitions /
+        default.replication.factor (KIP-464); 0 and other negatives are refused, as is a
+        replication factor above the number of live brokers. With ``assignments`` both must
+        be left at -1.
         """
+        require(request, CreateTopicsRequest)
+        name, num_partitions, replication_factor = request.name, request.num_partitions, request.replication_factor
+        replica_assignment = request.assignments
         await self._ensure_started()
         validate_topic_name(name)
-        overrides = self._topic_overrides(configs)
+        overrides = self._topic_overrides(request.configs)
         async with self._mutex():
             if name in self._state.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -410,8 +464,10 @@ class Controller:
         logger.info("created topic %s with %d partitions", name, len(assignment))
         return self._topic_metadata(self._state.topics[name])
 
-    async def delete_topic(self, name: str) -> None:
-        """Delete a topic, its replicas and their data."""
+    async def delete_topic(self, request: DeleteTopicsRequest) -> None:
+        """Delete a topic (one of Kafka's DeleteTopics), its replicas and their data."""
+        require(request, DeleteTopicsRequest)
+        name = request.name
         await self._ensure_started()
         if not self._config["delete.topic.enable"]:
             raise PolicyViolationError("delete.topic.enable is false")
@@ -427,15 +483,12 @@ class Controller:
                 )
             )
 
-    async def create_partitions(
-        self, name: str, total: int, assignment: list[list[int]] | None = None
-    ) -> TopicMetadata:
-        """Grow a topic to ``total`` partitions (Kafka never shrinks one).
-
-        An explicit ``assignment`` lists the replicas of each new partition: exactly
-        ``total`` minus the current count of them, each as long as the topic's replication
-        factor (INVALID_REPLICA_ASSIGNMENT otherwise).
-        """
+    async def create_partitions(self, request: CreatePartitionsRequest) -> TopicMetadata:
+        """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
+        shrinks one)."""
+        require(request, CreatePartitionsRequest)
+        name, total = request.name, request.count
+        assignment = [list(r) for r in request.assignments] if request.assignments is not None else None
         await self._ensure_started()
         async with self._mutex():
             topic = self._require_topic(name)
@@ -476,12 +529,17 @@ class Controller:
         """Topic names, sorted."""
         return sorted(t for t in self._state.topics if include_internal or t not in INTERNAL_TOPICS)
 
-    async def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
-        """Every topic config with its value and source (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC)."""
-        topic = self._require_topic(name)
+    async def describe_configs(self, request: DescribeConfigsRequest) -> dict[str, tuple[Any, str]]:
+        """The topic's configs (all, or ``configuration_keys``) with value and source
+        (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC); one resource of Kafka's DescribeConfigs."""
+        require(request, DescribeConfigsRequest)
+        topic = self._require_topic(request.resource_name)
+        keys = request.configuration_keys
         broker_defaults = topic_defaults(self._config)
         out = {}
         for key, spec in LOG_CONFIG.keys.items():
+            if keys is not None and key not in keys:
+                continue
             if key in topic.configs:
                 out[key] = (topic.configs[key], "DYNAMIC_TOPIC_CONFIG")
             elif broker_defaults.get(key, spec.default) != spec.default:
@@ -490,27 +548,18 @@ class Controller:
                 out[key] = (spec.default, "DEFAULT_CONFIG")
         return out
 
-    async def alter_configs(
-        self, name: str, set_configs: dict[str, Any] | None = None, delete_configs: list[str] | None = None
-    ) -> dict[str, Any]:
-        """Set and/or remove topic config overrides (Kafka's IncrementalAlterConfigs).
-
-        Every key and value is checked before anything changes: one bad entry refuses the
-        whole request (INVALID_CONFIG) and leaves the topic's configs as they were.
-        """
+    async def alter_configs(self, request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
+        """Change topic config overrides (one resource of Kafka's IncrementalAlterConfigs):
+        SET, DELETE (back to the default), and APPEND / SUBTRACT on list configs. Every key
+        and value is checked before anything changes: one bad entry refuses the whole request
+        (INVALID_CONFIG) and leaves the topic's configs as they were. Returns the topic's
+        overrides after it."""
+        require(request, IncrementalAlterConfigsRequest)
+        name = request.resource_name
         await self._ensure_started()
-        changes = self._topic_overrides(set_configs)
-        if delete_configs is None:
-            delete_configs = []
-        if not isinstance(delete_configs, (list, tuple, set, frozenset)):
-            raise InvalidConfigError(f"configs to delete must be a list of keys, got {type(delete_configs).__name__}")
-        removed = [LOG_CONFIG.canonical(key) for key in delete_configs]
         async with self._mutex():
             topic = self._require_topic(name)
-            merged = dict(topic.configs)
-            for key in removed:
-                merged.pop(key, None)
-            merged.update(changes)
+            merged = _altered(topic.configs, self._effective_config(topic), request.configs)
             self._check_topic_config(merged)
             self._write({"type": "topic_config", "name": name, "configs": merged})
             effective = self._effective_config(topic)
@@ -526,11 +575,13 @@ class Controller:
 
     # -- producer ids ---------------------------------------------------------------------
 
-    async def allocate_producer_ids(self, count: int = 1000) -> tuple[int, int]:
-        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds): returns
-        ``(first_id, count)``. The block is in the metadata log before it is returned, so a
-        restarted controller never hands an id out twice."""
-        if not 1 <= count <= 1_000_000:
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds). The block
+        is in the metadata log before it is answered, so a restarted controller never hands
+        an id out twice."""
+        require(request, AllocateProducerIdsRequest)
+        count = request.count
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1_000_000:
             raise InvalidRequestError(f"producer id block size {count}; use 1..1000000")
         async with self._mutex():
             first = self._state.next_producer_id
@@ -538,26 +589,28 @@ class Controller:
                 raise InvalidRequestError("producer ids are exhausted")
             self._write({"type": "producer_ids", "next_producer_id": first + count})
         logger.info("allocated producer ids [%d, %d)", first, first + count)
-        return first, count
+        return AllocateProducerIdsResponse(first, count)
 
     # -- metadata -------------------------------------------------------------------------
 
-    async def get_metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> ClusterMetadata:
-        """A snapshot of brokers and topics with leader handles, for clients to cache.
+    async def get_metadata(self, request: MetadataRequest) -> ClusterMetadata:
+        """A snapshot of brokers and topics with leader handles, for clients to cache (Kafka's
+        Metadata).
 
-        With ``auto_create`` (and auto.create.topics.enable), unknown topics are created
-        with num.partitions and default.replication.factor, as a Kafka broker does.
+        With ``allow_auto_topic_creation`` (and auto.create.topics.enable), unknown topics are
+        created with num.partitions and default.replication.factor, as a Kafka broker does.
         """
+        require(request, MetadataRequest)
         await self._ensure_started()
-        names = list(self._state.topics) if topics is None else list(topics)
+        names = list(self._state.topics) if request.topics is None else list(request.topics)
         for name in names:
             if not isinstance(name, str):
                 raise InvalidTopicError(f"a topic name is a string, got {type(name).__name__}")
-        if auto_create and self._config["auto.create.topics.enable"]:
+        if request.allow_auto_topic_creation and self._config["auto.create.topics.enable"]:
             for name in names:
                 if name not in self._state.topics and name not in INTERNAL_TOPICS:
                     try:
-                        await self.create_topic(name)
+                        await self.create_topic(CreateTopicsRequest(name))
                     except TopicAlreadyExistsError:
                         pass
         return ClusterMetadata(
@@ -580,12 +633,13 @@ class Controller:
             "data_root": str(self._root),
         }
 
-    async def replica_handles(self, topic: str, partition: int) -> dict[int, Any]:
+    async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of every live replica of a partition, by broker id (for tests/tools)."""
-        return {b: h for (t, p, b), h in self._handles.items() if t == topic and p == partition}
+        return {b: h for (t, p, b), h in self._handles.items() if t == tp.topic and p == tp.partition}
 
-    async def wait_online(self, topic: str, partition: int, timeout_s: float = 60.0) -> PartitionMetadata:
+    async def wait_online(self, tp: TopicPartition, timeout_s: float = 60.0) -> PartitionMetadata:
         """Wait until the partition has a live leader; returns its metadata."""
+        topic, partition = tp.topic, tp.partition
         deadline = time.monotonic() + timeout_s
         while True:
             await self._ensure_started()
@@ -815,37 +869,26 @@ class Controller:
         retention = self._config["log.retention.check.interval.ms"]
         replication = {k: self._config[k] for k in DEFAULT_REPLICATION}
         leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
-        if leader is not None:
-            await self._call_replica(
-                leader.become_leader.remote(
-                    part.leader_epoch,
-                    part.replicas,
-                    part.isr,
-                    retention,
-                    part.partition_epoch,
-                    self._self_handle(),
-                    replication,
-                )
-            )
+        if leader is None:
+            return
+        state = LeaderAndIsrRequest(
+            part.leader,
+            part.leader_epoch,
+            tuple(part.replicas),
+            tuple(part.isr),
+            part.partition_epoch,
+            leader_handle=leader,
+            controller=self._self_handle(),
+            retention_check_ms=retention,
+            replication=replication,
+        )
+        await self._call_replica(leader.become_leader.remote(state))
         calls = []
         for b in part.replicas:
             handle = self._handles.get((topic, partition, b))
-            if handle is None or b == part.leader or leader is None:
+            if handle is None or b == part.leader:
                 continue
-            calls.append(
-                self._call_replica(
-                    handle.become_follower.remote(
-                        part.leader_epoch,
-                        part.leader,
-                        leader,
-                        part.replicas,
-                        part.isr,
-                        part.partition_epoch,
-                        retention,
-                        replication,
-                    )
-                )
-            )
+            calls.append(self._call_replica(handle.become_follower.remote(state)))
         await asyncio.gather(*calls)
 
     async def _call_replica(self, ref: Any) -> Any:
@@ -861,25 +904,30 @@ class Controller:
 
     # -- replication: ISR changes, brokers, elections, reassignment -------------------------
 
-    async def alter_partition(
-        self, topic: str, partition: int, leader_id: int, leader_epoch: int, partition_epoch: int, isr: list[int]
-    ) -> tuple[int, int, list[int]]:
-        """A leader's ISR change (Kafka's AlterPartition); returns (leader epoch, partition epoch, ISR) as committed.
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        """A leader's ISR change (Kafka's AlterPartition); answers the partition's state as committed.
 
-        Refused (the current state is returned unchanged) when the caller is not the current
+        Refused (the current state is answered unchanged) when the caller is not the current
         leader at the current leader and partition epochs, so a stale change never applies.
         Only live replicas may join.
         """
+        require(request, AlterPartitionRequest)
+        topic, partition, leader_id = request.topic_name, request.partition_index, request.broker_id
+        isr = request.new_isr
         # A leader may call before any client does after a controller restart: the live
         # replicas must be known before an expansion is judged.
         await self._ensure_started()
         async with self._mutex():
             t = self._state.topics.get(topic)
-            if t is None or partition >= len(t.partitions):
+            if t is None or not 0 <= partition < len(t.partitions):
                 raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
             part = t.partitions[partition]
-            if (leader_id, leader_epoch, partition_epoch) != (part.leader, part.leader_epoch, part.partition_epoch):
-                return part.leader_epoch, part.partition_epoch, list(part.isr)
+            if (leader_id, request.leader_epoch, request.partition_epoch) != (
+                part.leader,
+                part.leader_epoch,
+                part.partition_epoch,
+            ):
+                return AlterPartitionResponse(part.leader_epoch, part.partition_epoch, tuple(part.isr))
             new_isr = [
                 b
                 for b in part.replicas
@@ -893,7 +941,7 @@ class Controller:
                 logger.info(
                     "%s-%d: ISR is now %s (partition epoch %d)", topic, partition, new_isr, part.partition_epoch
                 )
-            return part.leader_epoch, part.partition_epoch, list(part.isr)
+            return AlterPartitionResponse(part.leader_epoch, part.partition_epoch, tuple(part.isr))
 
     async def stop_broker(self, broker_id: int) -> None:
         """Shut one broker down cleanly: its replicas close, leave the ISRs and give up leadership."""
@@ -935,27 +983,30 @@ class Controller:
             self._write_broker(broker_id, node_id, data_dir, alive=True)
             return broker_id
 
-    async def elect_leaders(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], str | None]:
-        """Preferred leader election: move leadership to each partition's first replica.
+    async def elect_leaders(self, request: ElectLeadersRequest) -> dict[TopicPartition, str | None]:
+        """Preferred leader election (Kafka's ElectLeaders): move leadership to each
+        partition's first replica.
 
-        Returns None per partition that moved, else the reason (ElectionNotNeeded,
+        Answers None per partition that moved, else the reason (ElectionNotNeeded,
         PreferredLeaderNotAvailable) as the error's class name.
         """
+        require(request, ElectLeadersRequest)
         await self._ensure_started()
-        out: dict[tuple[str, int], str | None] = {}
+        out: dict[TopicPartition, str | None] = {}
         async with self._mutex():
-            wanted = partitions
-            if wanted is None:
+            if request.topic_partitions is None:
                 wanted = [(t.name, p) for t in self._state.topics.values() for p in range(len(t.partitions))]
+            else:
+                wanted = [(tp.topic, tp.partition) for tp in request.topic_partitions]
             for topic, p in wanted:
                 t = self._require_topic(topic)
                 if not 0 <= p < len(t.partitions):
                     raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")
                 try:
                     await self._elect_preferred(topic, p)
-                    out[(topic, p)] = None
+                    out[TopicPartition(topic, p)] = None
                 except (ElectionNotNeededError, PreferredLeaderNotAvailableError) as exc:
-                    out[(topic, p)] = type(exc).__name__
+                    out[TopicPartition(topic, p)] = type(exc).__name__
         return out
 
     async def _elect_preferred(self, topic: str, p: int) -> None:
@@ -994,16 +1045,18 @@ class Controller:
             except Exception:  # the next turn tries again
                 logger.exception("leader rebalance failed")
 
-    async def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> None:
+    async def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest) -> None:
         """Move partitions to new replica lists (Kafka's AlterPartitionReassignments).
 
         The new replicas start as followers and catch up; once all of them are in the ISR
         leadership moves into the new list if needed and the old replicas are removed with
         their data. Returns at once; ``list_partition_reassignments`` shows what is ongoing.
         """
+        require(request, AlterPartitionReassignmentsRequest)
         await self._ensure_started()
         async with self._mutex():
-            for (topic, p), target in reassignments.items():
+            for tp, target in request.reassignments.items():
+                topic, p = tp.topic, tp.partition
                 t = self._require_topic(topic)
                 if not 0 <= p < len(t.partitions):
                     raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")

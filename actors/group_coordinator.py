@@ -30,16 +30,35 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import numbers
 import re
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.controller import INTERNAL_TOPICS
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.protocol import (
+    CompleteTxnRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    GroupState,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TransactionResult,
+    TxnOffsetCommitRequest,
+    require,
+)
 from actors.types import (
     GroupDescription,
     JoinGroupResult,
@@ -68,11 +87,6 @@ GROUP_COORDINATOR_NAME = "group_coordinator"
 OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 
-EMPTY = "Empty"
-PREPARING_REBALANCE = "PreparingRebalance"
-COMPLETING_REBALANCE = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
 
 # Record key versions, as Kafka's: 0/1 are offset commits, 2 is group metadata.
 OFFSET_KEY_VERSION = 1
@@ -188,7 +202,7 @@ class _Member:
 @dataclass
 class _Group:
     group_id: str
-    state: str = EMPTY
+    state: GroupState = GroupState.EMPTY
     generation: int = 0
     protocol: str = ""
     rebalance_protocol: str = EAGER
@@ -228,7 +242,7 @@ class _Group:
             self.members[m.member_id] = m
             if m.instance_id:
                 self.static[m.instance_id] = m.member_id
-        self.state = STABLE if self.members else EMPTY
+        self.state = GroupState.STABLE if self.members else GroupState.EMPTY
 
 
 class GroupCoordinator(Coordinator):
@@ -318,7 +332,7 @@ class GroupCoordinator(Coordinator):
                 if group is not None:
                     group.members.clear()
                     group.static.clear()
-                    group.state = EMPTY
+                    group.state = GroupState.EMPTY
                     self._drop_if_unused(group)
             else:
                 self._groups.setdefault(group_id, _Group(group_id)).load_record(json.loads(value))
@@ -354,31 +368,24 @@ class GroupCoordinator(Coordinator):
         return count
 
     def _drop_if_unused(self, group: _Group) -> None:
-        if not group.members and not group.offsets and group.state == EMPTY:
+        if not group.members and not group.offsets and group.state == GroupState.EMPTY:
             self._groups.pop(group.group_id, None)
 
     # -- membership -----------------------------------------------------------------------
 
-    async def join_group(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocols: list[str],
-        topics: list[str],
-        pattern: str | None = None,
-        owned: list[TopicPartition] | None = None,
-        assignors: dict[str, Any] | None = None,
-    ) -> JoinGroupResult:
-        """Join (or rejoin) a group; returns when the rebalance completes.
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResult:
+        """Join (or rejoin) a group (Kafka's JoinGroup); returns when the rebalance completes.
 
         ``member_id`` is "" for a new member (the coordinator names it). ``protocols`` are
         assignor names in preference order; ``assignors`` carries user-supplied ones by
-        name. ``owned`` is what the member holds now (the cooperative protocol keeps it).
+        name. ``owned_partitions`` is what the member holds now (the cooperative protocol
+        keeps it).
         """
+        require(request, JoinGroupRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        client_id, protocols, topics, pattern = request.client_id, request.protocols, request.topics, request.pattern
+        session_timeout_ms, rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        owned, assignors = request.owned_partitions, request.assignors
         self._check_loaded()
         _check_group_id(group_id)
         if not protocols:
@@ -403,7 +410,7 @@ class GroupCoordinator(Coordinator):
                 unchanged = (
                     member.protocols == list(protocols) and member.topics == topics_t and member.pattern == pattern
                 )
-                if unchanged and group.state in (STABLE, COMPLETING_REBALANCE):
+                if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = client_id
                     member.touch()
                     self._persist_group(group)
@@ -438,7 +445,7 @@ class GroupCoordinator(Coordinator):
         if member.join_future is None or member.join_future.done():
             member.join_future = asyncio.get_running_loop().create_future()
         future = member.join_future
-        if group.state != PREPARING_REBALANCE:
+        if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member_id} joined")
         self._maybe_complete_join(group)
         try:
@@ -446,60 +453,60 @@ class GroupCoordinator(Coordinator):
         except TimeoutError:
             raise RebalanceInProgressError(f"rebalance of {group_id!r} did not complete in time; rejoin") from None
 
-    async def sync_group(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> list[TopicPartition]:
-        """This member's assignment for ``generation_id`` (computed when the join completed)."""
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        """This member's assignment for ``generation_id`` (Kafka's SyncGroup; computed when
+        the join completed)."""
+        require(request, SyncGroupRequest)
+        group_id, generation_id = request.group_id, request.generation_id
         self._check_loaded()
-        group, member = self._member(group_id, member_id, group_instance_id)
-        if group.state == PREPARING_REBALANCE:
+        group, member = self._member(group_id, request.member_id, request.group_instance_id)
+        if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
             raise IllegalGenerationError(
                 f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
             )
         member.touch()
-        return list(member.assignment)
+        return SyncGroupResponse(tuple(member.assignment))
 
-    async def heartbeat(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int, poll_age_ms: int = 0
-    ) -> None:
-        """Keep the member alive; ``poll_age_ms`` is the time since its application last polled.
+    async def heartbeat(self, request: HeartbeatRequest) -> None:
+        """Keep the member alive (Kafka's Heartbeat); ``poll_age_ms`` is the time since its
+        application last polled.
 
         Raises RebalanceInProgressError when the member must rejoin, IllegalGenerationError /
         UnknownMemberIdError when it was fenced out, FencedInstanceIdError for a zombie static member.
         """
+        require(request, HeartbeatRequest)
+        group_id, generation_id = request.group_id, request.generation_id
         self._check_loaded()
-        group, member = self._member(group_id, member_id, group_instance_id)
-        member.touch(poll_age_ms)
-        if group.state == PREPARING_REBALANCE:
+        group, member = self._member(group_id, request.member_id, request.group_instance_id)
+        member.touch(request.poll_age_ms)
+        if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation_id != group.generation:
             raise IllegalGenerationError(
                 f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
             )
 
-    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
-        """Leave at once (a rebalance starts without waiting for the session timeout)."""
+    async def leave_group(self, request: LeaveGroupRequest) -> None:
+        """Leave at once (Kafka's LeaveGroup: a rebalance starts without waiting for the
+        session timeout)."""
+        require(request, LeaveGroupRequest)
         self._check_loaded()
-        group, _ = self._member(group_id, member_id, group_instance_id)
-        self._remove_member(group, member_id, "left the group")
+        group, _ = self._member(request.group_id, request.member_id, request.group_instance_id)
+        self._remove_member(group, request.member_id, "left the group")
 
     # -- offsets --------------------------------------------------------------------------
 
-    async def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> None:
-        """Commit offsets (with metadata strings) once they are durable in ``__consumer_offsets``.
+    async def commit_offsets(self, request: OffsetCommitRequest) -> None:
+        """Commit offsets (Kafka's OffsetCommit) once they are durable in ``__consumer_offsets``.
 
         Generation -1 with no member id is a standalone commit, allowed only while the group
         has no members (Kafka's rule).
         """
+        require(request, OffsetCommitRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        generation_id, offsets = request.generation_id, request.offsets
         self._check_loaded()
         _check_group_id(group_id)
         group = self._groups.get(group_id)
@@ -514,12 +521,12 @@ class GroupCoordinator(Coordinator):
                 raise IllegalGenerationError(
                     f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
                 )
-            if group.state == COMPLETING_REBALANCE:
+            if group.state == GroupState.COMPLETING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id!r} is completing a rebalance")
             member.touch()
         await self._store_offsets(group_id, offsets)
 
-    async def _store_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+    async def _store_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         values = _offset_values(offsets)
         if not values:
             return
@@ -527,17 +534,7 @@ class GroupCoordinator(Coordinator):
         group = self._groups.setdefault(group_id, _Group(group_id))
         group.offsets.update(values)
 
-    async def txn_offset_commit(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> None:
+    async def txn_offset_commit(self, request: TxnOffsetCommitRequest) -> None:
         """TxnOffsetCommit: write offsets as part of the producer's transaction.
 
         They are written as a transactional batch (the producer's id and epoch) to the
@@ -546,6 +543,10 @@ class GroupCoordinator(Coordinator):
         (KIP-447), so a zombie of an older generation cannot commit. A stale producer
         epoch raises ProducerFencedError.
         """
+        require(request, TxnOffsetCommitRequest)
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        generation_id, offsets = request.generation_id, request.offsets
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
         self._check_loaded()
         _check_group_id(group_id)
         if member_id:
@@ -562,22 +563,24 @@ class GroupCoordinator(Coordinator):
         await self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch)
         self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
 
-    async def complete_txn(self, producer_id: int, committed: bool) -> int:
+    async def complete_txn(self, request: CompleteTxnRequest) -> int:
         """The producer's transaction ended and its marker is in ``__consumer_offsets``: its
         pending offsets apply (commit) or vanish (abort). Returns how many there were."""
+        require(request, CompleteTxnRequest)
         self._check_loaded()
-        return self._end_pending(producer_id, committed)
+        return self._end_pending(request.producer_id, request.transaction_result == TransactionResult.COMMIT)
 
-    async def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None, require_stable: bool = False
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Committed offsets of a group (all, or of ``partitions``); partitions without one are absent.
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (Kafka's OffsetFetch; all, or of ``partitions``);
+        partitions without one are absent.
 
         With ``require_stable`` (KIP-447) a partition with a transactional commit still
         pending raises the retriable UnstableOffsetCommitError instead.
         """
+        require(request, OffsetFetchRequest)
+        group_id, partitions = request.group_id, request.partitions
         self._check_loaded()
-        if require_stable:
+        if request.require_stable:
             pending = {tp for groups in self._pending.values() for tp in groups.get(group_id, ())}
             unstable = pending if partitions is None else pending.intersection(partitions)
             if unstable:
@@ -598,14 +601,16 @@ class GroupCoordinator(Coordinator):
         self._check_loaded()
         return sorted((g.group_id, g.state, PROTOCOL_TYPE) for g in self._groups.values())
 
-    async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
-        """State, protocol, generation and members with assignments; unknown groups show as Dead."""
+    async def describe_groups(self, request: DescribeGroupsRequest) -> list[GroupDescription]:
+        """State, protocol, generation and members with assignments (Kafka's DescribeGroups);
+        unknown groups show as Dead."""
+        require(request, DescribeGroupsRequest)
         self._check_loaded()
         out = []
-        for gid in group_ids:
+        for gid in request.groups:
             g = self._groups.get(gid)
             if g is None:
-                out.append(GroupDescription(gid, DEAD, "", "", -1, "", ()))
+                out.append(GroupDescription(gid, GroupState.DEAD, "", "", -1, "", ()))
                 continue
             members = tuple(
                 MemberDescription(m.member_id, m.instance_id, m.client_id, m.topics, tuple(m.assignment))
@@ -614,20 +619,24 @@ class GroupCoordinator(Coordinator):
             out.append(GroupDescription(gid, g.state, PROTOCOL_TYPE, g.protocol, g.generation, g.leader, members))
         return out
 
-    async def alter_offsets(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
-        """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise)."""
+    async def alter_offsets(self, request: OffsetCommitRequest) -> None:
+        """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise):
+        Kafka's AlterConsumerGroupOffsets, a standalone OffsetCommit (no member, generation -1)."""
+        require(request, OffsetCommitRequest)
+        group_id = request.group_id
         self._check_loaded()
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         if group is not None and group.members:
             raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} members; stop them first")
-        await self._store_offsets(group_id, offsets)
+        await self._store_offsets(group_id, request.offsets)
 
-    async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
-        """Delete empty groups with their offsets; per group None or the error."""
+    async def delete_groups(self, request: DeleteGroupsRequest) -> dict[str, KafkaError | None]:
+        """Delete empty groups with their offsets (Kafka's DeleteGroups); per group None or the error."""
+        require(request, DeleteGroupsRequest)
         self._check_loaded()
         out: dict[str, KafkaError | None] = {}
-        for gid in group_ids:
+        for gid in request.groups_names:
             group = self._groups.get(gid)
             if group is None:
                 out[gid] = GroupIdNotFoundError(f"group {gid!r} does not exist")
@@ -645,7 +654,7 @@ class GroupCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
         expired = 0
         for group in list(self._groups.values()):
-            if group.members or group.state != EMPTY:
+            if group.members or group.state != GroupState.EMPTY:
                 continue
             gone = [
                 tp
@@ -670,14 +679,14 @@ class GroupCoordinator(Coordinator):
         records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, tp), None) for tp in group.offsets]
         records.append((group_key(gid), None))
         await self._append(gid, records)
-        group.state = DEAD
+        group.state = GroupState.DEAD
         self._groups.pop(gid, None)
 
     # -- rebalancing ----------------------------------------------------------------------
 
     def _prepare_rebalance(self, group: _Group, reason: str) -> None:
-        was_empty = group.state == EMPTY
-        group.state = PREPARING_REBALANCE
+        was_empty = group.state == GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
         now = time.monotonic()
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
         group.rebalance_deadline = now + timeout
@@ -685,7 +694,7 @@ class GroupCoordinator(Coordinator):
         logger.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation, reason)
 
     def _maybe_complete_join(self, group: _Group) -> None:
-        if group.state != PREPARING_REBALANCE or time.monotonic() < group.not_before:
+        if group.state != GroupState.PREPARING_REBALANCE or time.monotonic() < group.not_before:
             return
         if all(m.join_future is not None for m in group.members.values()):
             self._complete_join(group)
@@ -695,7 +704,7 @@ class GroupCoordinator(Coordinator):
         group.generation += 1
         group.state_timestamp_ms = _now_ms()
         if not group.members:
-            group.state, group.protocol, group.leader, group.snapshot = EMPTY, "", "", {}
+            group.state, group.protocol, group.leader, group.snapshot = GroupState.EMPTY, "", "", {}
             self._persist_group(group)
             return
         members = group.members
@@ -719,12 +728,12 @@ class GroupCoordinator(Coordinator):
                 if m.join_future is not None and not m.join_future.done():
                     m.join_future.set_exception(error)
                 m.join_future = None
-            group.state = STABLE
+            group.state = GroupState.STABLE
             return
         group.protocol = protocol
         group.rebalance_protocol = protocol_of(assignor)
         group.snapshot = counts
-        group.state = STABLE
+        group.state = GroupState.STABLE
         for mid, m in members.items():
             m.assignment = sorted(assignment.get(mid, []))
             m.touch()
@@ -787,7 +796,7 @@ class GroupCoordinator(Coordinator):
         if member.join_future is not None and not member.join_future.done():
             member.join_future.set_exception(UnknownMemberIdError(f"member {member_id} was removed: {reason}"))
         logger.info("group %s: member %s removed: %s", group.group_id, member_id, reason)
-        if group.state != PREPARING_REBALANCE:
+        if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member_id} {reason}")
         self._maybe_complete_join(group)
 
@@ -824,7 +833,7 @@ class GroupCoordinator(Coordinator):
                     self._remove_member(
                         group, mid, f"did not poll within max.poll.interval.ms ({m.rebalance_timeout_ms} ms)"
                     )
-            if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
+            if group.state == GroupState.PREPARING_REBALANCE and now >= group.rebalance_deadline:
                 for mid, m in list(group.members.items()):
                     if m.join_future is None:
                         self._remove_member(group, mid, "did not rejoin within the rebalance timeout")
@@ -835,12 +844,12 @@ class GroupCoordinator(Coordinator):
     async def _check_subscriptions(self) -> None:
         """Rebalance stable groups whose subscribed topics changed partition count, or whose
         regex now matches other topics."""
-        active = [g for g in self._groups.values() if g.state == STABLE and g.members]
+        active = [g for g in self._groups.values() if g.state == GroupState.STABLE and g.members]
         if not active:
             return
         await self._refresh_metadata()
         for group in active:
-            if group.state != STABLE:
+            if group.state != GroupState.STABLE:
                 continue
             wanted = {t for m in group.members.values() for t in self._resolve(m)}
             now_counts = {t: self._topic_counts[t] for t in wanted if t in self._topic_counts}
@@ -848,7 +857,7 @@ class GroupCoordinator(Coordinator):
                 self._prepare_rebalance(group, f"subscribed topics changed: {group.snapshot} -> {now_counts}")
 
     async def _refresh_metadata(self) -> None:
-        md = await self._controller_handle().get_metadata.remote(None)
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest())
         self._topic_counts = {name: len(t.partitions) for name, t in md.topics.items()}
 
     # -- writing __consumer_offsets -------------------------------------------------------
@@ -900,15 +909,19 @@ class GroupCoordinator(Coordinator):
         return group, member
 
 
-def _offset_values(offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
-    """Offsets as given to a commit ((offset, metadata) or an int), checked and timestamped."""
+def _offset_values(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """A commit's offsets, checked (InvalidRequestError) and stamped with the commit time, as
+    Kafka's coordinator stamps them."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidRequestError(f"offsets must map partitions to OffsetAndMetadata, not {offsets!r:.60}")
     now = _now_ms()
     values = {}
-    for tp, spec in offsets.items():
-        offset, metadata = (spec, "") if isinstance(spec, int) else (spec[0], spec[1] or "")
-        if offset < 0:
-            raise InvalidRequestError(f"offset for {tp} must be >= 0, got {offset}")
-        values[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(int(offset), str(metadata), now)
+    for tp, om in offsets.items():
+        if type(tp) is not TopicPartition or type(om) is not OffsetAndMetadata:
+            raise InvalidRequestError(f"offsets must map TopicPartition to OffsetAndMetadata, not {tp!r}: {om!r:.60}")
+        if isinstance(om.offset, bool) or not isinstance(om.offset, numbers.Integral) or om.offset < 0:
+            raise InvalidRequestError(f"offset for {tp} must be an integer >= 0, got {om.offset!r}")
+        values[tp] = OffsetAndMetadata(int(om.offset), str(om.metadata or ""), now, int(om.leader_epoch))
     return values
 
 

@@ -25,6 +25,15 @@ import ray
 
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME
+from actors.protocol import (
+    AppendOrigin,
+    CreateTopicsRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from actors.types import TopicPartition
 from storage.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -47,10 +56,12 @@ _RETRY_BACKOFF_S = 0.1
 async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterator[tuple[RecordBatch, int]]:
     """Every batch of the partition from its log start to its log end, with the first offset
     of it to apply (the log start may lie inside the first batch)."""
-    start = (await leader_handle.list_offsets.remote(EARLIEST_TIMESTAMP, leader_epoch)).offset
+    start = (await leader_handle.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, leader_epoch))).offset
     offset, wait_ms = start, 0
     while True:
-        result = await leader_handle.fetch.remote(offset, _FETCH_BYTES, wait_ms, 1, 0, leader_epoch)
+        result = await leader_handle.fetch.remote(
+            FetchRequest(offset, _FETCH_BYTES, wait_ms, current_leader_epoch=leader_epoch)
+        )
         for batch in iter_batches(result.records):
             yield batch, offset
             offset = batch.next_offset
@@ -96,17 +107,19 @@ class InternalTopic:
             if self._ready:
                 return
             controller = self._controller()
-            md = await controller.get_metadata.remote([self.name])
+            md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             if self.name not in md.topics:
                 rf = max(1, min(self._replication_factor, len(md.brokers)))
                 configs: dict[str, Any] = {"cleanup.policy": ["compact"]}
                 if self._min_insync_replicas is not None:
                     configs["min.insync.replicas"] = min(self._min_insync_replicas, rf)
                 try:
-                    await controller.create_topic.remote(self.name, self.num_partitions, rf, configs)
+                    await controller.create_topic.remote(
+                        CreateTopicsRequest(self.name, self.num_partitions, rf, configs=configs)
+                    )
                 except TopicAlreadyExistsError:
                     pass  # created meanwhile (by an earlier life of this actor, say): use it
-                md = await controller.get_metadata.remote([self.name])
+                md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             self.num_partitions = len(md.topics[self.name].partitions)
             self._ready = True
 
@@ -116,7 +129,7 @@ class InternalTopic:
         part = self._leaders.get(p)
         if part is None:
             await self.ensure()
-            part = await self._controller().wait_online.remote(self.name, p, _WRITE_TIMEOUT_S)
+            part = await self._controller().wait_online.remote(TopicPartition(self.name, p), _WRITE_TIMEOUT_S)
             self._leaders[p] = part
         return part
 
@@ -142,9 +155,9 @@ class InternalTopic:
         await self.ensure()
         if producer_id >= 0:
             builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
-            origin = "coordinator"
+            origin = AppendOrigin.COORDINATOR
         else:
-            builder, origin = RecordBatchBuilder(), "client"
+            builder, origin = RecordBatchBuilder(), AppendOrigin.CLIENT
         for key, value in records:
             builder.append(value, key=key)
         data = builder.build()
@@ -153,7 +166,7 @@ class InternalTopic:
             try:
                 # Looked up inside the retry: a restarting controller fails this call too.
                 part = await self.leader(p)
-                await part.leader_handle.produce.remote(data, -1, 30000, part.leader_epoch, origin)
+                await part.leader_handle.produce.remote(ProduceRequest(data, -1, 30000, part.leader_epoch, origin))
                 return
             except (KafkaError, ray.exceptions.RayActorError) as exc:
                 retriable = isinstance(exc, ray.exceptions.RayActorError) or exc.retriable
@@ -170,7 +183,7 @@ class InternalTopic:
     async def replay(self) -> AsyncIterator[tuple[int, RecordBatch, int]]:
         """Every batch of the topic, partition by partition, as ``(partition, batch, first
         offset to apply)``; nothing when the topic does not exist yet (the first write creates it)."""
-        md = await self._controller().get_metadata.remote([self.name])
+        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
         meta = md.topics.get(self.name)
         if meta is None:
             return

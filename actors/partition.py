@@ -1,11 +1,13 @@
 """The PartitionReplica actor: one replica of one partition, owning its on-disk log.
 
-The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``. Batches
+The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``, each
+taking its request of ``actors.protocol`` (ProduceRequest, FetchRequest, ...). Batches
 travel as the same bytes from the producer to disk, to followers and back to consumers:
 the leader validates headers and CRCs, walks every record of a producer's batch (Kafka's
 LogValidator, in ``storage.Log.append``) and patches offsets; a follower keeps the leader's
 bytes. Produce takes client batches (control batches only come from ``write_txn_marker``);
-every argument is checked, so bad input gets a Kafka error and never reaches the log.
+every request field is checked (the request's ``checked()``), so bad input gets a Kafka
+error and never reaches the log.
 
 Replication follows Kafka's ISR design. A follower runs a fetch loop against the
 leader (``fetch`` with its ``replica_id`` and log end offset) and appends the leader's
@@ -17,7 +19,7 @@ with the partition epoch, so a stale leader cannot change the ISR. On a leader c
 follower cuts its divergent suffix by asking the new leader where its last epoch ended
 (``offset_for_leader_epoch``, KIP-101/KIP-279), never by the HW alone.
 
-Every request may carry the caller's ``leader_epoch``: an older one is fenced
+Every request may carry the caller's ``current_leader_epoch``: an older one is fenced
 (FencedLeaderEpochError), a newer one means this replica has not heard of the election
 yet (UnknownLeaderEpochError); both are retriable and make the client refresh metadata.
 """
@@ -27,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import numbers
 import os
 import shutil
 import time
@@ -39,18 +40,37 @@ from typing import Any
 
 import ray
 
-from actors.types import FetchResult, OffsetAndTimestamp, ProduceResult
+from actors.protocol import (
+    NO_EPOCH,
+    AbortedTransaction,
+    AlterPartitionRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    IsolationLevel,
+    LeaderAndIsrRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceOrder,
+    ProduceRequest,
+    ProduceResponse,
+    ReplicaRole,
+    TransactionResult,
+    WriteTxnMarkersRequest,
+    checked_request,
+    require,
+)
+from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
-    InvalidFetchSizeError,
     InvalidRecordError,
     InvalidRequestError,
-    InvalidRequiredAcksError,
-    KafkaError,
     KafkaStorageError,
     LogDirLockedError,
     NotEnoughReplicasAfterAppendError,
@@ -64,7 +84,7 @@ from storage.errors import (
 )
 from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.record_batch import build_control_batch
 
 logger = logging.getLogger(__name__)
@@ -73,19 +93,12 @@ logger = logging.getLogger(__name__)
 # (Kafka's cleaner threads poll their logs the same way, backing off when nothing is due).
 CLEANER_CHECK_S = 1.0
 
-LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
-NO_EPOCH = -1
-CONSUMER_REPLICA_ID = -1
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 # How long a batch that arrived ahead of its producer's previous one waits for it.
 REORDER_WAIT_S = 5.0
 # Producer sessions whose call order a leader remembers (the oldest are forgotten first).
 MAX_ORDER_SESSIONS = 10_000
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
-# The ranges of Kafka's wire fields (int32 sizes, epochs and waits; int64 offsets and times).
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # Broker settings a replica needs for replication; the controller passes its values.
 DEFAULT_REPLICATION = {
@@ -98,24 +111,6 @@ DEFAULT_REPLICATION = {
 def partition_dir(data_dir: str, topic: str, partition: int) -> Path:
     """Kafka's partition directory: ``<log.dir>/<topic>-<partition>``."""
     return Path(data_dir) / f"{topic}-{partition}"
-
-
-def int_arg(
-    name: str,
-    value: Any,
-    low: int = INT32_MIN,
-    high: int = INT32_MAX,
-    out_of_range: type[KafkaError] = InvalidRequestError,
-) -> int:
-    """``value`` as an int in [low, high] (Kafka's field ranges). A non-integer is
-    InvalidRequestError, a value out of range ``out_of_range``: bad arguments get a Kafka
-    error, never a TypeError from deep inside."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers pass
-        raise InvalidRequestError(f"{name} must be an integer, not {type(value).__name__} {value!r:.40}")
-    value = int(value)
-    if not low <= value <= high:
-        raise out_of_range(f"{name}={value} is outside [{low}, {high}]")
-    return value
 
 
 def read_topic_id(directory: Path) -> str | None:
@@ -248,7 +243,7 @@ class PartitionReplica:
         self._hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
         self._hw_checkpointed = self._hw
         self._log.update_high_watermark(self._hw)
-        self._role = OFFLINE
+        self._role = ReplicaRole.OFFLINE
         self._leader_epoch = NO_EPOCH
         self._partition_epoch = 0
         self._leader_id = -1
@@ -272,28 +267,24 @@ class PartitionReplica:
 
     # -- role changes (driven by the controller) ------------------------------------------
 
-    async def become_leader(
-        self,
-        leader_epoch: int,
-        replicas: list[int],
-        isr: list[int],
-        retention_check_ms: int = 300000,
-        partition_epoch: int = 0,
-        controller: Any = None,
-        replication: dict[str, Any] | None = None,
-    ) -> int:
-        """Take leadership at ``leader_epoch`` (or take a new ISR/replica list at the same epoch).
+    async def become_leader(self, request: LeaderAndIsrRequest) -> int:
+        """Take leadership at the request's leader epoch (or take a new ISR/replica list at
+        the same epoch); ``request.leader`` must be this broker.
 
         Returns the log end offset. An older epoch than this replica's is ignored.
         """
+        if type(request) is not LeaderAndIsrRequest or request.leader != self.broker_id:
+            raise InvalidRequestError(f"broker {self.broker_id} cannot lead on {request!r:.200}")
+        leader_epoch, partition_epoch = request.leader_epoch, request.partition_epoch
+        replicas, isr = request.replicas, request.isr
         if leader_epoch < self._leader_epoch:
             return self._log.log_end_offset
-        self._retention_check_ms = retention_check_ms
-        if controller is not None:
-            self._controller = controller
-        if replication:
-            self._replication.update(replication)
-        if self._role == LEADER and leader_epoch == self._leader_epoch:
+        self._retention_check_ms = request.retention_check_ms
+        if request.controller is not None:
+            self._controller = request.controller
+        if request.replication:
+            self._replication.update(request.replication)
+        if self._role == ReplicaRole.LEADER and leader_epoch == self._leader_epoch:
             # Same term: the controller changed the ISR or the replica set.
             if partition_epoch >= self._partition_epoch:
                 self._set_membership(replicas, isr, partition_epoch)
@@ -301,7 +292,7 @@ class PartitionReplica:
             await self._notify()
             return self._log.log_end_offset
         self._stop_fetcher()
-        self._role = LEADER
+        self._role = ReplicaRole.LEADER
         self._leader_epoch = leader_epoch
         self._leader_id = self.broker_id
         self._leader_handle = None
@@ -327,29 +318,24 @@ class PartitionReplica:
         )
         return self._log.log_end_offset
 
-    async def become_follower(
-        self,
-        leader_epoch: int,
-        leader_id: int,
-        leader: Any,
-        replicas: list[int],
-        isr: list[int],
-        partition_epoch: int = 0,
-        retention_check_ms: int = 300000,
-        replication: dict[str, Any] | None = None,
-    ) -> bool:
-        """Follow ``leader`` at ``leader_epoch``: truncate the divergent suffix, then fetch.
+    async def become_follower(self, request: LeaderAndIsrRequest) -> bool:
+        """Follow ``request.leader`` (its actor: ``request.leader_handle``) at the request's
+        leader epoch: truncate the divergent suffix, then fetch.
 
         Returns False (and changes nothing) for an epoch older than this replica's.
         """
+        if type(request) is not LeaderAndIsrRequest or request.leader_handle is None:
+            raise InvalidRequestError(f"broker {self.broker_id} cannot follow on {request!r:.200}")
+        leader_epoch, leader_id, leader = request.leader_epoch, request.leader, request.leader_handle
         if leader_epoch < self._leader_epoch:
             return False
-        self._retention_check_ms = retention_check_ms
-        if replication:
-            self._replication.update(replication)
-        self._replicas, self._isr, self._partition_epoch = tuple(replicas), tuple(isr), partition_epoch
+        self._retention_check_ms = request.retention_check_ms
+        if request.replication:
+            self._replication.update(request.replication)
+        self._replicas, self._isr = tuple(request.replicas), tuple(request.isr)
+        self._partition_epoch = request.partition_epoch
         if (
-            self._role == FOLLOWER
+            self._role == ReplicaRole.FOLLOWER
             and leader_epoch == self._leader_epoch
             and leader_id == self._leader_id
             # The same leader at the same epoch may be a new actor (recreated after it died).
@@ -359,7 +345,7 @@ class PartitionReplica:
         ):
             return True
         self._stop_fetcher()
-        self._role = FOLLOWER
+        self._role = ReplicaRole.FOLLOWER
         self._leader_epoch = leader_epoch
         self._leader_id = leader_id
         self._leader_handle = leader
@@ -391,15 +377,7 @@ class PartitionReplica:
 
     # -- the data path --------------------------------------------------------------------
 
-    async def produce(
-        self,
-        records: bytes,
-        acks: int = 1,
-        timeout_ms: int = 30000,
-        leader_epoch: int = NO_EPOCH,
-        origin: AppendOrigin | str = AppendOrigin.CLIENT,
-        order: tuple[str, int, int] | None = None,
-    ) -> ProduceResult:
+    async def produce(self, request: ProduceRequest) -> ProduceResponse:
         """Append whole record batches; returns where the first one landed.
 
         ``acks`` is 0, 1 or -1 (all). With -1 the call returns once every ISR member has
@@ -410,22 +388,20 @@ class PartitionReplica:
         are refused from either (InvalidRecordError): transaction markers are written only
         by ``write_txn_marker``. A retried batch the log already holds appends nothing
         and is answered with its original offsets (for acks=-1 once the HW covers them).
-        Bad arguments are InvalidRequestError (InvalidRequiredAcksError for ``acks``) and
-        leave the log as it was.
+        A bad request is InvalidRequestError (InvalidRequiredAcksError for ``acks``) and
+        leaves the log as it was.
 
-        ``order`` = (session, n, oldest) comes with the calls of a producer without
-        idempotence, numbered per partition: call n is appended after the session's calls
-        from ``oldest`` (the oldest it has unanswered) to n - 1, waiting up to
-        REORDER_WAIT_S for them. Kafka gets that order from its TCP connection; Ray may
-        start an async actor's calls out of order (a call whose arguments arrive first
-        runs first).
+        ``order`` comes with the calls of a producer without idempotence, numbered per
+        partition: call ``number`` is appended after the session's calls from ``oldest``
+        (the oldest it has unanswered) to ``number - 1``, waiting up to REORDER_WAIT_S for
+        them. Kafka gets that order from its TCP connection; Ray may start an async actor's
+        calls out of order (a call whose arguments arrive first runs first).
         """
-        order = _order_arg(order)
+        require(request, ProduceRequest)
+        order = request.checked_order()
         try:
-            timeout_ms = int_arg("timeout_ms", timeout_ms, 0)
-            leader_epoch = int_arg("leader_epoch", leader_epoch)
-            origin = _produce_origin(origin)
-            if origin is AppendOrigin.COORDINATOR and _has_control_batch(records):
+            request = request.checked()
+            if request.origin is AppendOrigin.COORDINATOR and _has_control_batch(request.records):
                 # The coordinators' markers go through write_txn_marker, which builds them itself.
                 raise InvalidRecordError("control batches are written by write_txn_marker only")
         except (InvalidRequestError, InvalidRecordError):
@@ -433,25 +409,15 @@ class PartitionReplica:
                 self._end_turn(order)
                 await self._notify()
             raise
-        return await self._produce(records, acks, timeout_ms, leader_epoch, origin, order)
+        return await self._produce(request)
 
-    async def _produce(
-        self,
-        records: bytes,
-        acks: int,
-        timeout_ms: int,
-        leader_epoch: int,
-        origin: AppendOrigin,
-        order: tuple[str, int, int] | None,
-    ) -> ProduceResult:
-        """``produce`` with checked arguments; also the marker path's."""
+    async def _produce(self, request: ProduceRequest) -> ProduceResponse:
+        """``produce`` of a checked request; also the marker path's."""
+        records, acks, timeout_ms = request.records, request.acks, request.timeout_ms
+        leader_epoch, origin, order = request.current_leader_epoch, request.origin, request.order
         if order is not None:
             await self._wait_for_turn(order, min(timeout_ms / 1000, REORDER_WAIT_S))
         try:
-            if acks not in (0, 1, -1):
-                raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
-            if not isinstance(records, (bytes, bytearray, memoryview)):
-                raise InvalidRequestError(f"produce takes record batch bytes, not {type(records).__name__}")
             self._check_leader(leader_epoch)
             min_isr = self._config["min.insync.replicas"]
             if acks == -1 and len(self._isr) < min_isr:
@@ -478,12 +444,14 @@ class PartitionReplica:
         if not info.duplicate or order is not None:
             await self._advance_hw()
             await self._notify()
-        result = ProduceResult(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
+        result = ProduceResponse(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
         if acks != -1:
             return result
         required, epoch = info.last_offset + 1, self._leader_epoch
         replicated = await self._wait_until(
-            lambda: self._closed or self._role != LEADER or self._leader_epoch != epoch or self._hw >= required,
+            lambda: (
+                self._closed or self._role != ReplicaRole.LEADER or self._leader_epoch != epoch or self._hw >= required
+            ),
             timeout_ms / 1000,
         )
         if not replicated:
@@ -491,7 +459,7 @@ class PartitionReplica:
                 f"{self.topic}-{self.partition}: offset {info.last_offset} not replicated to ISR "
                 f"{list(self._isr)} within {timeout_ms} ms"
             )
-        if self._closed or self._role != LEADER or self._leader_epoch != epoch:
+        if self._closed or self._role != ReplicaRole.LEADER or self._leader_epoch != epoch:
             raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: leadership moved before replication")
         if len(self._isr) < min_isr:
             raise NotEnoughReplicasAfterAppendError(
@@ -499,11 +467,11 @@ class PartitionReplica:
             )
         return result
 
-    async def _wait_for_turn(self, order: tuple[str, int, int], timeout_s: float) -> None:
+    async def _wait_for_turn(self, order: ProduceOrder, timeout_s: float) -> None:
         """Wait until the calls of ``order``'s session numbered below its own were appended
         (or failed), at most ``timeout_s``: after that it goes ahead, as a call after a lost
         one would in Kafka."""
-        session, n, oldest = order
+        session, n, oldest = order.session, order.number, order.oldest
         turns = self._next_turns
         expected = max(turns.pop(session, oldest), oldest)
         turns[session] = expected  # re-inserted: the dict's order is least recently used first
@@ -512,11 +480,10 @@ class PartitionReplica:
         if n > expected:
             await self._wait_until(lambda: self._closed or self._next_turns.get(session, n) >= n, timeout_s)
 
-    def _end_turn(self, order: tuple[str, int, int]) -> None:
+    def _end_turn(self, order: ProduceOrder) -> None:
         """Call ``order`` is done (appended or refused); the caller notifies its successors."""
-        session, n, _ = order
-        if self._next_turns.get(session, -1) <= n:
-            self._next_turns[session] = n + 1
+        if self._next_turns.get(order.session, -1) <= order.number:
+            self._next_turns[order.session] = order.number + 1
 
     async def _append_in_order(self, records: bytes, origin: AppendOrigin, leader_epoch: int, timeout_s: float) -> Any:
         """Append a batch that came ahead of its producer's previous one.
@@ -530,7 +497,7 @@ class PartitionReplica:
         while True:
             end = self._log.log_end_offset
             grew = await self._wait_until(
-                lambda end=end: self._closed or self._role != LEADER or self._log.log_end_offset != end,
+                lambda end=end: self._closed or self._role != ReplicaRole.LEADER or self._log.log_end_offset != end,
                 deadline - time.monotonic(),
             )
             self._check_leader(leader_epoch)
@@ -540,62 +507,48 @@ class PartitionReplica:
                 if not grew or time.monotonic() >= deadline:
                     raise
 
-    async def write_txn_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        leader_epoch: int = NO_EPOCH,
-        timeout_ms: int = 30000,
-    ) -> int:
-        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers); returns its offset.
+    async def write_txn_marker(self, request: WriteTxnMarkersRequest) -> ProduceResponse:
+        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers); answers the
+        marker's append (its offset is ``base_offset``).
 
         Written as the transaction coordinator's (epoch checks, no sequence), acks=all: it
         returns once the ISR has it, so the last stable offset can pass the transaction.
         """
+        request = checked_request(request, WriteTxnMarkersRequest)
         marker = build_control_batch(
-            bool(commit),
-            int_arg("producer_id", producer_id, 0, INT64_MAX),
-            int_arg("producer_epoch", producer_epoch, 0, 2**15 - 1),
-            int_arg("coordinator_epoch", coordinator_epoch),
+            request.transaction_result is TransactionResult.COMMIT,
+            request.producer_id,
+            request.producer_epoch,
+            request.coordinator_epoch,
         )
-        timeout_ms = int_arg("timeout_ms", timeout_ms, 0)
-        result = await self._produce(
-            marker, -1, timeout_ms, int_arg("leader_epoch", leader_epoch), AppendOrigin.COORDINATOR, None
+        return await self._produce(
+            ProduceRequest(marker, -1, request.timeout_ms, request.current_leader_epoch, AppendOrigin.COORDINATOR)
         )
-        return result.base_offset
 
-    async def fetch(
-        self,
-        offset: int,
-        max_bytes: int = 1048576,
-        max_wait_ms: int = 500,
-        min_bytes: int = 1,
-        isolation_level: int = 0,
-        leader_epoch: int = NO_EPOCH,
-        replica_id: int = CONSUMER_REPLICA_ID,
-    ) -> FetchResult:
-        """Whole batches from ``offset``, long-polling for data.
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        """Whole batches from ``fetch_offset``, long-polling for data.
 
         A consumer (``replica_id`` -1) reads up to the high watermark, or with
-        ``isolation_level`` 1 (read_committed) up to the last stable offset, and then also
-        gets the aborted transactions in the returned range. A follower (its broker id)
-        reads up to the log end and its ``offset`` tells the leader its LEO. Waits up to
-        ``max_wait_ms`` until at least ``min_bytes`` are available past ``offset``; answers
-        at once when they are. Raises OffsetOutOfRangeError outside [log start, log end],
-        InvalidFetchSizeError for a ``max_bytes`` outside [0, 2**31 - 1] and
-        InvalidRequestError for other bad arguments (a non-integer, ``isolation_level``
-        other than 0 or 1).
+        READ_COMMITTED up to the last stable offset, and then also gets the aborted
+        transactions in the returned range. A follower (its broker id) reads up to the log
+        end and its ``fetch_offset`` tells the leader its LEO. Waits up to ``max_wait_ms``
+        until at least ``min_bytes`` are available past the offset; answers at once when
+        they are. Raises OffsetOutOfRangeError outside [log start, log end],
+        InvalidFetchSizeError for a ``partition_max_bytes`` outside [0, 2**31 - 1] and
+        InvalidRequestError for other bad fields (a non-integer, an isolation level other
+        than 0 or 1).
         """
-        offset = int_arg("offset", offset, INT64_MIN, INT64_MAX)
-        max_bytes = int_arg("max_bytes", max_bytes, 0, INT32_MAX, InvalidFetchSizeError)
-        max_wait_ms, min_bytes = int_arg("max_wait_ms", max_wait_ms), int_arg("min_bytes", min_bytes)
-        isolation_level = int_arg("isolation_level", isolation_level, READ_UNCOMMITTED, READ_COMMITTED)
-        leader_epoch, replica_id = int_arg("leader_epoch", leader_epoch), int_arg("replica_id", replica_id)
+        request = checked_request(request, FetchRequest)
+        offset, max_bytes, max_wait_ms, min_bytes = (
+            request.fetch_offset,
+            request.partition_max_bytes,
+            request.max_wait_ms,
+            request.min_bytes,
+        )
+        leader_epoch, replica_id = request.current_leader_epoch, request.replica_id
         self._check_leader(leader_epoch)
         follower = replica_id >= 0
-        committed = isolation_level == READ_COMMITTED and not follower
+        committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
         if follower:
             await self._on_follower_fetch(replica_id, offset)
         result = self._read(offset, max_bytes, follower, committed)
@@ -627,35 +580,29 @@ class PartitionReplica:
             ):
                 return result
 
-    async def offset_for_leader_epoch(self, epoch: int, leader_epoch: int = NO_EPOCH) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch: ``(largest epoch <= epoch, where it ended in this log)``.
+    async def offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
+        """OffsetForLeaderEpoch: the largest epoch not above ``leader_epoch`` and where it
+        ended in this log.
 
         (-1, -1) when this log holds no epoch that old. Followers use it to find where
         their log diverges from the leader's.
         """
-        epoch = int_arg("epoch", epoch)
-        self._check_leader(int_arg("leader_epoch", leader_epoch))
-        return self._epochs.end_offset_for(epoch, self._log.log_end_offset)
+        request = checked_request(request, OffsetForLeaderEpochRequest)
+        self._check_leader(request.current_leader_epoch)
+        return EpochEndOffset(*self._epochs.end_offset_for(request.leader_epoch, self._log.log_end_offset))
 
-    async def list_offsets(
-        self, timestamp: int, leader_epoch: int = NO_EPOCH, isolation_level: int = READ_UNCOMMITTED
-    ) -> OffsetAndTimestamp:
-        """Earliest (-2), latest (-1: the high watermark, or the last stable offset for
-        ``isolation_level`` 1), the record with the largest timestamp (-3, KIP-734), or the
-        first offset with timestamp >= ``timestamp``.
+    async def list_offsets(self, request: ListOffsetsRequest) -> OffsetAndTimestamp:
+        """Earliest (-2), latest (-1: the high watermark, or the last stable offset with
+        READ_COMMITTED), the record with the largest timestamp (-3, KIP-734), or the first
+        offset with timestamp >= ``timestamp``.
 
         A timestamp past every record answers offset -1, as Kafka does. Another negative
-        timestamp, a non-integer or an ``isolation_level`` other than 0 or 1 is
+        timestamp, a non-integer or an isolation level other than 0 or 1 is
         InvalidRequestError.
         """
-        timestamp = int_arg("timestamp", timestamp, INT64_MIN, INT64_MAX)
-        leader_epoch = int_arg("leader_epoch", leader_epoch)
-        isolation_level = int_arg("isolation_level", isolation_level, READ_UNCOMMITTED, READ_COMMITTED)
-        if timestamp < MAX_TIMESTAMP:
-            raise InvalidRequestError(
-                f"list_offsets timestamp {timestamp}: use a time in ms (>= 0), -1 latest, -2 earliest or -3 max"
-            )
-        self._check_leader(leader_epoch)
+        request = checked_request(request, ListOffsetsRequest)
+        timestamp = request.timestamp
+        self._check_leader(request.current_leader_epoch)
         if timestamp != EARLIEST_TIMESTAMP and self._epoch_start_offset > self._hw:
             # Kafka's rule: a new leader whose HW has not yet reached the start of its epoch
             # (its followers have not fetched yet) would answer an end offset that is too low.
@@ -663,7 +610,7 @@ class PartitionReplica:
                 f"{self.topic}-{self.partition}: the new leader's high watermark {self._hw} has not reached "
                 f"its epoch start {self._epoch_start_offset} yet"
             )
-        limit = self._lso() if isolation_level == READ_COMMITTED else self._hw
+        limit = self._lso() if request.isolation_level is IsolationLevel.READ_COMMITTED else self._hw
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(limit, -1, self._leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
@@ -673,20 +620,22 @@ class PartitionReplica:
             return OffsetAndTimestamp(-1, -1, self._leader_epoch)
         return OffsetAndTimestamp(found.offset, found.timestamp, self._leader_epoch)
 
-    async def delete_records(self, offset: int, leader_epoch: int = NO_EPOCH) -> int:
-        """Advance the log start offset to ``offset`` (-1: the high watermark); returns it.
+    async def delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        """Advance the log start offset to ``offset`` (-1: the high watermark); answers the
+        new log start offset.
 
         Followers follow the leader's log start offset from fetch answers. Another negative
         ``offset`` is OffsetOutOfRangeError, as in Kafka's DeleteRecords.
         """
-        offset = int_arg("offset", offset, INT64_MIN, INT64_MAX)
-        self._check_leader(int_arg("leader_epoch", leader_epoch))
+        request = checked_request(request, DeleteRecordsRequest)
+        offset = request.offset
+        self._check_leader(request.current_leader_epoch)
         if offset < -1:
             raise OffsetOutOfRangeError(f"delete_records({offset}): use an offset >= 0, or -1 for the high watermark")
         target = self._hw if offset == -1 else offset
         if target > self._hw:
             raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self._hw}")
-        return self._log.delete_records(target, high_watermark=self._hw)
+        return DeleteRecordsResponse(self._log.delete_records(target, high_watermark=self._hw))
 
     # -- leader side of replication -------------------------------------------------------
 
@@ -720,7 +669,7 @@ class PartitionReplica:
         return set(self._isr) | set(self._pending_isr or ())
 
     async def _advance_hw(self) -> None:
-        if self._role != LEADER:
+        if self._role != ReplicaRole.LEADER:
             return
         hw = self._log.log_end_offset
         for b in self._maximal_isr():
@@ -732,7 +681,7 @@ class PartitionReplica:
             await self._notify()
 
     def _maybe_shrink_isr(self) -> None:
-        if self._role != LEADER or self._pending_isr is not None:
+        if self._role != ReplicaRole.LEADER or self._pending_isr is not None:
             return
         lag = self._replication["replica.lag.time.max.ms"] / 1000
         now = time.monotonic()
@@ -755,11 +704,15 @@ class PartitionReplica:
     async def _alter_partition(self, isr: tuple[int, ...]) -> None:
         epoch = self._leader_epoch
         try:
-            leader_epoch, partition_epoch, committed = await self._controller.alter_partition.remote(
-                self.topic, self.partition, self.broker_id, epoch, self._partition_epoch, list(isr)
+            answer = await self._controller.alter_partition.remote(
+                AlterPartitionRequest(self.topic, self.partition, self.broker_id, epoch, self._partition_epoch, isr)
             )
-            if self._role == LEADER and leader_epoch == self._leader_epoch and partition_epoch >= self._partition_epoch:
-                self._set_membership(self._replicas, committed, partition_epoch)
+            if (
+                self._role == ReplicaRole.LEADER
+                and answer.leader_epoch == self._leader_epoch
+                and answer.partition_epoch >= self._partition_epoch
+            ):
+                self._set_membership(self._replicas, answer.isr, answer.partition_epoch)
         except Exception:  # controller restarting: the next background turn proposes again
             logger.warning("%s-%d: ISR change to %s failed", self.topic, self.partition, list(isr), exc_info=True)
         finally:
@@ -785,7 +738,7 @@ class PartitionReplica:
     async def _follow(self, leader: Any, epoch: int) -> None:
         """Fetch from ``leader`` until the role or epoch changes (the controller cancels this task)."""
         truncated = False
-        while not self._closed and self._role == FOLLOWER and self._leader_epoch == epoch:
+        while not self._closed and self._role == ReplicaRole.FOLLOWER and self._leader_epoch == epoch:
             try:
                 if self._fetch_paused:
                     await asyncio.sleep(0.02)
@@ -794,15 +747,15 @@ class PartitionReplica:
                     await self._truncate_to_leader(leader, epoch)
                     truncated = True
                 result = await leader.fetch.remote(
-                    self._log.log_end_offset,
-                    self._replication["replica.fetch.max.bytes"],
-                    self._replication["replica.fetch.wait.max.ms"],
-                    1,
-                    0,
-                    epoch,
-                    self.broker_id,
+                    FetchRequest(
+                        self._log.log_end_offset,
+                        self._replication["replica.fetch.max.bytes"],
+                        self._replication["replica.fetch.wait.max.ms"],
+                        current_leader_epoch=epoch,
+                        replica_id=self.broker_id,
+                    )
                 )
-                if self._closed or self._role != FOLLOWER or self._leader_epoch != epoch:
+                if self._closed or self._role != ReplicaRole.FOLLOWER or self._leader_epoch != epoch:
                     return
                 if self._fetch_paused:  # an answer that arrives after the cut is lost with it
                     continue
@@ -847,8 +800,9 @@ class PartitionReplica:
                 # No epoch history (an empty log, or one written before the cache existed).
                 self._truncate(self._hw)
                 return
-            their_epoch, their_end = await leader.offset_for_leader_epoch.remote(mine, epoch)
-            if self._role != FOLLOWER or self._leader_epoch != epoch:
+            theirs = await leader.offset_for_leader_epoch.remote(OffsetForLeaderEpochRequest(mine, epoch))
+            their_epoch, their_end = theirs.leader_epoch, theirs.end_offset
+            if self._role != ReplicaRole.FOLLOWER or self._leader_epoch != epoch:
                 return
             if their_epoch == UNDEFINED_EPOCH:
                 self._truncate(self._hw)
@@ -880,7 +834,7 @@ class PartitionReplica:
         self._set_hw(min(self._hw, leo))
 
     async def _reset_below_log_start(self, leader: Any, epoch: int) -> None:
-        start = (await leader.list_offsets.remote(EARLIEST_TIMESTAMP, epoch)).offset
+        start = (await leader.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, epoch))).offset
         if self._log.log_end_offset < start:
             # Everything we hold is older than the leader's log start: start over there.
             self._log.truncate_fully_and_start_at(start)
@@ -1019,7 +973,7 @@ class PartitionReplica:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
         self._stop_fetcher()
         self._closed = True
-        self._role = OFFLINE
+        self._role = ReplicaRole.OFFLINE
         await self._notify()
         await self._finish_cleaning()
         if not self._log.closed:
@@ -1051,7 +1005,7 @@ class PartitionReplica:
     def _log_end(self) -> int:
         return self._log.log_end_offset
 
-    def _read(self, offset: int, max_bytes: int, follower: bool = False, committed: bool = False) -> FetchResult:
+    def _read(self, offset: int, max_bytes: int, follower: bool = False, committed: bool = False) -> FetchResponse:
         hw = self._hw
         if follower:
             lso = hw  # followers replicate everything; they ignore the LSO
@@ -1059,14 +1013,14 @@ class PartitionReplica:
         else:
             lso = self._log.last_stable_offset(hw)
             data = self._log.read(offset, max_bytes, max_offset=lso if committed else hw)
-        aborted: tuple[tuple[int, int], ...] = ()
+        aborted: tuple[AbortedTransaction, ...] = ()
         if committed and data.records:
             # Kafka's bound: the aborted transactions that overlap the returned batches.
             aborted = tuple(
-                (txn.producer_id, txn.first_offset)
+                AbortedTransaction(txn.producer_id, txn.first_offset)
                 for txn in self._log.collect_aborted_transactions(data.first_offset, data.next_offset)
             )
-        return FetchResult(
+        return FetchResponse(
             data.records,
             hw,
             lso,
@@ -1084,7 +1038,7 @@ class PartitionReplica:
         return limit != seen or already + self._log.size_in_bytes - start_size >= max(min_bytes, 1)
 
     def _check_leader(self, leader_epoch: int) -> None:
-        if self._closed or self._role != LEADER:
+        if self._closed or self._role != ReplicaRole.LEADER:
             raise NotLeaderOrFollowerError(
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}"
             )
@@ -1118,26 +1072,6 @@ class PartitionReplica:
         cond = self._condition()
         async with cond:
             cond.notify_all()
-
-
-def _order_arg(order: Any) -> tuple[str, int, int] | None:
-    """A produce call's ``order`` (session, call number, oldest unanswered), checked."""
-    if order is None:
-        return None
-    if not isinstance(order, tuple | list) or len(order) != 3 or not isinstance(order[0], str):
-        raise InvalidRequestError(f"order must be (session, n, oldest), not {order!r:.60}")
-    return order[0], int_arg("order n", order[1], 0, INT64_MAX), int_arg("order oldest", order[2], 0, INT64_MAX)
-
-
-def _produce_origin(origin: Any) -> AppendOrigin:
-    """The origin of a produce call: CLIENT or COORDINATOR, as the enum or its value."""
-    try:
-        found = AppendOrigin(origin)
-    except ValueError:
-        found = None
-    if found is not AppendOrigin.CLIENT and found is not AppendOrigin.COORDINATOR:
-        raise InvalidRequestError(f"produce origin {origin!r:.40}: use client or coordinator")
-    return found
 
 
 def _has_control_batch(records: Any) -> bool:

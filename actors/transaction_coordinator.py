@@ -43,6 +43,20 @@ from actors.group_coordinator import (
     offsets_partition_for,
 )
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AllocateProducerIdsRequest,
+    CompleteTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    MetadataRequest,
+    TransactionResult,
+    TransactionState,
+    WriteTxnMarkersRequest,
+    require,
+)
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -62,13 +76,6 @@ logger = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
-EMPTY = "Empty"
-ONGOING = "Ongoing"
-PREPARE_COMMIT = "PrepareCommit"
-PREPARE_ABORT = "PrepareAbort"
-COMPLETE_COMMIT = "CompleteCommit"
-COMPLETE_ABORT = "CompleteAbort"
-DEAD = "Dead"
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -103,7 +110,7 @@ class TransactionMetadata:
     producer_id: int
     producer_epoch: int
     timeout_ms: int
-    state: str = EMPTY
+    state: TransactionState = TransactionState.EMPTY
     partitions: set[TopicPartition] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = field(default_factory=_now_ms)
@@ -133,7 +140,7 @@ class TransactionMetadata:
             d["producer_id"],
             d["producer_epoch"],
             d["timeout_ms"],
-            d["state"],
+            TransactionState(d["state"]),
             {TopicPartition(t, p) for t, p in d.get("partitions", [])},
             d.get("start_ms", -1),
             d.get("last_update_ms", _now_ms()),
@@ -201,7 +208,11 @@ class TransactionCoordinator(Coordinator):
                         self._apply(record.key, record.value)
                         records += 1
         self._loaded = True
-        pending = [t for t in self._txns.values() if t.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+        pending = [
+            t
+            for t in self._txns.values()
+            if t.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+        ]
         for txn in pending:
             self._spawn(self._complete_after_load(txn.transactional_id))
         logger.info(
@@ -224,7 +235,7 @@ class TransactionCoordinator(Coordinator):
     async def _complete_after_load(self, tid: str) -> None:
         async with self._lock(tid):
             txn = self._txns.get(tid)
-            if txn is not None and txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn is not None and txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 logger.info("completing %s of %r found on load", txn.state, tid)
                 await self._complete(txn)
 
@@ -245,29 +256,30 @@ class TransactionCoordinator(Coordinator):
             self._pid_lock = asyncio.Lock()
         async with self._pid_lock:
             if self._next_pid >= self._pid_end:
-                first, count = await self._controller_handle().allocate_producer_ids.remote(PRODUCER_ID_BLOCK_SIZE)
-                self._next_pid, self._pid_end = first, first + count
+                block = await self._controller_handle().allocate_producer_ids.remote(
+                    AllocateProducerIdsRequest(PRODUCER_ID_BLOCK_SIZE)
+                )
+                self._next_pid = block.producer_id_start
+                self._pid_end = block.producer_id_start + block.producer_id_len
             pid = self._next_pid
             self._next_pid += 1
             return pid
 
     # -- the transactional API ------------------------------------------------------------
 
-    async def init_producer_id(
-        self,
-        transactional_id: str | None,
-        transaction_timeout_ms: int = 60000,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-    ) -> ProducerIdAndEpoch:
-        """InitProducerId: a fresh id (epoch 0) for an idempotent producer (``None``), or the
-        transactional id's producer id with a bumped epoch, which fences older instances.
+    async def init_producer_id(self, request: InitProducerIdRequest) -> ProducerIdAndEpoch:
+        """InitProducerId: a fresh id (epoch 0) for an idempotent producer (no transactional
+        id), or the transactional id's producer id with a bumped epoch, which fences older
+        instances.
 
         An open transaction of an older instance is aborted first, a PrepareCommit or
         PrepareAbort completed first. ``producer_id``/``producer_epoch`` (KIP-360) are the
         caller's current ones when it asks for a bump after an error; a mismatch means a
         newer instance took over (ProducerFencedError).
         """
+        require(request, InitProducerIdRequest)
+        transactional_id, transaction_timeout_ms = request.transactional_id, request.transaction_timeout_ms
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
         if transactional_id is None or transactional_id == "":
             # Idempotent producers need no state here (Kafka does the same).
             self._start()
@@ -289,7 +301,7 @@ class TransactionCoordinator(Coordinator):
             if producer_id != NO_PRODUCER_ID:
                 current = (txn.producer_id, txn.producer_epoch)
                 if (producer_id, producer_epoch) == (txn.last_producer_id, txn.last_producer_epoch) and (
-                    txn.state == EMPTY
+                    txn.state == TransactionState.EMPTY
                 ):
                     return ProducerIdAndEpoch(*current)  # a retry of a bump that went through
                 if (producer_id, producer_epoch) != current:
@@ -297,11 +309,11 @@ class TransactionCoordinator(Coordinator):
                         f"{transactional_id!r}: producer {producer_id} epoch {producer_epoch} is not the current "
                         f"{current[0]} epoch {current[1]}"
                     )
-            if txn.state == ONGOING:
+            if txn.state == TransactionState.ONGOING:
                 # An older instance left a transaction open: abort it under a bumped epoch,
                 # so that its zombie can neither write more nor commit.
                 txn = await self._prepare_end(txn, commit=False, bump=True)
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 txn = await self._complete(txn)
             if txn.producer_epoch >= MAX_EPOCH - 1:
                 # The epoch would overflow int16: a new producer id starts at epoch 0.
@@ -318,44 +330,54 @@ class TransactionCoordinator(Coordinator):
                     last_producer_epoch=txn.producer_epoch,
                 )
             new = new.copy(
-                state=EMPTY, partitions=set(), start_ms=-1, timeout_ms=transaction_timeout_ms, last_update_ms=_now_ms()
+                state=TransactionState.EMPTY,
+                partitions=set(),
+                start_ms=-1,
+                timeout_ms=transaction_timeout_ms,
+                last_update_ms=_now_ms(),
             )
             await self._write(new)
             logger.info("%r: producer %d epoch %d", transactional_id, new.producer_id, new.producer_epoch)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
-    async def add_partitions_to_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
-    ) -> None:
+    async def add_partitions_to_txn(self, request: AddPartitionsToTxnRequest) -> None:
         """AddPartitionsToTxn: record the partitions in the transaction (durably) before the
         producer writes to them; starts the transaction if none is open."""
+        require(request, AddPartitionsToTxnRequest)
         self._check_loaded()
-        wanted = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
+        wanted = {TopicPartition(tp.topic, tp.partition) for tp in request.partitions}
         await self._check_partitions_exist(wanted)
-        await self._add(transactional_id, producer_id, producer_epoch, wanted)
+        await self._add(request.transactional_id, request.producer_id, request.producer_epoch, wanted)
 
-    async def add_offsets_to_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> None:
+    async def add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> None:
         """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition to the transaction."""
+        require(request, AddOffsetsToTxnRequest)
+        group_id = request.group_id
         self._check_loaded()
         if not isinstance(group_id, str) or not group_id:
             raise InvalidRequestError("group id must be a non-empty string")
         tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for(group_id, await self._offsets_partitions()))
-        await self._add(transactional_id, producer_id, producer_epoch, {tp})
+        await self._add(request.transactional_id, request.producer_id, request.producer_epoch, {tp})
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort. Returns once every marker is written and the state is
-        CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
+    async def end_txn(self, request: EndTxnRequest) -> None:
+        """EndTxn: commit (``committed``) or abort. Returns once every marker is written and
+        the state is CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
+        require(request, EndTxnRequest)
+        transactional_id, producer_id, producer_epoch = (
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+        )
+        commit = bool(request.committed)
         self._check_loaded()
         async with self._locked(transactional_id):
             txn = self._owned(transactional_id, producer_id, producer_epoch)
-            wanted = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-            if txn.state == ONGOING:
+            wanted = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+            if txn.state == TransactionState.ONGOING:
                 txn = await self._prepare_end(txn, commit, bump=False)
             elif txn.state == wanted:
                 return  # a retry of an end that completed
-            elif txn.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
+            elif txn.state == (TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT):
                 pass  # an earlier end did not finish: finish it now
             else:
                 raise InvalidTxnStateError(
@@ -363,15 +385,22 @@ class TransactionCoordinator(Coordinator):
                 )
             await self._complete(txn)
 
-    async def describe_transactions(self, transactional_ids: list[str] | None = None) -> list[TransactionDescription]:
-        """State of the given transactional ids (all by default); unknown ids show as Dead."""
+    async def describe_transactions(self, request: DescribeTransactionsRequest) -> list[TransactionDescription]:
+        """State of the given transactional ids (Kafka's DescribeTransactions; all of them, as
+        ListTransactions, when none are given); unknown ids show as Dead."""
+        require(request, DescribeTransactionsRequest)
+        transactional_ids = request.transactional_ids
         self._check_loaded()
         if transactional_ids is None:
             return [self._txns[t].describe() for t in sorted(self._txns)]
         out = []
         for tid in transactional_ids:
             txn = self._txns.get(tid)
-            out.append(txn.describe() if txn is not None else TransactionDescription(tid, -1, -1, DEAD, 0, -1, ()))
+            out.append(
+                txn.describe()
+                if txn is not None
+                else TransactionDescription(tid, -1, -1, TransactionState.DEAD, 0, -1, ())
+            )
         return out
 
     async def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
@@ -382,7 +411,7 @@ class TransactionCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
 
         def timed_out(txn: TransactionMetadata | None) -> bool:
-            return txn is not None and txn.state == ONGOING and now >= txn.start_ms + txn.timeout_ms
+            return txn is not None and txn.state == TransactionState.ONGOING and now >= txn.start_ms + txn.timeout_ms
 
         async def abort(tid: str) -> bool:
             async with self._lock(tid):
@@ -404,13 +433,21 @@ class TransactionCoordinator(Coordinator):
         now = _now_ms() if now_ms is None else now_ms
         expired = 0
         for tid, txn in list(self._txns.items()):
-            if txn.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            if txn.state not in (
+                TransactionState.EMPTY,
+                TransactionState.COMPLETE_COMMIT,
+                TransactionState.COMPLETE_ABORT,
+            ):
                 continue
             if now - txn.last_update_ms < self._id_expiration_ms or self._lock(tid).locked():
                 continue
             async with self._lock(tid):
                 txn = self._txns.get(tid)
-                if txn is None or txn.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+                if txn is None or txn.state not in (
+                    TransactionState.EMPTY,
+                    TransactionState.COMPLETE_COMMIT,
+                    TransactionState.COMPLETE_ABORT,
+                ):
                     continue
                 await self._topic.append(self._partition_for(tid), [(transaction_key(tid), None)])
                 self._txns.pop(tid, None)
@@ -422,16 +459,21 @@ class TransactionCoordinator(Coordinator):
     async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
         async with self._locked(tid):
             txn = self._owned(tid, producer_id, producer_epoch)
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(f"{tid!r}: the previous transaction is still completing")
-            if txn.state == DEAD:
+            if txn.state == TransactionState.DEAD:
                 raise InvalidTxnStateError(f"{tid!r} is dead")
-            if txn.state == ONGOING and wanted <= txn.partitions:
+            if txn.state == TransactionState.ONGOING and wanted <= txn.partitions:
                 return
             now = _now_ms()
-            start = txn.start_ms if txn.state == ONGOING else now
+            start = txn.start_ms if txn.state == TransactionState.ONGOING else now
             await self._write(
-                txn.copy(state=ONGOING, partitions=txn.partitions | wanted, start_ms=start, last_update_ms=now)
+                txn.copy(
+                    state=TransactionState.ONGOING,
+                    partitions=txn.partitions | wanted,
+                    start_ms=start,
+                    last_update_ms=now,
+                )
             )
 
     def _owned(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
@@ -451,7 +493,7 @@ class TransactionCoordinator(Coordinator):
         the epoch so that the markers fence the current producer."""
         epoch = min(txn.producer_epoch + 1, MAX_EPOCH) if bump else txn.producer_epoch
         prepared = txn.copy(
-            state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+            state=TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT,
             producer_epoch=epoch,
             last_producer_epoch=txn.producer_epoch if bump else txn.last_producer_epoch,
             last_update_ms=_now_ms(),
@@ -461,7 +503,7 @@ class TransactionCoordinator(Coordinator):
 
     async def _complete(self, txn: TransactionMetadata) -> TransactionMetadata:
         """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable."""
-        commit = txn.state == PREPARE_COMMIT
+        commit = txn.state == TransactionState.PREPARE_COMMIT
         state_partition = self._partition_for(txn.transactional_id)
         await asyncio.gather(
             *(
@@ -471,7 +513,11 @@ class TransactionCoordinator(Coordinator):
         )
         if any(tp.topic == OFFSETS_TOPIC for tp in txn.partitions):
             await self._tell_group_coordinator(txn.producer_id, commit)
-        done = txn.copy(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(), last_update_ms=_now_ms())
+        done = txn.copy(
+            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT,
+            partitions=set(),
+            last_update_ms=_now_ms(),
+        )
         await self._write(done)
         logger.debug("%r: %s", txn.transactional_id, done.state)
         return done
@@ -493,7 +539,14 @@ class TransactionCoordinator(Coordinator):
                     logger.info("marker for %s skipped: the topic no longer exists", tp)
                     return
                 await part.leader_handle.write_txn_marker.remote(
-                    producer_id, producer_epoch, coordinator_epoch, commit, part.leader_epoch, _MARKER_TIMEOUT_MS
+                    WriteTxnMarkersRequest(
+                        producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        TransactionResult.COMMIT if commit else TransactionResult.ABORT,
+                        part.leader_epoch,
+                        _MARKER_TIMEOUT_MS,
+                    )
                 )
                 return
             except TransactionCoordinatorFencedError as exc:
@@ -522,7 +575,8 @@ class TransactionCoordinator(Coordinator):
             try:
                 if self._group_coordinator is None:
                     self._group_coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._namespace)
-                await self._group_coordinator.complete_txn.remote(producer_id, commit)
+                result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
+                await self._group_coordinator.complete_txn.remote(CompleteTxnRequest(producer_id, result))
                 return
             except (KafkaError, ray.exceptions.RayActorError, ValueError) as exc:
                 if isinstance(exc, ValueError):
@@ -550,26 +604,28 @@ class TransactionCoordinator(Coordinator):
         part = self._leaders.get(tp)
         if part is not None:
             return part
-        md = await self._controller_handle().get_metadata.remote([tp.topic])
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest((tp.topic,)))
         topic = md.topics.get(tp.topic)
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         try:
-            part = await self._controller_handle().wait_online.remote(tp.topic, tp.partition, _WRITE_TIMEOUT_S)
+            part = await self._controller_handle().wait_online.remote(tp, _WRITE_TIMEOUT_S)
         except UnknownTopicOrPartitionError:
             return None
         self._leaders[tp] = part
         return part
 
     async def _check_partitions_exist(self, wanted: set[TopicPartition]) -> None:
-        md = await self._controller_handle().get_metadata.remote(sorted({tp.topic for tp in wanted}))
+        md = await self._controller_handle().get_metadata.remote(
+            MetadataRequest(tuple(sorted({tp.topic for tp in wanted})))
+        )
         for tp in wanted:
             topic = md.topics.get(tp.topic)
             if topic is None or not 0 <= tp.partition < len(topic.partitions):
                 raise UnknownTopicOrPartitionError(f"unknown partition {tp}")
 
     async def _offsets_partitions(self) -> int:
-        md = await self._controller_handle().get_metadata.remote([OFFSETS_TOPIC])
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest((OFFSETS_TOPIC,)))
         meta = md.topics.get(OFFSETS_TOPIC)
         return len(meta.partitions) if meta is not None else self._config["offsets.topic.num.partitions"]
 

@@ -18,33 +18,9 @@ class TopicPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class ProduceResult:
-    """What a leader answers to a produce: where the first batch landed."""
-
-    base_offset: int
-    log_append_time: int
-    log_start_offset: int
-    last_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """Whole record batches from ``fetch_offset`` and the partition's offsets."""
-
-    records: bytes
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    log_end_offset: int
-    leader_epoch: int
-    # (producer id, first offset) of the aborted transactions in the returned range; only
-    # for read_committed fetches (isolation_level 1), whose records stop at the LSO.
-    aborted_transactions: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class OffsetAndTimestamp:
-    """An offset with the timestamp of its record (-1 when not looked up by time)."""
+    """An offset with the timestamp of its record (-1 when not looked up by time): what
+    ListOffsets answers for one partition (Kafka's ListOffsetsPartitionResponse)."""
 
     offset: int
     timestamp: int
@@ -154,7 +130,7 @@ class GroupDescription:
     """A consumer group: state, protocol, generation and members (Kafka's ConsumerGroupDescription)."""
 
     group_id: str
-    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    state: str  # an actors.protocol.GroupState: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
     protocol_type: str
     protocol: str
     generation_id: int
@@ -187,7 +163,7 @@ class TransactionDescription:
     transactional_id: str
     producer_id: int
     producer_epoch: int
-    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Dead
+    state: str  # an actors.protocol.TransactionState: Empty, Ongoing, PrepareCommit, ..., Dead
     timeout_ms: int
     start_ms: int  # when the ongoing transaction started; -1 when none is open
     partitions: tuple[TopicPartition, ...]

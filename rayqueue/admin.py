@@ -9,6 +9,25 @@ from typing import Any
 
 import ray
 
+from actors.protocol import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeTransactionsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
 from actors.types import (
     GroupDescription,
     OffsetAndMetadata,
@@ -17,8 +36,14 @@ from actors.types import (
     TopicPartition,
     TransactionDescription,
 )
+from rayqueue.errors import (
+    CoordinatorNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+    as_kafka_error,
+)
 from rayqueue.metadata import MetadataCache, call_controller
-from storage.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 # Kafka's default.api.timeout.ms: how long a call to partition leaders keeps retrying.
@@ -95,14 +120,14 @@ class Admin:
         are InvalidPartitionsError / InvalidReplicationFactorError, as is a replication factor
         above the number of live brokers. A name that differs from an existing topic's only
         in '.' versus '_' is an InvalidTopicError (their metric names would collide)."""
-        return call_controller(
-            self._controller.create_topic,
+        request = CreateTopicsRequest(
             name,
-            num_partitions,
-            replication_factor,
+            -1 if num_partitions is None else num_partitions,
+            -1 if replication_factor is None else replication_factor,
+            None if replica_assignment is None else tuple(tuple(r) for r in replica_assignment),
             _config_dict(configs),
-            replica_assignment,
         )
+        return call_controller(self._controller.create_topic, request)
 
     def create_topics(self, topics: Iterable[NewTopic]) -> list[TopicMetadata]:
         """Create several topics, in order."""
@@ -113,7 +138,7 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its data."""
-        call_controller(self._controller.delete_topic, name)
+        call_controller(self._controller.delete_topic, DeleteTopicsRequest(name))
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete several topics."""
@@ -126,29 +151,31 @@ class Admin:
 
     def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicMetadata]:
         """Partitions, leaders, replicas and ISR of each topic."""
-        names = list(names) if names is not None else None
-        return call_controller(self._controller.get_metadata, names).topics
+        wanted = tuple(names) if names is not None else None
+        return call_controller(self._controller.get_metadata, MetadataRequest(wanted)).topics
 
     def create_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> TopicMetadata:
         """Grow ``name`` to ``total`` partitions."""
-        return call_controller(self._controller.create_partitions, name, total, assignment)
+        assignments = None if assignment is None else tuple(tuple(r) for r in assignment)
+        return call_controller(self._controller.create_partitions, CreatePartitionsRequest(name, total, assignments))
 
     def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
         """Each topic config: (value, source)."""
-        return call_controller(self._controller.describe_configs, name)
+        return call_controller(self._controller.describe_configs, DescribeConfigsRequest(name))
 
     def alter_configs(
         self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: Iterable[str] | None = None
     ) -> dict[str, Any]:
-        """Set or remove topic config overrides; returns the topic's overrides. A bad key or
-        value is an InvalidConfigError and changes nothing."""
+        """Set or remove topic config overrides; returns the topic's overrides. A key both set
+        and removed is set. A bad key or value is an InvalidConfigError and changes nothing."""
         if isinstance(delete_configs, str):
             delete_configs = [delete_configs]  # one key, not its characters
         elif delete_configs is not None and not isinstance(delete_configs, Iterable):
             raise InvalidConfigError(f"configs to delete must be a list of keys, got {type(delete_configs).__name__}")
-        return call_controller(
-            self._controller.alter_configs, name, _config_dict(set_configs), list(delete_configs or [])
-        )
+        set_configs = _config_dict(set_configs)
+        changes = [AlterableConfig(k, AlterConfigOp.DELETE) for k in delete_configs or () if k not in set_configs]
+        changes += [AlterableConfig(k, AlterConfigOp.SET, v) for k, v in set_configs.items()]
+        return call_controller(self._controller.alter_configs, IncrementalAlterConfigsRequest(name, tuple(changes)))
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Delete records before each offset (-1: the high watermark); returns the new log start offsets.
@@ -157,15 +184,17 @@ class Admin:
         again (default.api.timeout.ms).
         """
         calls = {
-            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(o, m.leader_epoch)
+            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(DeleteRecordsRequest(o, m.leader_epoch))
             for tp, offset in offsets.items()
         }
-        return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
+        answers = self._metadata.call_leaders(calls, _API_TIMEOUT_S)
+        return {tp: answer.low_watermark for tp, answer in answers.items()}
 
     def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Offsets by spec: -2 earliest, -1 latest, or a timestamp in ms (leaders looked up again as needed)."""
         calls = {
-            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ts, m.leader_epoch) for tp, spec in specs.items()
+            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ListOffsetsRequest(ts, m.leader_epoch))
+            for tp, spec in specs.items()
         }
         return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
 
@@ -182,14 +211,15 @@ class Admin:
     def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         """State, protocol, generation, members and their assignments (unknown groups show state Dead)."""
         ids = list(group_ids)
-        return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(ids))}
+        request = DescribeGroupsRequest(tuple(ids))
+        return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(request))}
 
     def list_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (all, or of ``partitions``)."""
-        wanted = list(partitions) if partitions is not None else None
-        return self._group_call(lambda c: c.fetch_offsets.remote(group_id, wanted))
+        request = OffsetFetchRequest(group_id, tuple(partitions) if partitions is not None else None)
+        return self._group_call(lambda c: c.fetch_offsets.remote(request))
 
     def group_lag(self, group_id: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, PartitionLag]:
         """Per partition: committed offset, log end offset (high watermark) and lag = end - committed.
@@ -214,11 +244,11 @@ class Admin:
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Set a group's committed offsets; the group must have no members (NonEmptyGroupError)."""
-        payload = {
-            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            for tp, om in offsets.items()
-        }
-        self._group_call(lambda c: c.alter_offsets.remote(group_id, payload))
+        request = OffsetCommitRequest(
+            group_id,
+            {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()},
+        )
+        self._group_call(lambda c: c.alter_offsets.remote(request))
 
     def reset_group_offsets(
         self,
@@ -266,7 +296,8 @@ class Admin:
         """Delete empty groups and their offsets; raises the first error (GroupIdNotFoundError,
         NonEmptyGroupError) after attempting them all."""
         ids = list(group_ids)
-        results = self._group_call(lambda c: c.delete_groups.remote(ids))
+        request = DeleteGroupsRequest(tuple(ids))
+        results = self._group_call(lambda c: c.delete_groups.remote(request))
         for error in results.values():
             if error is not None:
                 raise error
@@ -277,7 +308,10 @@ class Admin:
         """Producer id and epoch, state, timeout, start time and partitions of each
         transactional id (unknown ids show state Dead)."""
         ids = list(transactional_ids)
-        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(ids))
+        request = DescribeTransactionsRequest(tuple(ids))
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(request)
+        )
         return {d.transactional_id: d for d in descriptions}
 
     def list_transactions(
@@ -287,7 +321,9 @@ class Admin:
         or of ``producer_ids`` (Kafka's ListTransactions filters)."""
         wanted_states = set(states) if states is not None else None
         wanted_pids = set(producer_ids) if producer_ids is not None else None
-        descriptions = self._coordinator_call("transaction_coordinator", lambda c: c.describe_transactions.remote(None))
+        descriptions = self._coordinator_call(
+            "transaction_coordinator", lambda c: c.describe_transactions.remote(DescribeTransactionsRequest())
+        )
         return [
             TransactionListing(d.transactional_id, d.producer_id, d.state)
             for d in descriptions
@@ -309,12 +345,10 @@ class Admin:
         while True:
             try:
                 return ray.get(make_ref(coordinator))
-            except KafkaError as exc:
-                if not exc.retriable or time.monotonic() > deadline:
-                    raise
-            except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise
+            except Exception as exc:  # noqa: BLE001 - sorted into retriable and not below
+                error = as_kafka_error(exc, CoordinatorNotAvailableError, which.replace("_", " "))
+                if not (isinstance(error, KafkaError) and error.retriable) or time.monotonic() > deadline:
+                    raise error from None
             time.sleep(0.1)
 
     # -- replication ----------------------------------------------------------------------
@@ -322,17 +356,14 @@ class Admin:
     def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, str | None]:
         """Preferred leader election; per partition None when leadership moved, else the reason
         (``ElectionNotNeededError``, ``PreferredLeaderNotAvailableError``). All partitions by default."""
-        wanted = None if partitions is None else [(tp.topic, tp.partition) for tp in partitions]
-        out = call_controller(self._controller.elect_leaders, wanted)
-        return {TopicPartition(t, p): reason for (t, p), reason in out.items()}
+        wanted = None if partitions is None else tuple(partitions)
+        return call_controller(self._controller.elect_leaders, ElectLeadersRequest(wanted))
 
     def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int]]) -> None:
         """Move partitions to new replica lists; the move completes in the background once the
         new replicas have caught up (see ``list_partition_reassignments``)."""
-        call_controller(
-            self._controller.alter_partition_reassignments,
-            {(tp.topic, tp.partition): list(replicas) for tp, replicas in reassignments.items()},
-        )
+        request = AlterPartitionReassignmentsRequest({tp: tuple(r) for tp, r in reassignments.items()})
+        call_controller(self._controller.alter_partition_reassignments, request)
 
     def list_partition_reassignments(self) -> dict[TopicPartition, dict[str, list[int]]]:
         """Ongoing reassignments: ``replicas``, ``adding`` and ``removing`` broker ids per partition."""
@@ -353,4 +384,4 @@ class Admin:
 
     def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of a partition's live replicas by broker id (for tools and tests)."""
-        return call_controller(self._controller.replica_handles, tp.topic, tp.partition)
+        return call_controller(self._controller.replica_handles, tp)

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from actors.config import load_toml
 from actors.types import ClusterMetadata, TopicPartition
 from rayqueue.cluster import Cluster, connect, join_ray, launch, start_embedded_ray
-from storage.errors import KafkaError, UnknownTopicOrPartitionError
+from rayqueue.errors import KafkaError, UnknownTopicOrPartitionError, as_kafka_error
 
 logger = logging.getLogger(__name__)
 
@@ -114,14 +114,6 @@ def _quiet_ray() -> None:
     logging.getLogger("ray").setLevel(logging.WARNING)
 
 
-def _unwrap(error: BaseException) -> BaseException:
-    """The Kafka error inside Ray's task-error wrapper (whose str() carries a traceback)."""
-    cause = getattr(error, "cause", None)
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
-        return _unwrap(cause)
-    return error
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -141,7 +133,8 @@ def _handle_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, typer.BadParameter):
             raise
         except Exception as exc:  # noqa: BLE001 - narrowed below, re-raised when unexpected
-            error = _unwrap(exc)
+            # Out of Ray's wrapper (whose str() carries a traceback); a dead actor is a NetworkError.
+            error = as_kafka_error(exc, what="rayqueue actor")
             if isinstance(error, KafkaError):
                 message = error.args[0] if error.args else ""
                 raise _fail(_one_line(f"Error: {type(error).__name__} [{error.kafka_name}]: {message}")) from None
@@ -149,8 +142,6 @@ def _handle_errors(fn: F) -> F:
                 raise _fail(_one_line(f"Error: {error}")) from None
             if isinstance(error, ConnectionError):
                 raise _fail(_one_line(f"Error: cannot reach Ray: {error}")) from None
-            if isinstance(error, ray.exceptions.RayActorError):
-                raise _fail(_one_line(f"Error: a rayqueue actor died: {type(error).__name__}")) from None
             raise
 
     return wrapper  # type: ignore[return-value]

@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.config import BROKER_CONFIG, broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
 from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
+from actors.protocol import MetadataRequest
 from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
 from actors.types import ClusterMetadata
 from rayqueue.metadata import call_controller
@@ -159,7 +160,7 @@ class Cluster:
 
     def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
         """A fresh metadata snapshot from the controller."""
-        return call_controller(self.controller.get_metadata, topics)
+        return call_controller(self.controller.get_metadata, MetadataRequest(None if topics is None else tuple(topics)))
 
     def describe(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""

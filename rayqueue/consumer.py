@@ -36,10 +36,12 @@ from typing import Any, NamedTuple
 
 import ray
 
+from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
-from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener, IllegalStateError
-from rayqueue.metadata import MetadataCache, as_kafka_error, call_controller
+from rayqueue.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from rayqueue.errors import IllegalStateError, as_kafka_error
+from rayqueue.metadata import MetadataCache, call_controller
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
     CorruptRecordError,
@@ -248,7 +250,11 @@ class Consumer:
         self._abandoned: list[Any] = []  # refs of dropped fetches, read once they finish
         self._max_poll_records = cfg["max.poll.records"]
         self._fetch_args = (cfg["max.partition.fetch.bytes"], cfg["fetch.max.wait.ms"], cfg["fetch.min.bytes"])
-        self._isolation = 1 if cfg["isolation.level"] == "read_committed" else 0
+        self._isolation = (
+            IsolationLevel.READ_COMMITTED
+            if cfg["isolation.level"] == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
         self._reset = cfg["auto.offset.reset"]
         self._backoff = cfg["retry.backoff.ms"] / 1000
         self._timeout = cfg["default.api.timeout.ms"] / 1000
@@ -603,7 +609,7 @@ class Consumer:
     def _list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
         isolation = self._isolation  # read_committed: "latest" is the last stable offset (Kafka's ListOffsets)
         calls = {
-            tp: lambda m, ts=ts: m.leader_handle.list_offsets.remote(ts, m.leader_epoch, isolation)
+            tp: lambda m, ts=ts: m.leader_handle.list_offsets.remote(ListOffsetsRequest(ts, m.leader_epoch, isolation))
             for tp, ts in specs.items()
         }
         return self._metadata.call_leaders(calls, self._timeout, self._backoff)
@@ -650,7 +656,9 @@ class Consumer:
                 return
         try:
             leader = self._metadata.leader(tp)
-            ref = leader.leader_handle.fetch.remote(start, *self._fetch_args, self._isolation, leader.leader_epoch)
+            ref = leader.leader_handle.fetch.remote(
+                FetchRequest(start, *self._fetch_args, self._isolation, leader.leader_epoch)
+            )
         except Exception as exc:  # noqa: BLE001
             # Never raised from here: this runs after records were taken (or before an
             # answer is buffered), which an exception would lose. As in Kafka's fetcher,
@@ -705,7 +713,8 @@ class Consumer:
     def _on_fetch(self, tp: TopicPartition, state: _PartitionState, result: Any) -> None:
         state.high_watermark = result.high_watermark
         state.log_start_offset = result.log_start_offset
-        state.readable_end = result.last_stable_offset if self._isolation else result.high_watermark
+        committed = self._isolation is IsolationLevel.READ_COMMITTED
+        state.readable_end = result.last_stable_offset if committed else result.high_watermark
         data = result.records
         if not data:
             state.stride = 0
@@ -735,7 +744,7 @@ class Consumer:
         self, tp: TopicPartition, data: bytes, bounds: list[tuple[int, int]], result: Any, start: int, end: int
     ) -> _Chunk:
         """The chunk of an answer's batches (``bounds`` in ``data``) from ``start``, ending at ``end``."""
-        if self._isolation and result.aborted_transactions:
+        if self._isolation is IsolationLevel.READ_COMMITTED and result.aborted_transactions:
             data = committed_batches(data, bounds, result.aborted_transactions)
         return self._decode(tp, data, start, result.leader_epoch, end)
 

@@ -20,8 +20,16 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from actors.assignors import BUILTIN_ASSIGNORS, COOPERATIVE, protocol_of
+from actors.protocol import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from storage.errors import (
+from rayqueue.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -31,6 +39,7 @@ from storage.errors import (
     KafkaTimeoutError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    as_kafka_error,
 )
 
 if TYPE_CHECKING:
@@ -42,12 +51,6 @@ logger = logging.getLogger(__name__)
 _MAX_BACKOFF_S = 1.0
 
 UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
-
-
-class IllegalStateError(KafkaError):
-    """A client call that the consumer's state does not allow (Kafka's IllegalStateException)."""
-
-    code, retriable = -1, False
 
 
 class ConsumerRebalanceListener:
@@ -70,11 +73,7 @@ class ConsumerRebalanceListener:
 
 
 def _kafka_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, KafkaError):
-        return exc
-    if isinstance(exc, ray.exceptions.RayActorError):
-        return CoordinatorNotAvailableError(f"group coordinator unavailable: {type(exc).__name__}")
-    return exc
+    return as_kafka_error(exc, CoordinatorNotAvailableError, "group coordinator")
 
 
 def normalize_strategies(value: Any) -> tuple[list[str], dict[str, Any]]:
@@ -210,17 +209,19 @@ class ConsumerCoordinator:
             self._revoke(set(self._owned))
         owned = sorted(self._owned) if self.cooperative else []
         self._pending = self._handle.join_group.remote(
-            self.group_id,
-            self.member_id,
-            self.instance_id,
-            self._client_id,
-            self._session_ms,
-            self._rebalance_ms,
-            self._protocols,
-            self.topics,
-            self.pattern,
-            owned,
-            self._custom or None,
+            JoinGroupRequest(
+                self.group_id,
+                self.member_id,
+                self.instance_id,
+                self._client_id,
+                self._session_ms,
+                self._rebalance_ms,
+                tuple(self._protocols),
+                tuple(self.topics),
+                self.pattern,
+                tuple(owned),
+                self._custom or None,
+            )
         )
         self.state = JOINING
 
@@ -234,11 +235,11 @@ class ConsumerCoordinator:
         if self.state == JOINING:
             self.member_id, self.generation, self.protocol = result.member_id, result.generation_id, result.protocol
             self._pending = self._handle.sync_group.remote(
-                self.group_id, self.member_id, self.instance_id, self.generation
+                SyncGroupRequest(self.group_id, self.member_id, self.instance_id, self.generation)
             )
             self.state = SYNCING
         else:
-            self._on_assignment(set(result))
+            self._on_assignment(set(result.assignment))
 
     def _on_join_error(self, error: BaseException) -> None:
         self.state = UNJOINED
@@ -317,7 +318,9 @@ class ConsumerCoordinator:
             age_ms = int((time.monotonic() - self._last_poll) * 1000)
             try:
                 ray.get(
-                    self._handle.heartbeat.remote(self.group_id, member_id, self.instance_id, generation, age_ms),
+                    self._handle.heartbeat.remote(
+                        HeartbeatRequest(self.group_id, member_id, self.instance_id, generation, age_ms)
+                    ),
                     timeout=max(self._session_ms / 1000, 1.0),
                 )
             except RebalanceInProgressError:
@@ -344,10 +347,8 @@ class ConsumerCoordinator:
         """Commit and wait; retriable coordinator errors are retried within default.api.timeout.ms."""
         self._complete_async_commits(wait=True)
         member_id, instance_id, generation = self._commit_args()
-        payload = {tp: (om.offset, om.metadata) for tp, om in offsets.items()}
-        self._call(
-            lambda: self._handle.commit_offsets.remote(self.group_id, member_id, instance_id, generation, payload)
-        )
+        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation)
+        self._call(lambda: self._handle.commit_offsets.remote(request))
 
     def commit_async(
         self,
@@ -361,8 +362,8 @@ class ConsumerCoordinator:
             if callback is not None:
                 callback(dict(offsets), exc)
             return
-        payload = {tp: (om.offset, om.metadata) for tp, om in offsets.items()}
-        ref = self._handle.commit_offsets.remote(self.group_id, member_id, instance_id, generation, payload)
+        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation)
+        ref = self._handle.commit_offsets.remote(request)
         self._async_commits.append((ref, dict(offsets), callback))
 
     def _complete_async_commits(self, wait: bool = False) -> None:
@@ -394,11 +395,9 @@ class ConsumerCoordinator:
         retriable UnstableOffsetCommitError, and this retries with growing pauses until the
         transaction completes or default.api.timeout.ms passes.
         """
-        wanted = list(partitions)
-        stable = {"require_stable": True} if self._require_stable else {}
-        found = self._call(
-            lambda: self._handle.fetch_offsets.remote(self.group_id, wanted, **stable), growing_backoff=True
-        )
+        wanted = tuple(partitions)
+        request = OffsetFetchRequest(self.group_id, wanted, self._require_stable)
+        found = self._call(lambda: self._handle.fetch_offsets.remote(request), growing_backoff=True)
         return {tp: found.get(tp) for tp in wanted}
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -449,7 +448,10 @@ class ConsumerCoordinator:
         self._owned.clear()
         if member_id and not self.instance_id:
             try:
-                ray.get(self._handle.leave_group.remote(self.group_id, member_id, None), timeout=self._timeout_s)
+                ray.get(
+                    self._handle.leave_group.remote(LeaveGroupRequest(self.group_id, member_id)),
+                    timeout=self._timeout_s,
+                )
             except Exception as exc:  # noqa: BLE001 - the session timeout removes us anyway
                 logger.info("%s: leave failed: %s", self.group_id, _kafka_error(exc))
 

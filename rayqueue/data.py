@@ -29,9 +29,10 @@ import ray
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
+from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, MetadataRequest
 from actors.types import TopicPartition
+from rayqueue.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError, is_retriable
 from storage.batch_header import batch_boundaries, read_header
-from storage.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError
 from storage.record_batch import HEADERS_TYPE, committed_batches, decode_columns
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ SCHEMA = pa.schema(
 SCHEMA_WITH_HEADERS = SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 """Arrow schema of a topic read with ``include_headers=True``."""
 
-_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+_ISOLATION = {"read_uncommitted": IsolationLevel.READ_UNCOMMITTED, "read_committed": IsolationLevel.READ_COMMITTED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +147,6 @@ def _leader(metadata: Any, tp: TopicPartition) -> tuple[Any, int]:
     return meta.leader_handle, meta.leader_epoch
 
 
-def _retriable(exc: BaseException) -> bool:
-    if isinstance(exc, KafkaError):
-        return exc.retriable
-    return isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))
-
-
 def _list_offsets(cluster: Any, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """list_offsets on each partition's leader (pipelined), retrying leader changes."""
     topics = sorted({tp.topic for tp in specs})
@@ -167,10 +162,10 @@ def _list_offsets(cluster: Any, specs: Mapping[TopicPartition, int]) -> dict[Top
                 handle, epoch = _leader(metadata, tp)
                 if handle is None:
                     raise NetworkError(f"{tp} has no leader")
-                refs[tp] = handle.list_offsets.remote(ts, epoch)
+                refs[tp] = handle.list_offsets.remote(ListOffsetsRequest(ts, epoch))
             return {tp: ray.get(ref).offset for tp, ref in refs.items()}
         except Exception as exc:  # noqa: BLE001 - retried below when retriable
-            if not _retriable(exc) or time.monotonic() > deadline:
+            if not is_retriable(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(RETRY_BACKOFF_S)
 
@@ -181,7 +176,7 @@ def _last_stable_offsets(cluster: Any, hw: Mapping[TopicPartition, int]) -> dict
     refs = {}
     for tp, offset in hw.items():
         handle, epoch = _leader(metadata, tp)
-        refs[tp] = handle.fetch.remote(offset, 1, 0, 1, 1, epoch)
+        refs[tp] = handle.fetch.remote(FetchRequest(offset, 1, 0, 1, IsolationLevel.READ_COMMITTED, epoch))
     return {tp: min(hw[tp], ray.get(ref).last_stable_offset) for tp, ref in refs.items()}
 
 
@@ -321,7 +316,7 @@ def read_range(
     r: OffsetRange,
     *,
     include_headers: bool = False,
-    isolation_level: int = 0,
+    isolation_level: IsolationLevel | int = IsolationLevel.READ_UNCOMMITTED,
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
     target_block_bytes: int = TARGET_BLOCK_BYTES,
     check_crc: bool = True,
@@ -337,6 +332,7 @@ def read_range(
     """
     if r.count == 0:
         return
+    committed = isolation_level == IsolationLevel.READ_COMMITTED
     schema = schema_for(include_headers, timestamp_tz)
     handle, epoch = leader if leader is not None else (None, -1)
     position = r.start
@@ -346,14 +342,14 @@ def read_range(
     empty_answers = 0
 
     def refresh() -> tuple[Any, int]:
-        metadata = ray.get(controller.get_metadata.remote([r.topic]))
+        metadata = ray.get(controller.get_metadata.remote(MetadataRequest((r.topic,))))
         found = _leader(metadata, r.tp)
         if found[0] is None:
             raise NetworkError(f"{r.tp} has no leader")
         return found
 
     def send(offset: int) -> Any:
-        return handle.fetch.remote(offset, fetch_max_bytes, 0, 1, isolation_level, epoch)
+        return handle.fetch.remote(FetchRequest(offset, fetch_max_bytes, 0, 1, isolation_level, epoch))
 
     ref = None
     while position < r.end:
@@ -365,7 +361,7 @@ def read_range(
             result = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - retriable ones are retried
             ref = None
-            if isinstance(exc, OffsetOutOfRangeError) or not _retriable(exc) or time.monotonic() > deadline:
+            if isinstance(exc, OffsetOutOfRangeError) or not is_retriable(exc) or time.monotonic() > deadline:
                 raise
             logger.info("%s: fetch at %d failed (%s); refreshing metadata", r.tp, position, exc)
             handle = None
@@ -376,7 +372,7 @@ def read_range(
         bounds = batch_boundaries(data)
         if not bounds:
             ref = None
-            limit = result.last_stable_offset if isolation_level else result.high_watermark
+            limit = result.last_stable_offset if committed else result.high_watermark
             if limit <= position:
                 break  # the range was resolved beyond what is readable now (truncation)
             empty_answers += 1
@@ -386,7 +382,7 @@ def read_range(
         empty_answers = 0
         next_position = read_header(data, bounds[-1][0]).next_offset
         ref = send(next_position) if next_position < r.end else None
-        if isolation_level and result.aborted_transactions:
+        if committed and result.aborted_transactions:
             data = committed_batches(data, bounds, result.aborted_transactions)
         table = _to_table(data, r, position, schema, check_crc)
         position = next_position

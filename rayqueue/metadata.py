@@ -14,25 +14,16 @@ from typing import Any
 
 import ray
 
+from actors.protocol import MetadataRequest
 from actors.types import PartitionMetadata, TopicMetadata, TopicPartition
-from storage.errors import (
+from rayqueue.errors import (
     KafkaError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
     NetworkError,
     UnknownTopicOrPartitionError,
+    as_kafka_error,
 )
-
-
-def as_kafka_error(error: BaseException) -> BaseException:
-    """Turn Ray's transport errors into retriable Kafka errors; keep Kafka errors as they are."""
-    if isinstance(error, KafkaError):
-        return error
-    if isinstance(error, ray.exceptions.RayActorError):
-        return NetworkError(f"actor unavailable: {type(error).__name__}")
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, KafkaError):
-        return error.cause
-    return error
 
 
 def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:
@@ -90,7 +81,7 @@ class MetadataCache:
     def refresh(self, topics: list[str] | None = None) -> None:
         """Ask the controller for fresh metadata of ``topics`` (all cached ones by default)."""
         names = list(topics if topics is not None else self._topics)
-        snapshot = call_controller(self._controller.get_metadata, names, self._auto_create)
+        snapshot = call_controller(self._controller.get_metadata, MetadataRequest(tuple(names), self._auto_create))
         now = time.monotonic()
         with self._lock:
             self.cluster_id = snapshot.cluster_id

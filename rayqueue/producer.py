@@ -43,16 +43,21 @@ from typing import Any
 import crc32c as _crc32c
 import ray
 
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AppendOrigin,
+    EndTxnRequest,
+    ProduceOrder,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
+from rayqueue.errors import TransactionAbortedError, as_kafka_error
 from rayqueue.metadata import MetadataCache
 from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
-from rayqueue.transaction_manager import (
-    TransactionAbortedError,
-    TransactionManager,
-    as_kafka_error,
-    coordinator_call,
-)
+from rayqueue.transaction_manager import TransactionManager, coordinator_call
 from storage import RecordBatchBuilder
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import (
@@ -73,7 +78,7 @@ logger = logging.getLogger(__name__)
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 # (session, request number, oldest unanswered number) of a call without idempotence; see Producer._drain.
-Order = tuple[str, int, int]
+Order = ProduceOrder
 # The outcome _complete gets for a call that passed delivery.timeout.ms unanswered.
 _EXPIRED_IN_FLIGHT = KafkaTimeoutError("delivery.timeout.ms passed while the produce call was in flight")
 
@@ -497,24 +502,27 @@ class Producer:
             group_metadata = ConsumerGroupMetadata(group_metadata, -1, "", None)
         group_id = group_metadata.group_id
         converted = {
-            tp: (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            for tp, om in offsets.items()
+            tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()
         }
         try:
             if group_id not in txn.groups:
-                txn.call("add_offsets_to_txn", txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                add = AddOffsetsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                txn.call("add_offsets_to_txn", add)
                 txn.groups.add(group_id)
-            coordinator_call(
-                self._group_coordinator,
-                "txn_offset_commit",
+            commit = TxnOffsetCommitRequest(
                 txn.transactional_id,
                 txn.producer_id,
                 txn.epoch,
                 group_id,
+                converted,
                 group_metadata.member_id,
                 group_metadata.group_instance_id,
                 group_metadata.generation_id,
-                converted,
+            )
+            coordinator_call(
+                self._group_coordinator,
+                "txn_offset_commit",
+                commit,
                 timeout_s=self._max_block,
                 backoff_s=max(self._backoff, 0.01),
                 what=f"txn_offset_commit({group_id!r})",
@@ -578,7 +586,7 @@ class Producer:
         if not txn.started:
             return
         try:
-            txn.call("end_txn", txn.transactional_id, txn.producer_id, txn.epoch, commit)
+            txn.call("end_txn", EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, commit))
         except KafkaTimeoutError:
             raise
         except Exception as exc:
@@ -964,7 +972,7 @@ class Producer:
                     self._next_turn[tp] = turn + 1
                     open_turns = self._open_turns[tp]
                     open_turns.append(turn)
-                    order = (self._session, turn, open_turns[0])
+                    order = ProduceOrder(self._session, turn, open_turns[0])
                 self._in_flight[tp] += weight
                 self._requests_in_flight += 1
                 requests.append((tp, batches, weight, order))
@@ -1006,7 +1014,7 @@ class Producer:
         txn = self._txn
         try:
             ref = txn.coordinator().add_partitions_to_txn.remote(
-                txn.transactional_id, txn.producer_id, txn.epoch, partitions
+                AddPartitionsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, tuple(partitions))
             )
         except Exception as exc:  # noqa: BLE001 - handled like a failed call
             self._on_partitions_added(partitions, exc)
@@ -1060,7 +1068,7 @@ class Producer:
     def _produce(self, leader: Any, data: bytes, order: Order | None = None) -> Any:
         """One produce call to a partition leader (an ObjectRef); tests wrap it to lose answers."""
         return leader.leader_handle.produce.remote(
-            data, self._acks, self._request_timeout_ms, leader.leader_epoch, "client", order
+            ProduceRequest(data, self._acks, self._request_timeout_ms, leader.leader_epoch, AppendOrigin.CLIENT, order)
         )
 
     def _on_resolved(self, request: _Request, future: Any) -> None:
@@ -1109,7 +1117,7 @@ class Producer:
             self._in_flight[tp] -= weight
             self._requests_in_flight -= 1
             if order is not None:
-                self._open_turns[tp].remove(order[1])
+                self._open_turns[tp].remove(order.number)
             if not self._requests_in_flight:
                 self._wakeup.notify_all()
         if outcome is _EXPIRED_IN_FLIGHT:
@@ -1120,7 +1128,7 @@ class Producer:
         if error is None:
             offset = result.base_offset
             for batch in batches:
-                self._finish(batch, offset, result.log_append_time, None)
+                self._finish(batch, offset, result.log_append_time_ms, None)
                 offset += batch.records
             return
         error = as_kafka_error(error)

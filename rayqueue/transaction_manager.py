@@ -20,15 +20,17 @@ from typing import Any
 
 import ray
 
+from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
-from rayqueue.consumer_coordinator import IllegalStateError
-from rayqueue.metadata import as_kafka_error
-from storage.errors import (
+from rayqueue.errors import (
     CoordinatorNotAvailableError,
+    IllegalStateError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
+    as_kafka_error,
 )
 
 logger = logging.getLogger(__name__)
@@ -37,13 +39,6 @@ logger = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 INT32_MAX = 2**31 - 1
 EPOCH_MAX = 2**15 - 1
-
-
-class TransactionAbortedError(KafkaError):
-    """TRANSACTION_ABORTED: the batch was not sent because its transaction is being aborted
-    (Kafka's TransactionAbortedException; no wire error code)."""
-
-    code, retriable = -1, False
 
 
 class TransactionState(enum.Enum):
@@ -171,12 +166,13 @@ class TransactionManager:
             self._coordinator = handle
         return self._coordinator
 
-    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
-        """A coordinator call with Kafka's retries, bounded by max.block.ms."""
+    def call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """A coordinator call (``method`` with its ``request``) with Kafka's retries, bounded
+        by max.block.ms."""
         return coordinator_call(
             self.coordinator,
             method,
-            *args,
+            request,
             timeout_s=self._max_block if timeout_s is None else timeout_s,
             backoff_s=self._backoff,
             what=f"{method}({self.transactional_id!r})",
@@ -188,14 +184,10 @@ class TransactionManager:
         With a known id and epoch (an epoch bump after an abort, KIP-360) they are passed
         along so that the coordinator bumps the epoch rather than fencing us.
         """
-        result = self.call(
-            "init_producer_id",
-            self.transactional_id,
-            self.transaction_timeout_ms,
-            self.producer_id,
-            self.epoch,
-            timeout_s=timeout_s,
+        request = InitProducerIdRequest(
+            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch
         )
+        result = self.call("init_producer_id", request, timeout_s=timeout_s)
         with self._lock:
             self.producer_id, self.epoch = result.producer_id, result.epoch
             self._sequences.clear()

@@ -7,15 +7,37 @@ import time
 import pytest
 import ray
 
-from actors.controller import Controller, assign_replicas, new_cluster_id, replica_actor_name, validate_topic_name
+from actors.controller import (
+    Controller,
+    _altered,
+    assign_replicas,
+    new_cluster_id,
+    replica_actor_name,
+    validate_topic_name,
+)
 from actors.metadata_log import MetadataLog
 from actors.partition import PartitionReplica
+from actors.protocol import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    DeleteRecordsRequest,
+    DescribeConfigsRequest,
+    FetchRequest,
+    IncrementalAlterConfigsRequest,
+    LeaderAndIsrRequest,
+    ListOffsetsRequest,
+    ProduceOrder,
+    ProduceRequest,
+)
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -45,10 +67,10 @@ def test_produce_then_fetch_returns_the_same_bytes(cluster, new_topic):
     leader, epoch = leader_of(cluster, topic)
     first = batch([b"a", b"b", b"c"])
     second = batch([b"d"])
-    r1 = ray.get(leader.produce.remote(first, 1, 30000, epoch))
-    r2 = ray.get(leader.produce.remote(second, -1, 30000, epoch))
+    r1 = ray.get(leader.produce.remote(ProduceRequest(first, 1, 30000, epoch)))
+    r2 = ray.get(leader.produce.remote(ProduceRequest(second, -1, 30000, epoch)))
     assert (r1.base_offset, r1.last_offset, r2.base_offset) == (0, 2, 3)
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert fetched.high_watermark == 4 and fetched.log_start_offset == 0
     batches = list(iter_batches(fetched.records))
     assert [b.base_offset for b in batches] == [0, 3]
@@ -63,20 +85,34 @@ def test_calls_without_idempotence_are_appended_in_their_order(cluster, new_topi
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
     # Calls 1 and 2 of session "s" reach the leader first: they wait for call 0.
-    later = [leader.produce.remote(batch([b"%d" % n]), 1, 30000, epoch, "client", ("s", n, 0)) for n in (2, 1)]
+    later = [
+        leader.produce.remote(ProduceRequest(batch([b"%d" % n]), 1, 30000, epoch, "client", ProduceOrder("s", n, 0)))
+        for n in (2, 1)
+    ]
     ready, _ = ray.wait(later, num_returns=1, timeout=0.5)
     assert not ready
-    first = leader.produce.remote(batch([b"0"]), 1, 30000, epoch, "client", ("s", 0, 0))
+    first = leader.produce.remote(ProduceRequest(batch([b"0"]), 1, 30000, epoch, "client", ProduceOrder("s", 0, 0)))
     assert [r.base_offset for r in ray.get([first, *reversed(later)], timeout=30)] == [0, 1, 2]
     # A call whose predecessors never come (lost before they reached the leader) goes ahead
     # after its timeout, as Kafka's reordering after a failed request.
-    alone = ray.get(leader.produce.remote(batch([b"9"]), 1, 300, epoch, "client", ("lost", 9, 7)), timeout=30)
+    alone = ray.get(
+        leader.produce.remote(ProduceRequest(batch([b"9"]), 1, 300, epoch, "client", ProduceOrder("lost", 9, 7))),
+        timeout=30,
+    )
     assert alone.base_offset == 3
     # Another session is not held up by "s", and "s" goes on in order from where it was.
-    other = ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch, "client", ("t", 0, 0)), timeout=30)
+    other = ray.get(
+        leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, epoch, "client", ProduceOrder("t", 0, 0))),
+        timeout=30,
+    )
     assert other.base_offset == 4
-    assert ray.get(leader.produce.remote(batch([b"3"]), 1, 30000, epoch, "client", ("s", 3, 3))).base_offset == 5
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    assert (
+        ray.get(
+            leader.produce.remote(ProduceRequest(batch([b"3"]), 1, 30000, epoch, "client", ProduceOrder("s", 3, 3)))
+        ).base_offset
+        == 5
+    )
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"0", b"1", b"2", b"9", b"x", b"3"]
 
 
@@ -106,10 +142,10 @@ def test_producer_without_idempotence_keeps_partition_order(cluster, new_topic):
 def test_fetch_long_polls_until_data_arrives(cluster, new_topic):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
-    pending = leader.fetch.remote(0, 1 << 20, 60000, 1)
+    pending = leader.fetch.remote(FetchRequest(0, 1 << 20, 60000, 1))
     ready, _ = ray.wait([pending], timeout=0.5)
     assert not ready, "fetch at the log end must wait for data"
-    ray.get(leader.produce.remote(batch([b"wake"]), 1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"wake"]), 1, 30000, epoch)))
     # Answered long before its 60 s max wait: the produce woke it.
     result = ray.get(pending, timeout=20)
     assert [r.value for b in iter_batches(result.records) for r in b] == [b"wake"]
@@ -117,7 +153,7 @@ def test_fetch_long_polls_until_data_arrives(cluster, new_topic):
 
 def test_fetch_returns_empty_after_max_wait_without_data(cluster, new_topic):
     leader, _ = leader_of(cluster, new_topic())
-    result = ray.get(leader.fetch.remote(0, 1 << 20, 100, 1), timeout=20)
+    result = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 100, 1)), timeout=20)
     assert result.records == b"" and result.high_watermark == 0
 
 
@@ -126,32 +162,32 @@ def test_stale_and_future_leader_epochs_are_fenced(cluster, new_topic):
     leader, epoch = leader_of(cluster, topic)
     broker = ray.get(leader.ping.remote())
     # What the controller does on an election: the replica moves to a newer epoch.
-    ray.get(leader.become_leader.remote(epoch + 1, [broker], [broker]))
+    ray.get(leader.become_leader.remote(LeaderAndIsrRequest(broker, epoch + 1, (broker,), (broker,))))
     with pytest.raises(FencedLeaderEpochError) as fenced:
-        ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, epoch)))
     assert fenced.value.retriable and fenced.value.code == 74
     with pytest.raises(UnknownLeaderEpochError):
-        ray.get(leader.fetch.remote(0, 1024, 0, 1, 0, epoch + 2))
-    ray.get(leader.produce.remote(batch([b"x"]), 1, 30000, epoch + 1))
+        ray.get(leader.fetch.remote(FetchRequest(0, 1024, 0, 1, 0, epoch + 2)))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, epoch + 1)))
 
 
 def test_bad_input_is_refused_and_leaves_the_log_untouched(cluster, new_topic):
     topic = new_topic(max_message_bytes=2000)
     leader, epoch = leader_of(cluster, topic)
-    ray.get(leader.produce.remote(batch([b"good"]), 1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"good"]), 1, 30000, epoch)))
     corrupt = bytearray(batch([b"bad"]))
     corrupt[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError):
-        ray.get(leader.produce.remote(bytes(corrupt), 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(bytes(corrupt), 1, 30000, epoch)))
     with pytest.raises(CorruptRecordError):
-        ray.get(leader.produce.remote(b"\x00" * 10, 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(b"\x00" * 10, 1, 30000, epoch)))
     with pytest.raises(RecordTooLargeError):
-        ray.get(leader.produce.remote(batch([b"x" * 5000]), 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"x" * 5000]), 1, 30000, epoch)))
     with pytest.raises(InvalidRequiredAcksError):
-        ray.get(leader.produce.remote(batch([b"y"]), 2, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"y"]), 2, 30000, epoch)))
     state = ray.get(leader.describe.remote())
     assert state["log_end_offset"] == 1
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"good"]
     # The replica survived all of it.
     assert ray.get(leader.ping.remote()) >= 0
@@ -159,23 +195,23 @@ def test_bad_input_is_refused_and_leaves_the_log_untouched(cluster, new_topic):
 
 def test_fetch_out_of_range(cluster, new_topic):
     leader, epoch = leader_of(cluster, new_topic())
-    ray.get(leader.produce.remote(batch([b"a", b"b"]), 1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"a", b"b"]), 1, 30000, epoch)))
     with pytest.raises(OffsetOutOfRangeError):
-        ray.get(leader.fetch.remote(5, 1024, 0))
-    assert ray.get(leader.delete_records.remote(1, epoch)) == 1
+        ray.get(leader.fetch.remote(FetchRequest(5, 1024, 0)))
+    assert ray.get(leader.delete_records.remote(DeleteRecordsRequest(1, epoch))).low_watermark == 1
     with pytest.raises(OffsetOutOfRangeError):
-        ray.get(leader.fetch.remote(0, 1024, 0))
+        ray.get(leader.fetch.remote(FetchRequest(0, 1024, 0)))
 
 
 def test_list_offsets_by_time(cluster, new_topic):
     leader, epoch = leader_of(cluster, new_topic())
     for ts in (1000, 2000, 3000):
-        ray.get(leader.produce.remote(batch([b"v"], timestamp=ts), 1, 30000, epoch))
-    assert ray.get(leader.list_offsets.remote(-2)).offset == 0
-    assert ray.get(leader.list_offsets.remote(-1)).offset == 3
-    found = ray.get(leader.list_offsets.remote(1500))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"v"], timestamp=ts), 1, 30000, epoch)))
+    assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-2))).offset == 0
+    assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-1))).offset == 3
+    found = ray.get(leader.list_offsets.remote(ListOffsetsRequest(1500)))
     assert (found.offset, found.timestamp) == (1, 2000)
-    assert ray.get(leader.list_offsets.remote(9999)).offset == -1
+    assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(9999))).offset == -1
 
 
 def test_retention_runs_in_the_background(cluster, new_topic):
@@ -183,7 +219,7 @@ def test_retention_runs_in_the_background(cluster, new_topic):
     leader, epoch = leader_of(cluster, topic)
     old = int(time.time() * 1000) - 3600_000
     for _ in range(5):
-        ray.get(leader.produce.remote(batch([b"x" * 100], timestamp=old), 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"x" * 100], timestamp=old), 1, 30000, epoch)))
     # The session cluster checks retention every second; old segments go, offsets stay.
     wait_for(lambda: ray.get(leader.describe.remote())["log_start_offset"] > 0, 30, what="retention")
     assert ray.get(leader.describe.remote())["log_end_offset"] == 5
@@ -216,9 +252,9 @@ def test_alter_configs_reaches_the_replicas(cluster, admin, new_topic):
     assert admin.describe_configs(topic)["max.message.bytes"] == (100, "DYNAMIC_TOPIC_CONFIG")
     leader, epoch = leader_of(cluster, topic)
     with pytest.raises(RecordTooLargeError):
-        ray.get(leader.produce.remote(batch([b"z" * 200]), 1, 30000, epoch))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"z" * 200]), 1, 30000, epoch)))
     admin.alter_configs(topic, delete_configs=["max.message.bytes"])
-    ray.get(leader.produce.remote(batch([b"z" * 200]), 1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"z" * 200]), 1, 30000, epoch)))
 
 
 def test_default_replica_assignment_spreads_leaders_and_replicas():
@@ -228,6 +264,59 @@ def test_default_replica_assignment_spreads_leaders_and_replicas():
     # Kafka shifts the followers after each full round of leaders.
     assert assignment[0] != assignment[3]
     assert len(new_cluster_id()) == 22
+
+
+def test_incremental_alter_configs_applies_kafka_s_four_operations_or_none():
+    defaults = {"cleanup.policy": ("delete",), "retention.ms": 604800000}
+    overrides = {"retention.ms": 1000, "segment.bytes": 2048}
+    changes = (
+        AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "compact"),  # from the default
+        AlterableConfig("retention.ms", AlterConfigOp.DELETE),
+        AlterableConfig("segment_bytes", AlterConfigOp.SET, "4096"),  # the keyword form, converted
+    )
+    assert _altered(overrides, defaults, changes) == {"cleanup.policy": ["delete", "compact"], "segment.bytes": 4096}
+    assert overrides == {"retention.ms": 1000, "segment.bytes": 2048}  # the input stays as it was
+    both = {"cleanup.policy": ["delete", "compact"]}
+    subtract = (AlterableConfig("cleanup.policy", AlterConfigOp.SUBTRACT, "delete"),)
+    assert _altered(both, defaults, subtract) == {"cleanup.policy": ["compact"]}
+    append_again = (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, ["compact"]),)
+    assert _altered(both, defaults, append_again) == both  # nothing doubled
+    for bad, error in (
+        ((AlterableConfig("retention.ms", AlterConfigOp.APPEND, 5),), InvalidConfigError),  # not a list
+        ((AlterableConfig("no.such.key", AlterConfigOp.SET, 1),), InvalidConfigError),
+        ((AlterableConfig("retention.ms", AlterConfigOp.SET, "soon"),), InvalidConfigError),
+        ((AlterableConfig("retention.ms", 7, 1),), InvalidRequestError),
+        ((AlterableConfig("retention.ms", 0, 1), AlterableConfig("retention_ms", 1)), InvalidRequestError),
+        (("retention.ms=1",), InvalidRequestError),
+    ):
+        with pytest.raises(error):
+            _altered(overrides, defaults, bad)
+
+
+def test_describe_and_alter_configs_through_the_controller(cluster, new_topic):
+    topic = new_topic()
+    controller = cluster.controller
+    chosen = ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic, ("cleanup.policy", "no.such"))))
+    assert chosen == {"cleanup.policy": (("delete",), "DEFAULT_CONFIG")}
+    append = IncrementalAlterConfigsRequest(
+        topic, (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "compact"),)
+    )
+    assert ray.get(controller.alter_configs.remote(append)) == {"cleanup.policy": ["delete", "compact"]}
+    described = ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic)))
+    assert described["cleanup.policy"] == (["delete", "compact"], "DYNAMIC_TOPIC_CONFIG")
+    assert described["retention.ms"][1] == "DEFAULT_CONFIG"
+    refused = IncrementalAlterConfigsRequest(
+        topic,
+        (
+            AlterableConfig("retention.ms", AlterConfigOp.SET, 5000),
+            AlterableConfig("segment.bytes", AlterConfigOp.APPEND, 1),
+        ),
+    )
+    with pytest.raises(InvalidConfigError):
+        ray.get(controller.alter_configs.remote(refused))
+    assert ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic, ("retention.ms",)))) == {
+        "retention.ms": (604800000, "DEFAULT_CONFIG")
+    }  # nothing of the refused request applied
 
 
 def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):
@@ -251,7 +340,7 @@ def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_t
         60,
     )
     assert meta.leader_epoch >= 1
-    fetched = ray.get(meta.leader_handle.fetch.remote(0, 1 << 24, 0))
+    fetched = ray.get(meta.leader_handle.fetch.remote(FetchRequest(0, 1 << 24, 0)))
     values = [int(r.value) for b in iter_batches(fetched.records) for r in b]
     assert set(values) == set(range(300))  # at least once: nothing acknowledged is lost
     first_seen = list(dict.fromkeys(values))
@@ -288,7 +377,7 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
     meta = admin.describe_topics([topic])[topic]
     assert [p.leader >= 0 for p in meta.partitions] == [True, True]
     leader = meta.partitions[1].leader_handle
-    ray.get(leader.produce.remote(batch([b"after restart"]), 1, 30000, meta.partitions[1].leader_epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"after restart"]), 1, 30000, meta.partitions[1].leader_epoch)))
 
 
 def _replica(cluster, topic: str, partition: int, broker: int):
@@ -326,7 +415,7 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
     topic = new_topic(1, 3)
     meta = admin.describe_topics([topic])[topic].partitions[0]
     replicas = meta.replicas
-    ray.get(meta.leader_handle.produce.remote(batch([b"before"]), -1, 30000, meta.leader_epoch))
+    ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"before"]), -1, 30000, meta.leader_epoch)))
     before = cluster.describe()["controller_epoch"]
     ray.kill(cluster.controller, no_restart=False)
     # From here until the end nothing calls the controller. The leader dies while the
@@ -336,7 +425,7 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
     broker, leader, info = wait_for(
         lambda: _led_past(cluster, topic, replicas, meta.leader_epoch), 60, what="a leader after the restart"
     )
-    ray.get(leader.produce.remote(batch([b"first"]), -1, 30000, info["leader_epoch"]))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"first"]), -1, 30000, info["leader_epoch"])))
     # Every replica, the killed one included, gets back in sync: its ISR return went
     # through alter_partition on the restarted controller.
     wait_for(lambda: _all_in_sync(cluster, topic, replicas, broker), 60, what="all replicas in sync")
@@ -347,7 +436,7 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
         lambda: _led_past(cluster, topic, replicas, info["leader_epoch"]), 60, what="a leader after the second kill"
     )
     assert broker2 != broker
-    ray.get(leader2.produce.remote(batch([b"second"]), -1, 30000, info2["leader_epoch"]))
+    ray.get(leader2.produce.remote(ProduceRequest(batch([b"second"]), -1, 30000, info2["leader_epoch"])))
     wait_for(lambda: _all_in_sync(cluster, topic, replicas, broker2), 60, what="all replicas in sync again")
     values = [r.value for b in iter_batches(ray.get(leader2.read_local.remote(0))[0]) for r in b]
     assert values == [b"before", b"first", b"second"]
@@ -365,17 +454,21 @@ def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session,
     leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
     follower = replica.remote("t", 0, 1, str(tmp_path / "b1"), config)
     fast = {"replica.fetch.wait.max.ms": 50}
+
+    def state(leader: object) -> LeaderAndIsrRequest:
+        return LeaderAndIsrRequest(0, 0, (0, 1), (0, 1), leader_handle=leader, replication=fast)
+
     try:
-        ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 300000, 0, None, fast))
-        ray.get(follower.become_follower.remote(0, 0, leader, [0, 1], [0, 1], 0, 300000, fast))
-        ray.get(leader.produce.remote(batch([b"a"]), 1, 30000, 0))
+        ray.get(leader.become_leader.remote(state(leader)))
+        ray.get(follower.become_follower.remote(state(leader)))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"a"]), 1, 30000, 0)))
         wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="first fetch")
         ray.get(leader.close.remote())
         ray.kill(leader)
         leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
-        ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 300000, 0, None, fast))
-        ray.get(leader.produce.remote(batch([b"b"]), 1, 30000, 0))
-        assert ray.get(follower.become_follower.remote(0, 0, leader, [0, 1], [0, 1], 0, 300000, fast))
+        ray.get(leader.become_leader.remote(state(leader)))
+        ray.get(leader.produce.remote(ProduceRequest(batch([b"b"]), 1, 30000, 0)))
+        assert ray.get(follower.become_follower.remote(state(leader)))
         wait_for(
             lambda: ray.get(follower.describe.remote())["log_end_offset"] == 2, 30, what="fetch from the new leader"
         )
@@ -392,8 +485,8 @@ def test_alter_partition_refuses_stale_epochs_and_wrong_leaders(cluster, admin, 
     topic = new_topic(1, 3)
     meta = admin.describe_topics([topic])[topic].partitions[0]
     controller = cluster.controller
-    committed = (meta.leader_epoch, meta.partition_epoch, list(meta.isr))
-    shrunk = [meta.leader]
+    committed = AlterPartitionResponse(meta.leader_epoch, meta.partition_epoch, tuple(meta.isr))
+    shrunk = (meta.leader,)
     other = next(b for b in meta.replicas if b != meta.leader)
     stale = [
         (meta.leader, meta.leader_epoch, meta.partition_epoch - 1),  # stale partition epoch
@@ -402,17 +495,31 @@ def test_alter_partition_refuses_stale_epochs_and_wrong_leaders(cluster, admin, 
         (other, meta.leader_epoch, meta.partition_epoch),  # not the leader
     ]
     for leader_id, leader_epoch, partition_epoch in stale:
-        answer = ray.get(controller.alter_partition.remote(topic, 0, leader_id, leader_epoch, partition_epoch, shrunk))
-        assert tuple(answer) == committed, (leader_id, leader_epoch, partition_epoch)
+        answer = ray.get(
+            controller.alter_partition.remote(
+                AlterPartitionRequest(topic, 0, leader_id, leader_epoch, partition_epoch, shrunk)
+            )
+        )
+        assert answer == committed, (leader_id, leader_epoch, partition_epoch)
     after = admin.describe_topics([topic])[topic].partitions[0]
-    assert (after.leader_epoch, after.partition_epoch, list(after.isr)) == committed
+    assert (after.leader_epoch, after.partition_epoch, tuple(after.isr)) == (
+        committed.leader_epoch,
+        committed.partition_epoch,
+        committed.isr,
+    )
     with pytest.raises(UnknownTopicOrPartitionError):
-        ray.get(controller.alter_partition.remote(topic, 5, meta.leader, meta.leader_epoch, meta.partition_epoch, []))
+        ray.get(
+            controller.alter_partition.remote(
+                AlterPartitionRequest(topic, 5, meta.leader, meta.leader_epoch, meta.partition_epoch, ())
+            )
+        )
     # The same change from the current leader at the current epochs is taken.
     answer = ray.get(
-        controller.alter_partition.remote(topic, 0, meta.leader, meta.leader_epoch, meta.partition_epoch, shrunk)
+        controller.alter_partition.remote(
+            AlterPartitionRequest(topic, 0, meta.leader, meta.leader_epoch, meta.partition_epoch, shrunk)
+        )
     )
-    assert tuple(answer) == (meta.leader_epoch, meta.partition_epoch + 1, shrunk)
+    assert answer == AlterPartitionResponse(meta.leader_epoch, meta.partition_epoch + 1, shrunk)
 
 
 def test_metadata_log_without_topic_ids_loads_and_gets_them(ray_session, tmp_path):

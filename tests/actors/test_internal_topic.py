@@ -9,7 +9,16 @@ from types import SimpleNamespace
 import pytest
 
 from actors.internal_topic import InternalTopic, replay_partition
-from actors.types import FetchResult, OffsetAndTimestamp
+from actors.protocol import (
+    AppendOrigin,
+    CreateTopicsRequest,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from actors.types import OffsetAndTimestamp, TopicPartition
 from storage import RecordBatchBuilder
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import (
@@ -45,11 +54,12 @@ class FakeLeader:
         self.list_offsets = _Method(self._list_offsets)
         self.fetch = _Method(self._fetch)
 
-    async def _list_offsets(self, timestamp, leader_epoch):
+    async def _list_offsets(self, request: ListOffsetsRequest):
         return OffsetAndTimestamp(self.log_start, -1)
 
-    async def _fetch(self, offset, max_bytes, max_wait_ms, min_bytes, isolation, leader_epoch):
-        if offset >= self.hw and max_wait_ms > 0:
+    async def _fetch(self, request: FetchRequest):
+        offset = request.fetch_offset
+        if offset >= self.hw and request.max_wait_ms > 0:
             self.waits += 1
             if self.hw_steps:
                 self.hw = self.hw_steps.pop(0)  # the followers caught up meanwhile
@@ -58,7 +68,7 @@ class FakeLeader:
             header = read_header(self.data, position)
             if header.last_offset >= offset and header.base_offset < self.hw:
                 out += self.data[position : position + size]
-        return FetchResult(out, self.hw, self.hw, self.log_start, self.log_end, 0)
+        return FetchResponse(out, self.hw, self.hw, self.log_start, self.log_end, 0)
 
 
 def replayed(leader: FakeLeader) -> list[bytes]:
@@ -97,8 +107,8 @@ class FakePartition:
         self.produced: list[tuple] = []
         self.produce = _Method(self._produce)
 
-    async def _produce(self, data, acks, timeout_ms, leader_epoch, origin):
-        self.produced.append((data, acks, leader_epoch, origin))
+    async def _produce(self, request: ProduceRequest):
+        self.produced.append((request.records, request.acks, request.current_leader_epoch, request.origin))
         if self.errors:
             raise self.errors.pop(0)
 
@@ -116,15 +126,15 @@ class FakeController:
         self.create_topic = _Method(self._create_topic)
         self.wait_online = _Method(self._wait_online)
 
-    async def _get_metadata(self, topics):
+    async def _get_metadata(self, request: MetadataRequest):
         found = {} if self.partitions is None else {"__t": SimpleNamespace(partitions=list(range(self.partitions)))}
         return SimpleNamespace(topics=found, brokers=self.brokers)
 
-    async def _create_topic(self, name, partitions, rf, configs):
-        self.created.append((name, partitions, rf, configs))
-        self.partitions = partitions
+    async def _create_topic(self, request: CreateTopicsRequest):
+        self.created.append((request.name, request.num_partitions, request.replication_factor, request.configs))
+        self.partitions = request.num_partitions
 
-    async def _wait_online(self, topic, p, timeout_s):
+    async def _wait_online(self, tp: TopicPartition, timeout_s: float):
         self.lookups += 1
         return SimpleNamespace(leader_handle=self.leader, leader_epoch=self.lookups)
 
@@ -135,7 +145,9 @@ def test_first_write_creates_the_topic_compacted_with_rf_and_min_isr_capped_at_t
     topic = InternalTopic("__t", lambda: controller, 5, 3, min_insync_replicas=3)
     asyncio.run(topic.append(1, [(b"k", b"v")]))
     assert controller.created == [("__t", 5, 2, {"cleanup.policy": ["compact"], "min.insync.replicas": 2})]
-    assert topic.num_partitions == 5 and [(acks, origin) for _, acks, _, origin in leader.produced] == [(-1, "client")]
+    assert topic.num_partitions == 5 and [(acks, origin) for _, acks, _, origin in leader.produced] == [
+        (-1, AppendOrigin.CLIENT)
+    ]
 
 
 def test_an_existing_topic_is_not_created_again_and_gives_its_partition_count():
@@ -168,4 +180,4 @@ def test_a_transactional_batch_is_written_as_the_coordinator_and_its_producer_se
         asyncio.run(topic.append(0, [(b"k", b"v")], producer_id=7, producer_epoch=2))
     header = read_header(leader.produced[0][0], 0)
     assert (header.producer_id, header.producer_epoch, header.is_transactional) == (7, 2, True)
-    assert leader.produced[0][3] == "coordinator"
+    assert leader.produced[0][3] is AppendOrigin.COORDINATOR

@@ -9,6 +9,16 @@ import ray
 from hypothesis import HealthCheck, given, settings
 
 from actors.partition import PartitionReplica
+from actors.protocol import (
+    DeleteRecordsRequest,
+    FetchRequest,
+    LeaderAndIsrRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceOrder,
+    ProduceRequest,
+    WriteTxnMarkersRequest,
+)
 from storage import AppendOrigin, RecordBatchBuilder, build_control_batch, decode_columns, iter_batches
 from storage.errors import (
     InvalidFetchSizeError,
@@ -52,7 +62,7 @@ class Pair:
         out, offset, end = [], 0, self.end()
         while offset < end:
             if replica is None:
-                records = ray.get(self.leader.fetch.remote(offset, 2**31 - 1, 0)).records
+                records = ray.get(self.leader.fetch.remote(FetchRequest(offset, 2**31 - 1, 0))).records
             else:
                 records = ray.get(replica.read_local.remote(offset, 2**31 - 1))[0]
             out.append(records)
@@ -76,8 +86,9 @@ def pair(ray_session, tmp_path_factory):
     config = {"segment.bytes": 1 << 20}
     leader = replica.remote("h", 0, 0, str(root / "b0"), config)
     follower = replica.remote("h", 0, 1, str(root / "b1"), config)
-    ray.get(leader.become_leader.remote(EPOCH, [0, 1], [0, 1], 300000, 0, None, FAST))
-    ray.get(follower.become_follower.remote(EPOCH, 0, leader, [0, 1], [0, 1], 0, 300000, FAST))
+    state = LeaderAndIsrRequest(0, EPOCH, (0, 1), (0, 1), leader_handle=leader, replication=FAST)
+    ray.get(leader.become_leader.remote(state))
+    ray.get(follower.become_follower.remote(state))
     yield Pair(leader, follower)
     for handle in (leader, follower):
         ray.get(handle.close.remote())
@@ -85,8 +96,8 @@ def pair(ray_session, tmp_path_factory):
 
 
 def produce(pair: Pair, records: object, *args: object) -> int:
-    result = ray.get(pair.leader.produce.remote(records, -1, 30000, EPOCH, *args))
-    pair.stored += ray.get(pair.leader.fetch.remote(result.base_offset, 2**31 - 1, 0)).records
+    result = ray.get(pair.leader.produce.remote(ProduceRequest(records, -1, 30000, EPOCH, *args)))
+    pair.stored += ray.get(pair.leader.fetch.remote(FetchRequest(result.base_offset, 2**31 - 1, 0))).records
     return result.base_offset
 
 
@@ -96,19 +107,29 @@ def test_a_forged_marker_is_refused_from_any_produce_and_the_marker_path_still_w
     forged = build_control_batch(True, P, 0)
     for origin in (AppendOrigin.CLIENT, "client", AppendOrigin.COORDINATOR, "coordinator"):
         with pytest.raises(InvalidRecordError, match="control batch"):
-            ray.get(pair.leader.produce.remote(forged, 1, 30000, EPOCH, origin))
+            ray.get(pair.leader.produce.remote(ProduceRequest(forged, 1, 30000, EPOCH, origin)))
     with pytest.raises(InvalidRequestError):
-        ray.get(pair.leader.produce.remote(batch([b"x"]), 1, 30000, EPOCH, AppendOrigin.REPLICATION))
+        ray.get(pair.leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, EPOCH, AppendOrigin.REPLICATION)))
     assert ray.get(pair.leader.describe.remote())["last_stable_offset"] == lso  # the transaction is still open
     pair.check_intact()
-    marker_offset = ray.get(pair.leader.write_txn_marker.remote(P, 0, 0, True, EPOCH))
-    pair.stored += ray.get(pair.leader.fetch.remote(marker_offset, 2**31 - 1, 0)).records
+    marker_offset = ray.get(
+        pair.leader.write_txn_marker.remote(WriteTxnMarkersRequest(P, 0, 0, True, EPOCH))
+    ).base_offset
+    pair.stored += ray.get(pair.leader.fetch.remote(FetchRequest(marker_offset, 2**31 - 1, 0))).records
     wait_for(lambda: ray.get(pair.leader.describe.remote())["last_stable_offset"] == marker_offset + 1, 30)
     pair.check_intact()
 
 
+REQUESTS = {
+    "fetch": FetchRequest,
+    "list_offsets": ListOffsetsRequest,
+    "delete_records": DeleteRecordsRequest,
+    "offset_for_leader_epoch": OffsetForLeaderEpochRequest,
+    "produce": ProduceRequest,
+    "write_txn_marker": WriteTxnMarkersRequest,
+}
 BAD_CALLS = [
-    # (method, args, error)
+    # (method, request fields, error)
     ("fetch", (-1, 1024, 0), OffsetOutOfRangeError),
     ("fetch", (2**62, 1024, 0), OffsetOutOfRangeError),
     ("fetch", (2**64, 1024, 0), InvalidRequestError),
@@ -141,20 +162,33 @@ BAD_CALLS = [
     ("produce", (batch([b"x"]), 1, -5), InvalidRequestError),
     ("produce", (batch([b"x"]), 1, "30s"), InvalidRequestError),
     ("produce", (batch([b"x"]), 1, 30000, EPOCH, "nobody"), InvalidRequestError),
-    ("produce", (batch([b"x"]), 1, 30000, EPOCH, "client", ("s", "one", 0)), InvalidRequestError),
+    ("produce", (batch([b"x"]), 1, 30000, EPOCH, "client", ProduceOrder("s", "one", 0)), InvalidRequestError),
+    ("produce", (batch([b"x"]), 1, 30000, EPOCH, "client", ("s", 1, 0)), InvalidRequestError),
     ("produce", ("records", 1, 30000, EPOCH), InvalidRequestError),
     ("produce", (None, 1, 30000, EPOCH), InvalidRequestError),
     ("write_txn_marker", ("pid", 0, 0, True), InvalidRequestError),
+    ("write_txn_marker", (P, 0, 0, 2), InvalidRequestError),
 ]
 
 
-@pytest.mark.parametrize(("method", "args", "error"), BAD_CALLS, ids=[f"{m}{a!r:.40}" for m, a, _ in BAD_CALLS])
-def test_bad_arguments_get_a_clear_kafka_error_and_no_crash(pair, method, args, error):
+@pytest.mark.parametrize(("method", "fields", "error"), BAD_CALLS, ids=[f"{m}{a!r:.40}" for m, a, _ in BAD_CALLS])
+def test_bad_requests_get_a_clear_kafka_error_and_no_crash(pair, method, fields, error):
     if not pair.stored:
         produce(pair, batch([b"a", b"b"]))
     with pytest.raises(error) as refused:
-        ray.get(getattr(pair.leader, method).remote(*args), timeout=60)
+        ray.get(getattr(pair.leader, method).remote(REQUESTS[method](*fields)), timeout=60)
     assert is_kafka_named(refused.value)
+    pair.check_intact()
+
+
+@pytest.mark.parametrize("method", sorted(REQUESTS))
+def test_anything_but_the_method_s_request_type_is_refused(pair, method):
+    """A tuple of the request's fields, another method's request, None or a number:
+    InvalidRequestError, and the actor lives on."""
+    other = FetchRequest(0) if method != "fetch" else ListOffsetsRequest(-1)
+    for wrong in ((0, 1024, 0), other, None, 0):
+        with pytest.raises(InvalidRequestError):
+            ray.get(getattr(pair.leader, method).remote(wrong), timeout=60)
     pair.check_intact()
 
 
@@ -162,13 +196,19 @@ def test_good_arguments_of_every_integer_kind_still_work(pair):
     if not pair.stored:
         produce(pair, batch([b"a", b"b"]))
     end = pair.end()
-    fetched = ray.get(pair.leader.fetch.remote(np.int64(0), np.int32(1 << 20), 0, np.int64(1), 0, np.int32(EPOCH)))
+    fetched = ray.get(
+        pair.leader.fetch.remote(FetchRequest(np.int64(0), np.int32(1 << 20), 0, np.int64(1), 0, np.int32(EPOCH)))
+    )
     assert fetched.records and pair.stored.startswith(fetched.records)  # the first segment's batches
-    assert ray.get(pair.leader.fetch.remote(0, 0, 0)).records  # max_bytes 0: still one batch (KIP-74)
-    assert ray.get(pair.leader.fetch.remote(end, 1024, -5)).records == b""  # a negative wait answers at once
-    assert ray.get(pair.leader.list_offsets.remote(np.int64(-1))).offset == end
+    assert ray.get(pair.leader.fetch.remote(FetchRequest(0, 0, 0))).records  # max_bytes 0: still one batch (KIP-74)
+    assert (
+        ray.get(pair.leader.fetch.remote(FetchRequest(end, 1024, -5))).records == b""
+    )  # a negative wait answers at once
+    assert ray.get(pair.leader.list_offsets.remote(ListOffsetsRequest(np.int64(-1)))).offset == end
     latest_ts = max(b.max_timestamp for b in iter_batches(pair.stored))  # markers count too
-    found = ray.get(pair.leader.list_offsets.remote(-3))  # KIP-734: the record with the largest timestamp
+    found = ray.get(
+        pair.leader.list_offsets.remote(ListOffsetsRequest(-3))
+    )  # KIP-734: the record with the largest timestamp
     assert found.timestamp == latest_ts and 0 <= found.offset < end
 
 
@@ -179,12 +219,12 @@ def test_hostile_requests_through_ray(pair, request):
     with a Kafka-named error; the actor lives on and the follower copies exactly."""
     end = pair.end()
     try:
-        result = ray.get(pair.leader.produce.remote(request, -1, 30000, EPOCH))
+        result = ray.get(pair.leader.produce.remote(ProduceRequest(request, -1, 30000, EPOCH)))
     except KafkaError as error:
         assert is_kafka_named(error), repr(error)
         assert pair.end() == end
     else:
-        stored = ray.get(pair.leader.fetch.remote(result.base_offset, 2**31 - 1, 0)).records
+        stored = ray.get(pair.leader.fetch.remote(FetchRequest(result.base_offset, 2**31 - 1, 0))).records
         check_stored(request, stored, end, EPOCH)
         pair.stored += stored
     assert pair.pids_now() == pair.pids

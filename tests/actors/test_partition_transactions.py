@@ -7,11 +7,11 @@ import itertools
 import pytest
 import ray
 
+from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, ProduceRequest, WriteTxnMarkersRequest
 from rayqueue.errors import InvalidProducerEpochError, NotEnoughReplicasError, OutOfOrderSequenceError
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import wait_for
 
-READ_COMMITTED = 1
 # Producer ids far above anything the coordinator hands out in a test session.
 _pids = itertools.count(10**12)
 
@@ -45,21 +45,21 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(cluste
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
     aborted_pid, committed_pid = next(_pids), next(_pids)
-    ray.get(leader.produce.remote(plain_batch([b"a", b"b"]), -1, 30000, epoch))  # 0-1
-    ray.get(leader.produce.remote(txn_batch(aborted_pid, 0, 0, [b"x", b"y"]), -1, 30000, epoch))  # 2-3
-    ray.get(leader.produce.remote(plain_batch([b"c"]), -1, 30000, epoch))  # 4
+    ray.get(leader.produce.remote(ProduceRequest(plain_batch([b"a", b"b"]), -1, 30000, epoch)))  # 0-1
+    ray.get(leader.produce.remote(ProduceRequest(txn_batch(aborted_pid, 0, 0, [b"x", b"y"]), -1, 30000, epoch)))  # 2-3
+    ray.get(leader.produce.remote(ProduceRequest(plain_batch([b"c"]), -1, 30000, epoch)))  # 4
 
-    uncommitted = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    uncommitted = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert values_of(uncommitted.records) == [b"a", b"b", b"x", b"y", b"c"]
-    committed = ray.get(leader.fetch.remote(0, 1 << 20, 0, 1, READ_COMMITTED))
+    committed = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
     assert committed.high_watermark == 5 and committed.last_stable_offset == 2
     assert values_of(committed.records) == [b"a", b"b"] and committed.aborted_transactions == ()
     assert ray.get(leader.describe.remote())["last_stable_offset"] == 2
-    assert ray.get(leader.list_offsets.remote(-1, epoch, READ_COMMITTED)).offset == 2
+    assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-1, epoch, IsolationLevel.READ_COMMITTED))).offset == 2
 
-    marker = ray.get(leader.write_txn_marker.remote(aborted_pid, 0, 0, False, epoch))
-    assert marker == 5
-    committed = ray.get(leader.fetch.remote(0, 1 << 20, 0, 1, READ_COMMITTED))
+    marker = ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(aborted_pid, 0, 0, False, epoch)))
+    assert marker.base_offset == 5
+    committed = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
     assert committed.last_stable_offset == committed.high_watermark == 6
     # The records are all there (the consumer drops the aborted ones); the fetch says which.
     assert values_of(committed.records) == [b"a", b"b", b"x", b"y", b"c"]
@@ -67,9 +67,9 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(cluste
     control = [b for b in iter_batches(committed.records) if b.is_control]
     assert len(control) == 1 and not control[0].control_record().is_commit
 
-    ray.get(leader.produce.remote(txn_batch(committed_pid, 0, 0, [b"z"]), -1, 30000, epoch))  # 6
-    ray.get(leader.write_txn_marker.remote(committed_pid, 0, 0, True, epoch))  # 7
-    after = ray.get(leader.fetch.remote(6, 1 << 20, 0, 1, READ_COMMITTED))
+    ray.get(leader.produce.remote(ProduceRequest(txn_batch(committed_pid, 0, 0, [b"z"]), -1, 30000, epoch)))  # 6
+    ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(committed_pid, 0, 0, True, epoch)))  # 7
+    after = ray.get(leader.fetch.remote(FetchRequest(6, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
     assert values_of(after.records) == [b"z"] and after.aborted_transactions == ()
     assert after.last_stable_offset == 8
 
@@ -78,11 +78,11 @@ def test_read_committed_long_poll_waits_for_the_lso(cluster, new_topic):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
     pid = next(_pids)
-    ray.get(leader.produce.remote(txn_batch(pid, 0, 0, [b"open"]), -1, 30000, epoch))
-    pending = leader.fetch.remote(0, 1 << 20, 60000, 1, READ_COMMITTED)
+    ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"open"]), -1, 30000, epoch)))
+    pending = leader.fetch.remote(FetchRequest(0, 1 << 20, 60000, 1, IsolationLevel.READ_COMMITTED))
     ready, _ = ray.wait([pending], timeout=0.5)
     assert not ready  # the data is below the HW but above the LSO: nothing to return yet
-    ray.get(leader.write_txn_marker.remote(pid, 0, 0, True, epoch))
+    ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(pid, 0, 0, True, epoch)))
     result = ray.get(pending, timeout=30)
     assert values_of(result.records) == [b"open"] and result.last_stable_offset == 2
 
@@ -92,11 +92,11 @@ def test_duplicate_batch_is_answered_with_its_original_offsets(cluster, new_topi
     leader, epoch = leader_of(cluster, topic)
     pid = next(_pids)
     first = txn_batch(pid, 0, 0, [b"1", b"2"], transactional=False)
-    r1 = ray.get(leader.produce.remote(first, -1, 30000, epoch))
-    ray.get(leader.produce.remote(txn_batch(pid, 0, 2, [b"3"], transactional=False), -1, 30000, epoch))
-    again = ray.get(leader.produce.remote(first, -1, 30000, epoch))  # a retry of the first batch
+    r1 = ray.get(leader.produce.remote(ProduceRequest(first, -1, 30000, epoch)))
+    ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 2, [b"3"], transactional=False), -1, 30000, epoch)))
+    again = ray.get(leader.produce.remote(ProduceRequest(first, -1, 30000, epoch)))  # a retry of the first batch
     assert (again.base_offset, again.last_offset) == (r1.base_offset, r1.last_offset) == (0, 1)
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert values_of(fetched.records) == [b"1", b"2", b"3"] and fetched.log_end_offset == 3
 
 
@@ -104,14 +104,14 @@ def test_marker_needs_min_insync_replicas(cluster, new_topic):
     topic = new_topic(min_insync_replicas=2)  # one replica: acks=all can never be satisfied
     leader, epoch = leader_of(cluster, topic)
     with pytest.raises(NotEnoughReplicasError):
-        ray.get(leader.write_txn_marker.remote(next(_pids), 0, 0, True, epoch))
+        ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(next(_pids), 0, 0, True, epoch)))
 
 
 def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_topic):
     topic = new_topic(replication_factor=3)
     leader, epoch = leader_of(cluster, topic)
     pid = next(_pids)
-    ray.get(leader.produce.remote(txn_batch(pid, 0, 0, [b"t1", b"t2"]), -1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"t1", b"t2"]), -1, 30000, epoch)))
     ray.kill(leader, no_restart=True)  # the controller elects another ISR member
     meta = wait_for(
         lambda: (
@@ -124,15 +124,22 @@ def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_to
     )
     new_leader = meta.leader_handle
     # The new leader rebuilt the producer's open transaction from the replicated log.
-    assert ray.get(new_leader.fetch.remote(0, 1 << 20, 0, 1, READ_COMMITTED)).last_stable_offset == 0
+    assert (
+        ray.get(
+            new_leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED))
+        ).last_stable_offset
+        == 0
+    )
     # An abort from the coordinator with a bumped epoch (a fencing abort) ...
-    offset = ray.get(new_leader.write_txn_marker.remote(pid, 1, 3, False, meta.leader_epoch))
-    assert offset == 2
-    result = ray.get(new_leader.fetch.remote(0, 1 << 20, 0, 1, READ_COMMITTED))
+    offset = ray.get(new_leader.write_txn_marker.remote(WriteTxnMarkersRequest(pid, 1, 3, False, meta.leader_epoch)))
+    assert offset.base_offset == 2
+    result = ray.get(new_leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
     assert result.last_stable_offset == 3 and result.aborted_transactions == ((pid, 0),)
     # ... leaves the old epoch unable to write.
     with pytest.raises(InvalidProducerEpochError):
-        ray.get(new_leader.produce.remote(txn_batch(pid, 0, 2, [b"zombie"]), -1, 30000, meta.leader_epoch))
+        ray.get(
+            new_leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 2, [b"zombie"]), -1, 30000, meta.leader_epoch))
+        )
 
 
 def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):
@@ -141,17 +148,23 @@ def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
     pid = next(_pids)
-    ray.get(leader.produce.remote(txn_batch(pid, 0, 0, [b"1", b"2"], transactional=False), -1, 30000, epoch))
-    third = leader.produce.remote(txn_batch(pid, 0, 3, [b"4"], transactional=False), -1, 30000, epoch)
+    ray.get(
+        leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"1", b"2"], transactional=False), -1, 30000, epoch))
+    )
+    third = leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 3, [b"4"], transactional=False), -1, 30000, epoch))
     ready, _ = ray.wait([third], timeout=0.3)
     assert not ready  # held back, not refused
-    second = ray.get(leader.produce.remote(txn_batch(pid, 0, 2, [b"3"], transactional=False), -1, 30000, epoch))
+    second = ray.get(
+        leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 2, [b"3"], transactional=False), -1, 30000, epoch))
+    )
     assert second.base_offset == 2 and ray.get(third, timeout=30).base_offset == 3
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert values_of(fetched.records) == [b"1", b"2", b"3", b"4"]
     # A gap that is never filled still fails, once the wait is over.
     with pytest.raises(OutOfOrderSequenceError):
-        ray.get(leader.produce.remote(txn_batch(pid, 0, 9, [b"x"], transactional=False), 1, 1000, epoch))
+        ray.get(
+            leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 9, [b"x"], transactional=False), 1, 1000, epoch))
+        )
 
 
 def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, new_topic):
@@ -161,7 +174,9 @@ def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, n
     old, epoch = leader_of(cluster, topic)
     pid = next(_pids)
     batches = [txn_batch(pid, 0, seq, [b"v%d" % seq], transactional=False) for seq in range(3)]
-    first = [ray.get(old.produce.remote(b, -1, 30000, epoch)) for b in batches]  # acks=all: on every replica
+    first = [
+        ray.get(old.produce.remote(ProduceRequest(b, -1, 30000, epoch))) for b in batches
+    ]  # acks=all: on every replica
     ray.kill(old, no_restart=True)
 
     def new_leader():
@@ -171,10 +186,12 @@ def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, n
     leader, new_epoch = wait_for(new_leader, timeout=60, what="a new leader")
     # Every one of the producer's last batches is answered from the state, nothing appended.
     for batch, original in zip(batches, first, strict=True):
-        again = ray.get(leader.produce.remote(batch, -1, 30000, new_epoch))
+        again = ray.get(leader.produce.remote(ProduceRequest(batch, -1, 30000, new_epoch)))
         assert (again.base_offset, again.last_offset) == (original.base_offset, original.last_offset)
-    fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+    fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert values_of(fetched.records) == [b"v0", b"v1", b"v2"]
     # The next sequence goes on where the old leader left off.
-    nxt = ray.get(leader.produce.remote(txn_batch(pid, 0, 3, [b"v3"], transactional=False), -1, 30000, new_epoch))
+    nxt = ray.get(
+        leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 3, [b"v3"], transactional=False), -1, 30000, new_epoch))
+    )
     assert nxt.base_offset == 3

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from actors.protocol import FetchRequest, LeaderAndIsrRequest, ListOffsetsRequest, ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
@@ -91,29 +92,29 @@ def test_rf3_topic_replicates_to_every_replica(admin, cluster, new_topic):
     assert len(set(logs.values())) == 1, "followers hold the leader's bytes unchanged"
     assert list(log_values(next(iter(logs.values()))).values()) == [b"v%d" % i for i in range(50)]
     leader = meta.leader_handle
-    assert ray.get(leader.list_offsets.remote(-1)).offset == 50
+    assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-1))).offset == 50
     # Followers refuse client requests.
     follower = next(h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader)
     with pytest.raises(Exception, match="not the leader"):
-        ray.get(follower.produce.remote(batch([b"x"])))
+        ray.get(follower.produce.remote(ProduceRequest(batch([b"x"]))))
 
 
 def test_consumers_never_read_past_the_high_watermark(admin, new_topic):
     topic = new_topic(1, 3)
     meta = partition_meta(admin, topic)
     leader = meta.leader_handle
-    ray.get(leader.produce.remote(batch([b"committed"]), -1, 30000, meta.leader_epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"committed"]), -1, 30000, meta.leader_epoch)))
     followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
     ray.get([f.pause_fetching.remote(True) for f in followers])
     try:
         # acks=1: on the leader's disk, but not replicated, so not visible to consumers.
-        r = ray.get(leader.produce.remote(batch([b"pending"]), 1, 30000, meta.leader_epoch))
+        r = ray.get(leader.produce.remote(ProduceRequest(batch([b"pending"]), 1, 30000, meta.leader_epoch)))
         assert r.base_offset == 1
-        fetched = ray.get(leader.fetch.remote(0, 1 << 20, 0))
+        fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
         assert fetched.high_watermark == 1 and list(log_values(fetched.records).values()) == [b"committed"]
-        assert ray.get(leader.list_offsets.remote(-1)).offset == 1
+        assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-1))).offset == 1
         # A long-poll at the HW wakes when replication moves the HW.
-        pending = leader.fetch.remote(1, 1 << 20, 30000, 1)
+        pending = leader.fetch.remote(FetchRequest(1, 1 << 20, 30000, 1))
         time.sleep(0.3)  # let the long-poll start waiting (the test checks it has not answered)
         assert not ray.wait([pending], timeout=0)[0]
     finally:
@@ -129,11 +130,11 @@ def test_acks_all_waits_for_the_isr_and_times_out(admin, new_topic):
     ray.get([f.pause_fetching.remote(True) for f in followers])
     try:
         with pytest.raises(Exception, match="not replicated") as err:
-            ray.get(meta.leader_handle.produce.remote(batch([b"a"]), -1, 500, meta.leader_epoch))
+            ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"a"]), -1, 500, meta.leader_epoch)))
         assert type(err.value).__name__.startswith("RequestTimedOutError") or "RequestTimedOut" in repr(err.value)
     finally:
         ray.get([f.pause_fetching.remote(False) for f in followers])
-    r = ray.get(meta.leader_handle.produce.remote(batch([b"b"]), -1, 30000, meta.leader_epoch))
+    r = ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"b"]), -1, 30000, meta.leader_epoch)))
     assert r.base_offset == 1
 
 
@@ -215,7 +216,7 @@ def test_min_insync_replicas_with_two_brokers_stopped(admin, cluster, new_topic)
         m = partition_meta(admin, topic)
         assert m.isr == (meta.leader,) and m.under_replicated and set(m.offline_replicas) == set(others)
         with pytest.raises(NotEnoughReplicasError):
-            ray.get(m.leader_handle.produce.remote(batch([b"refused"]), -1, 30000, m.leader_epoch))
+            ray.get(m.leader_handle.produce.remote(ProduceRequest(batch([b"refused"]), -1, 30000, m.leader_epoch)))
         # Retriable, but retries=0: the producer reports the error itself, as Kafka's does.
         with pytest.raises(NotEnoughReplicasError):
             strict.send(topic, b"refused", partition=0).get(30)
@@ -237,20 +238,20 @@ def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
     leader = meta.leader_handle
-    ray.get(leader.produce.remote(batch([b"c0", b"c1", b"c2"]), -1, 30000, meta.leader_epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"c0", b"c1", b"c2"]), -1, 30000, meta.leader_epoch)))
     handles = admin.replica_handles(tp)
     followers = {b: h for b, h in handles.items() if b != meta.leader}
     ray.get([h.pause_fetching.remote(True) for h in followers.values()])
     # Unreplicated records only the old leader has.
-    ray.get(leader.produce.remote(batch([b"lost0", b"lost1"]), 1, 30000, meta.leader_epoch))
-    ray.get(leader.produce.remote(batch([b"lost2"]), 1, 30000, meta.leader_epoch))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"lost0", b"lost1"]), 1, 30000, meta.leader_epoch)))
+    ray.get(leader.produce.remote(ProduceRequest(batch([b"lost2"]), 1, 30000, meta.leader_epoch)))
     ray.kill(leader, no_restart=True)
     new = wait_for(
         lambda: (m := partition_meta(admin, topic)).leader not in (-1, meta.leader) and m, timeout=30, what="new leader"
     )
     ray.get([h.pause_fetching.remote(False) for h in followers.values()])
     for v in (b"n0", b"n1"):
-        ray.get(new.leader_handle.produce.remote(batch([v]), 1, 30000, new.leader_epoch))
+        ray.get(new.leader_handle.produce.remote(ProduceRequest(batch([v]), 1, 30000, new.leader_epoch)))
     logs = wait_in_sync(admin, topic)
     assert len(set(logs.values())) == 1, "the returning old leader holds exactly the new leader's log"
     assert list(log_values(logs[meta.leader]).values()) == [b"c0", b"c1", b"c2", b"n0", b"n1"]
@@ -373,7 +374,7 @@ def test_topic_recreated_while_a_broker_was_down_holds_none_of_the_old_records(a
     old_id = admin.describe_topics([topic])[topic].topic_id
     down = next(b for b in meta.replicas if b != meta.leader)
     for i in range(5):  # one batch each: a truncation keeps whole batches below its offset
-        ray.get(meta.leader_handle.produce.remote(batch([b"old%d" % i]), -1, 30000, meta.leader_epoch))
+        ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"old%d" % i]), -1, 30000, meta.leader_epoch)))
     # The follower knows these records are committed (its HW reached them) before it stops.
     follower = admin.replica_handles(TopicPartition(topic, 0))[down]
     wait_for(lambda: ray.get(follower.describe.remote())["high_watermark"] == 5, 30, what="follower HW")
@@ -388,7 +389,11 @@ def test_topic_recreated_while_a_broker_was_down_holds_none_of_the_old_records(a
         assert new.isr == (meta.leader,)  # the stopped broker's replica starts outside the ISR
         # Fewer new records than old ones: with the old log, the returning replica would keep
         # old0..old2 after truncating to the leader's end of epoch 0.
-        ray.get(new.leader_handle.produce.remote(batch([b"new0", b"new1", b"new2"]), -1, 30000, new.leader_epoch))
+        ray.get(
+            new.leader_handle.produce.remote(
+                ProduceRequest(batch([b"new0", b"new1", b"new2"]), -1, 30000, new.leader_epoch)
+            )
+        )
     finally:
         admin.start_broker(down)
     logs = wait_in_sync(admin, topic)
@@ -407,7 +412,7 @@ def test_topic_deleted_while_a_broker_was_down_is_removed_when_it_starts(admin, 
     topic = new_topic(1, 2)
     meta = partition_meta(admin, topic)
     down = next(b for b in meta.replicas if b != meta.leader)
-    ray.get(meta.leader_handle.produce.remote(batch([b"gone"]), -1, 30000, meta.leader_epoch))
+    ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"gone"]), -1, 30000, meta.leader_epoch)))
     follower = admin.replica_handles(TopicPartition(topic, 0))[down]
     wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="the follower's copy")
     kept = f"{topic}-kept"
@@ -446,7 +451,7 @@ def test_unclean_leader_election_only_when_enabled(admin, cluster, new_topic):
         for topic in (clean, unclean):
             m = partition_meta(admin, topic)
             assert m.leader == leader
-            ray.get(m.leader_handle.produce.remote(batch([b"both"]), -1, 30000, m.leader_epoch))
+            ray.get(m.leader_handle.produce.remote(ProduceRequest(batch([b"both"]), -1, 30000, m.leader_epoch)))
         wait_in_sync(admin, clean)
         wait_in_sync(admin, unclean)
         admin.stop_broker(other)
@@ -454,7 +459,7 @@ def test_unclean_leader_election_only_when_enabled(admin, cluster, new_topic):
         for topic in (clean, unclean):
             m = partition_meta(admin, topic)
             assert m.isr == (leader,)
-            ray.get(m.leader_handle.produce.remote(batch([b"leader only"]), -1, 30000, m.leader_epoch))
+            ray.get(m.leader_handle.produce.remote(ProduceRequest(batch([b"leader only"]), -1, 30000, m.leader_epoch)))
         admin.stop_broker(leader)
         stopped.append(leader)
         admin.start_broker(other)
@@ -467,12 +472,12 @@ def test_unclean_leader_election_only_when_enabled(admin, cluster, new_topic):
         # ... the unclean one is led by the out-of-sync replica, which is its whole ISR.
         m = partition_meta(admin, unclean)
         assert (m.leader, m.isr) == (other, (other,)) and m.leader_epoch > meta.leader_epoch
-        ray.get(m.leader_handle.produce.remote(batch([b"after"]), -1, 30000, m.leader_epoch))
+        ray.get(m.leader_handle.produce.remote(ProduceRequest(batch([b"after"]), -1, 30000, m.leader_epoch)))
         # Turning the setting on elects at once, as Kafka does.
         admin.alter_configs(clean, {"unclean.leader.election.enable": True})
         m = partition_meta(admin, clean)
         assert (m.leader, m.isr) == (other, (other,))
-        ray.get(m.leader_handle.produce.remote(batch([b"after"]), -1, 30000, m.leader_epoch))
+        ray.get(m.leader_handle.produce.remote(ProduceRequest(batch([b"after"]), -1, 30000, m.leader_epoch)))
     finally:
         for b in stopped:
             admin.start_broker(b)
@@ -499,19 +504,21 @@ def test_acks_all_append_then_isr_below_min_insync_is_not_enough_replicas_after_
         # The controller's own call at the same term, with only replica.lag.time.max.ms changed.
         ray.get(
             leader.become_leader.remote(
-                meta.leader_epoch,
-                list(meta.replicas),
-                list(meta.isr),
-                1000,
-                meta.partition_epoch,
-                None,
-                {"replica.lag.time.max.ms": ms},
+                LeaderAndIsrRequest(
+                    meta.leader,
+                    meta.leader_epoch,
+                    tuple(meta.replicas),
+                    tuple(meta.isr),
+                    meta.partition_epoch,
+                    retention_check_ms=1000,
+                    replication={"replica.lag.time.max.ms": ms},
+                )
             )
         )
 
     ray.get([f.pause_fetching.remote(True) for f in followers])
     try:
-        pending = leader.produce.remote(batch([b"x"]), -1, 30000, meta.leader_epoch)
+        pending = leader.produce.remote(ProduceRequest(batch([b"x"]), -1, 30000, meta.leader_epoch))
         wait_for(lambda: ray.get(leader.describe.remote())["log_end_offset"] == 1, 30, what="the append")
         assert not ray.wait([pending], timeout=0)[0], "acks=-1 waits for the stalled followers"
         # The stalled followers now lag too long: the leader shrinks the ISR to itself
@@ -524,7 +531,7 @@ def test_acks_all_append_then_isr_below_min_insync_is_not_enough_replicas_after_
         info = ray.get(leader.describe.remote())
         assert (info["log_end_offset"], info["high_watermark"]) == (1, 1)
         with pytest.raises(NotEnoughReplicasError):
-            ray.get(leader.produce.remote(batch([b"y"]), -1, 30000, meta.leader_epoch))
+            ray.get(leader.produce.remote(ProduceRequest(batch([b"y"]), -1, 30000, meta.leader_epoch)))
     finally:
         lag_limit(30000)
         ray.get([f.pause_fetching.remote(False) for f in followers])
@@ -539,12 +546,12 @@ def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_t
     meta = partition_meta(admin, topic)
     leader, epoch = meta.leader_handle, meta.leader_epoch
     small, large = batch([b"s" * 100]), batch([b"L" * 1000])
-    ray.get(leader.produce.remote(small, -1, 30000, epoch))  # readable: about 170 bytes
+    ray.get(leader.produce.remote(ProduceRequest(small, -1, 30000, epoch)))  # readable: about 170 bytes
     followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
     ray.get([f.pause_fetching.remote(True) for f in followers])
     try:
-        pending = leader.fetch.remote(0, 1 << 20, 60000, len(small) + 500)
-        ray.get(leader.produce.remote(large, 1, 30000, epoch))  # on the leader only
+        pending = leader.fetch.remote(FetchRequest(0, 1 << 20, 60000, len(small) + 500))
+        ray.get(leader.produce.remote(ProduceRequest(large, 1, 30000, epoch)))  # on the leader only
         ready, _ = ray.wait([pending], timeout=1.0)
         assert not ready  # the log holds enough bytes, but not enough are readable
     finally:
@@ -552,5 +559,5 @@ def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_t
     result = ray.get(pending, timeout=30)
     assert len(result.records) == len(small) + len(large) and result.high_watermark == 2
     # max_wait ends the wait with what is readable.
-    short = ray.get(leader.fetch.remote(0, 1 << 20, 300, 10**6), timeout=30)
+    short = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 300, 10**6)), timeout=30)
     assert len(short.records) == len(small) + len(large)

@@ -12,8 +12,22 @@ import pytest
 import ray
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AllocateProducerIdsRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    FetchRequest,
+    InitProducerIdRequest,
+    IsolationLevel,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
-from actors.types import TopicPartition
+from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -27,7 +41,6 @@ from rayqueue.errors import (
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import wait_for
 
-READ_COMMITTED = 1
 _ids = itertools.count()
 
 
@@ -49,12 +62,12 @@ def leader_of(cluster, topic: str, partition: int = 0):
 
 def produce(cluster, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[bytes]):
     leader, leader_epoch = leader_of(cluster, tp.topic, tp.partition)
-    return ray.get(leader.produce.remote(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch))
+    return ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch)))
 
 
-def read(cluster, tp: TopicPartition, isolation: int = 0):
+def read(cluster, tp: TopicPartition, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED):
     leader, _ = leader_of(cluster, tp.topic, tp.partition)
-    return ray.get(leader.fetch.remote(0, 1 << 22, 0, 1, isolation))
+    return ray.get(leader.fetch.remote(FetchRequest(0, 1 << 22, 0, 1, isolation)))
 
 
 def markers(records: bytes) -> list[tuple[int, bool]]:
@@ -62,7 +75,7 @@ def markers(records: bytes) -> list[tuple[int, bool]]:
 
 
 def state_of(coordinator, tid: str):
-    return ray.get(coordinator.describe_transactions.remote([tid]))[0]
+    return ray.get(coordinator.describe_transactions.remote(DescribeTransactionsRequest([tid])))[0]
 
 
 def actor_pid(actor) -> int:
@@ -78,22 +91,23 @@ def restart(actor, timeout: float = 60) -> None:
 
 def test_producer_ids_are_unique_and_blocks_survive_a_controller_restart(cluster):
     coordinator = cluster.transaction_coordinator
-    ids = [ray.get(coordinator.init_producer_id.remote(None)) for _ in range(5)]
+    ids = [ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(None))) for _ in range(5)]
     assert all(i.epoch == 0 for i in ids) and len({i.producer_id for i in ids}) == 5
 
     controller = cluster.controller
-    first, count = ray.get(controller.allocate_producer_ids.remote(10))
-    assert count == 10
+    block = ray.get(controller.allocate_producer_ids.remote(AllocateProducerIdsRequest(10)))
+    first = block.producer_id_start
+    assert block.producer_id_len == 10
     before = cluster.describe()["controller_epoch"]
     ray.kill(controller, no_restart=False)  # Ray restarts it; it replays its metadata log
     wait_for(lambda: cluster.describe()["controller_epoch"] > before, 60, what="controller restart")
-    again, _ = ray.get(controller.allocate_producer_ids.remote(10))
+    again = ray.get(controller.allocate_producer_ids.remote(AllocateProducerIdsRequest(10))).producer_id_start
     assert again >= first + 10  # nothing handed out twice
     assert all(i.producer_id < again for i in ids)
 
     # A restarted coordinator takes a new block: no id of the old one comes back.
     restart(coordinator)
-    later = ray.get(coordinator.init_producer_id.remote(None))
+    later = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(None)))
     assert later.producer_id >= again + 10
 
 
@@ -102,64 +116,76 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
     topic = new_topic(partitions=2)
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     tid, group = new_tid(request), f"group-{next(_ids)}"
-    ident = ray.get(coordinator.init_producer_id.remote(tid, 60000))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000)))
     pid, epoch = ident.producer_id, ident.epoch
     assert state_of(coordinator, tid).state == "Empty"
 
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, tps))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, tps)))
     desc = state_of(coordinator, tid)
     assert desc.state == "Ongoing" and set(desc.partitions) == set(tps) and desc.start_ms > 0
     for i, tp in enumerate(tps):
         produce(cluster, tp, pid, epoch, 0, [f"v{i}".encode()])
-        assert read(cluster, tp, READ_COMMITTED).last_stable_offset == 0  # the open transaction holds the LSO
+        assert (
+            read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 0
+        )  # the open transaction holds the LSO
 
-    ray.get(coordinator.add_offsets_to_txn.remote(tid, pid, epoch, group))
+    ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
     source = TopicPartition("source", 0)
-    ray.get(groups.txn_offset_commit.remote(tid, pid, epoch, group, "", None, -1, {source: (42, "meta")}))
-    assert source not in ray.get(groups.fetch_offsets.remote(group))
+    ray.get(
+        groups.txn_offset_commit.remote(
+            TxnOffsetCommitRequest(tid, pid, epoch, group, {source: OffsetAndMetadata(42, "meta")}, "", None, -1)
+        )
+    )
+    assert source not in ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group)))
     with pytest.raises(UnstableOffsetCommitError):
-        ray.get(groups.fetch_offsets.remote(group, [source], True))
+        ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, [source], True)))
 
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
     desc = state_of(coordinator, tid)
     assert desc.state == "CompleteCommit" and desc.partitions == ()
     for tp in tps:
-        result = read(cluster, tp, READ_COMMITTED)
+        result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
         assert markers(result.records) == [(pid, True)]
         assert result.last_stable_offset == result.log_end_offset == 2 and result.aborted_transactions == ()
     offsets_tp = TopicPartition(
         OFFSETS_TOPIC, offsets_partition_for(group, cluster.config["offsets.topic.num.partitions"])
     )
     assert (pid, True) in markers(read(cluster, offsets_tp).records)
-    committed = ray.get(groups.fetch_offsets.remote(group, [source], True))
+    committed = ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, [source], True)))
     assert committed[source].offset == 42 and committed[source].metadata == "meta"
 
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))  # a retried commit is fine
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))  # a retried commit is fine
     with pytest.raises(InvalidTxnStateError):
-        ray.get(coordinator.end_txn.remote(tid, pid, epoch, False))  # but it cannot turn into an abort
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)))  # but it cannot turn into an abort
 
 
 def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     coordinator, groups = cluster.transaction_coordinator, cluster.group_coordinator
     tp = TopicPartition(new_topic(), 0)
     tid, group = new_tid(request), f"group-{next(_ids)}"
-    ident = ray.get(coordinator.init_producer_id.remote(tid))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 0, [b"gone"])
-    ray.get(coordinator.add_offsets_to_txn.remote(tid, pid, epoch, group))
-    ray.get(groups.txn_offset_commit.remote(tid, pid, epoch, group, "", None, -1, {TopicPartition("src", 0): 7}))
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, False))
+    ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
+    ray.get(
+        groups.txn_offset_commit.remote(
+            TxnOffsetCommitRequest(
+                tid, pid, epoch, group, {TopicPartition("src", 0): OffsetAndMetadata(7)}, "", None, -1
+            )
+        )
+    )
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)))
     assert state_of(coordinator, tid).state == "CompleteAbort"
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
-    assert ray.get(groups.fetch_offsets.remote(group, None, True)) == {}
+    assert ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True))) == {}
 
     # The next transaction of the same producer starts from a clean state.
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 1, [b"kept"])
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
-    result = read(cluster, tp, READ_COMMITTED)
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False), (pid, True)]
     assert result.aborted_transactions == ((pid, 0),)
 
@@ -169,37 +195,71 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
     tp = TopicPartition(new_topic(), 0)
     tid = new_tid(request)
     group = f"group-{next(_ids)}"
-    first = ray.get(coordinator.init_producer_id.remote(tid))
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, first.producer_id, first.epoch, [tp]))
+    first = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+    ray.get(
+        coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, first.producer_id, first.epoch, [tp]))
+    )
     produce(cluster, tp, first.producer_id, first.epoch, 0, [b"zombie"])
-    ray.get(coordinator.add_offsets_to_txn.remote(tid, first.producer_id, first.epoch, group))
+    ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, first.producer_id, first.epoch, group)))
     commit = cluster.group_coordinator.txn_offset_commit
-    ray.get(commit.remote(tid, first.producer_id, first.epoch, group, "", None, -1, {TopicPartition("in", 0): 1}))
+    ray.get(
+        commit.remote(
+            TxnOffsetCommitRequest(
+                tid,
+                first.producer_id,
+                first.epoch,
+                group,
+                {TopicPartition("in", 0): OffsetAndMetadata(1)},
+                "",
+                None,
+                -1,
+            )
+        )
+    )
 
-    second = ray.get(coordinator.init_producer_id.remote(tid))
+    second = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     assert second.producer_id == first.producer_id and second.epoch > first.epoch
     # The zombie's open transaction was aborted with a bumped epoch before the answer.
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(first.producer_id, False)]
     assert result.aborted_transactions == ((first.producer_id, 0),) and result.last_stable_offset == 2
     assert state_of(coordinator, tid).state == "Empty"
 
     with pytest.raises(ProducerFencedError):
-        ray.get(coordinator.add_partitions_to_txn.remote(tid, first.producer_id, first.epoch, [tp]))
+        ray.get(
+            coordinator.add_partitions_to_txn.remote(
+                AddPartitionsToTxnRequest(tid, first.producer_id, first.epoch, [tp])
+            )
+        )
     with pytest.raises(ProducerFencedError):
-        ray.get(coordinator.end_txn.remote(tid, first.producer_id, first.epoch, True))
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, first.producer_id, first.epoch, True)))
     with pytest.raises(InvalidProducerEpochError):  # nor can it write data
         produce(cluster, tp, first.producer_id, first.epoch, 1, [b"more"])
     with pytest.raises(ProducerFencedError):  # nor commit offsets
-        ray.get(commit.remote(tid, first.producer_id, first.epoch, group, "", None, -1, {TopicPartition("in", 0): 2}))
-    assert ray.get(cluster.group_coordinator.fetch_offsets.remote(group)) == {}
+        ray.get(
+            commit.remote(
+                TxnOffsetCommitRequest(
+                    tid,
+                    first.producer_id,
+                    first.epoch,
+                    group,
+                    {TopicPartition("in", 0): OffsetAndMetadata(2)},
+                    "",
+                    None,
+                    -1,
+                )
+            )
+        )
+    assert ray.get(cluster.group_coordinator.fetch_offsets.remote(OffsetFetchRequest(group))) == {}
     # KIP-360: the old instance's bump request is fenced too.
     with pytest.raises(ProducerFencedError):
-        ray.get(coordinator.init_producer_id.remote(tid, 60000, first.producer_id, first.epoch))
+        ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000, first.producer_id, first.epoch)))
     # The new instance works.
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, second.producer_id, second.epoch, [tp]))
+    ray.get(
+        coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, second.producer_id, second.epoch, [tp]))
+    )
     produce(cluster, tp, second.producer_id, second.epoch, 0, [b"fresh"])
-    ray.get(coordinator.end_txn.remote(tid, second.producer_id, second.epoch, True))
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, second.producer_id, second.epoch, True)))
     assert markers(read(cluster, tp).records)[-1] == (second.producer_id, True)
 
 
@@ -207,29 +267,42 @@ def test_bad_requests_are_refused(cluster, new_topic, request):
     coordinator = cluster.transaction_coordinator
     tid = new_tid(request)
     with pytest.raises(InvalidTransactionTimeoutError):
-        ray.get(coordinator.init_producer_id.remote(tid, 900001))
-    ident = ray.get(coordinator.init_producer_id.remote(tid))
+        ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 900001)))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     with pytest.raises(InvalidTxnStateError):  # nothing to commit
-        ray.get(coordinator.end_txn.remote(tid, ident.producer_id, ident.epoch, True))
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, ident.producer_id, ident.epoch, True)))
     with pytest.raises(InvalidProducerIdMappingError):
-        ray.get(coordinator.end_txn.remote(tid, ident.producer_id + 1, ident.epoch, True))
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, ident.producer_id + 1, ident.epoch, True)))
     with pytest.raises(InvalidProducerIdMappingError):
-        ray.get(coordinator.end_txn.remote("never-initialised", ident.producer_id, ident.epoch, True))
+        ray.get(coordinator.end_txn.remote(EndTxnRequest("never-initialised", ident.producer_id, ident.epoch, True)))
     with pytest.raises(UnknownTopicOrPartitionError):
         ray.get(
             coordinator.add_partitions_to_txn.remote(
-                tid, ident.producer_id, ident.epoch, [TopicPartition("no-such-topic-here", 0)]
+                AddPartitionsToTxnRequest(
+                    tid, ident.producer_id, ident.epoch, [TopicPartition("no-such-topic-here", 0)]
+                )
             )
         )
     topic = new_topic()
     with pytest.raises(UnknownTopicOrPartitionError):
         ray.get(
-            coordinator.add_partitions_to_txn.remote(tid, ident.producer_id, ident.epoch, [TopicPartition(topic, 5)])
+            coordinator.add_partitions_to_txn.remote(
+                AddPartitionsToTxnRequest(tid, ident.producer_id, ident.epoch, [TopicPartition(topic, 5)])
+            )
         )
     with pytest.raises(UnknownMemberIdError):  # a transactional commit checks the member like a plain one
         ray.get(
             cluster.group_coordinator.txn_offset_commit.remote(
-                tid, ident.producer_id, ident.epoch, "no-such-group", "member-1", None, 3, {TopicPartition(topic, 0): 1}
+                TxnOffsetCommitRequest(
+                    tid,
+                    ident.producer_id,
+                    ident.epoch,
+                    "no-such-group",
+                    {TopicPartition(topic, 0): OffsetAndMetadata(1)},
+                    "member-1",
+                    None,
+                    3,
+                )
             )
         )
 
@@ -238,17 +311,17 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_t
     coordinator = cluster.transaction_coordinator
     tp = TopicPartition(new_topic(), 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(tid, 1000))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 1000)))
     pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 0, [b"hung"])
     # The background loop (every transaction.abort.timed.out.transaction.cleanup.interval.ms) aborts it.
     desc = wait_for(lambda: (d := state_of(coordinator, tid)).state == "CompleteAbort" and d, 60, what="timeout abort")
     assert desc.producer_epoch == epoch + 1
-    result = read(cluster, tp, READ_COMMITTED)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
     with pytest.raises(ProducerFencedError):
-        ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
     with pytest.raises(InvalidProducerEpochError):
         produce(cluster, tp, pid, epoch, 1, [b"late"])
 
@@ -257,14 +330,14 @@ def test_coordinator_restart_mid_transaction_keeps_it(cluster, new_topic, reques
     coordinator = cluster.transaction_coordinator
     tp = TopicPartition(new_topic(), 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(tid))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 0, [b"survives"])
     restart(coordinator)
     desc = state_of(coordinator, tid)
     assert desc.state == "Ongoing" and desc.partitions == (tp,) and desc.producer_epoch == epoch
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
     assert markers(read(cluster, tp).records) == [(pid, True)]
 
 
@@ -273,15 +346,21 @@ def test_coordinator_restart_after_prepare_commit_completes_the_commit(cluster, 
     topic = new_topic()
     tp = TopicPartition(topic, 0)
     tid, group = new_tid(request), f"group-{next(_ids)}"
-    ident = ray.get(coordinator.init_producer_id.remote(tid))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 0, [b"committed-after-restart"])
-    ray.get(coordinator.add_offsets_to_txn.remote(tid, pid, epoch, group))
-    ray.get(groups.txn_offset_commit.remote(tid, pid, epoch, group, "", None, -1, {TopicPartition("in", 0): 11}))
+    ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
+    ray.get(
+        groups.txn_offset_commit.remote(
+            TxnOffsetCommitRequest(
+                tid, pid, epoch, group, {TopicPartition("in", 0): OffsetAndMetadata(11)}, "", None, -1
+            )
+        )
+    )
     # The data partition cannot take an acks=all marker now: the commit stops after PrepareCommit.
     admin.alter_configs(topic, {"min.insync.replicas": 2})
-    pending = coordinator.end_txn.remote(tid, pid, epoch, True)
+    pending = coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True))
     wait_for(lambda: state_of(coordinator, tid).state == "PrepareCommit", 30, what="PrepareCommit")
     restart(coordinator)
     with pytest.raises(ray.exceptions.RayActorError):
@@ -290,8 +369,11 @@ def test_coordinator_restart_after_prepare_commit_completes_the_commit(cluster, 
     admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
     wait_for(lambda: state_of(coordinator, tid).state == "CompleteCommit", 60, what="commit completed on reload")
     assert markers(read(cluster, tp).records) == [(pid, True)]
-    assert ray.get(groups.fetch_offsets.remote(group, None, True))[TopicPartition("in", 0)].offset == 11
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))  # the client's retry succeeds
+    assert (
+        ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True)))[TopicPartition("in", 0)].offset
+        == 11
+    )
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))  # the client's retry succeeds
 
 
 def test_group_coordinator_reload_honours_transactional_offsets(cluster, new_topic, request):
@@ -301,44 +383,54 @@ def test_group_coordinator_reload_honours_transactional_offsets(cluster, new_top
     outcomes = {}
     for name, end in (("committed", True), ("aborted", False), ("pending", None)):
         tid = new_tid(request)
-        ident = ray.get(coordinator.init_producer_id.remote(tid))
+        ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
         pid, epoch = ident.producer_id, ident.epoch
-        ray.get(coordinator.add_partitions_to_txn.remote(tid, pid, epoch, [tp]))
-        ray.get(coordinator.add_offsets_to_txn.remote(tid, pid, epoch, group))
+        ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
+        ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
         source = TopicPartition(name, 0)
-        ray.get(groups.txn_offset_commit.remote(tid, pid, epoch, group, "", None, -1, {source: 100}))
+        ray.get(
+            groups.txn_offset_commit.remote(
+                TxnOffsetCommitRequest(tid, pid, epoch, group, {source: OffsetAndMetadata(100)}, "", None, -1)
+            )
+        )
         if end is not None:
-            ray.get(coordinator.end_txn.remote(tid, pid, epoch, end))
+            ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, end)))
         outcomes[name] = (tid, pid, epoch, source)
-    ray.get(groups.commit_offsets.remote(group, "", None, -1, {TopicPartition("plain", 0): (5, "")}))
+    ray.get(
+        groups.commit_offsets.remote(
+            OffsetCommitRequest(group, {TopicPartition("plain", 0): OffsetAndMetadata(5)}, "", None, -1)
+        )
+    )
 
     restart(groups)  # it replays __consumer_offsets, markers included
-    offsets = ray.get(groups.fetch_offsets.remote(group))
+    offsets = ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group)))
     assert offsets[outcomes["committed"][3]].offset == 100
     assert offsets[TopicPartition("plain", 0)].offset == 5
     assert outcomes["aborted"][3] not in offsets and outcomes["pending"][3] not in offsets
     with pytest.raises(UnstableOffsetCommitError):
-        ray.get(groups.fetch_offsets.remote(group, None, True))
+        ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True)))
     # Partitions without a pending commit are stable.
-    assert ray.get(groups.fetch_offsets.remote(group, [TopicPartition("plain", 0)], True))
+    assert ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, [TopicPartition("plain", 0)], True)))
 
     tid, pid, epoch, source = outcomes["pending"]
-    ray.get(coordinator.end_txn.remote(tid, pid, epoch, True))
-    assert ray.get(groups.fetch_offsets.remote(group, None, True))[source].offset == 100
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    assert ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True)))[source].offset == 100
 
 
 def test_describe_and_list_transactions(cluster, admin, new_topic, request):
     coordinator = cluster.transaction_coordinator
     tp = TopicPartition(new_topic(), 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(tid, 30000))
-    ray.get(coordinator.add_partitions_to_txn.remote(tid, ident.producer_id, ident.epoch, [tp]))
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 30000)))
+    ray.get(
+        coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, ident.producer_id, ident.epoch, [tp]))
+    )
     desc = admin.describe_transactions([tid, "unknown-id"])
     assert desc[tid].state == "Ongoing" and desc[tid].timeout_ms == 30000 and desc[tid].partitions == (tp,)
     assert desc[tid].producer_id == ident.producer_id and desc["unknown-id"].state == "Dead"
     listed = admin.list_transactions(states=["Ongoing"])
     assert any(t.transactional_id == tid and t.producer_id == ident.producer_id for t in listed)
-    ray.get(coordinator.end_txn.remote(tid, ident.producer_id, ident.epoch, False))
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, ident.producer_id, ident.epoch, False)))
     assert all(t.transactional_id != tid for t in admin.list_transactions(states=["Ongoing"]))
     # The state lives in the compacted internal topic.
     assert TRANSACTION_STATE_TOPIC in admin.list_topics(include_internal=True)
@@ -348,12 +440,16 @@ def test_describe_and_list_transactions(cluster, admin, new_topic, request):
 def test_epoch_bumps_retries_and_exhaustion(cluster, request):
     coordinator = cluster.transaction_coordinator
     tid = new_tid(request)
-    first = ray.get(coordinator.init_producer_id.remote(tid))
+    first = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     # KIP-360: the current producer asks for a bump with its id and epoch ...
-    bumped = ray.get(coordinator.init_producer_id.remote(tid, 60000, first.producer_id, first.epoch))
+    bumped = ray.get(
+        coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000, first.producer_id, first.epoch))
+    )
     assert (bumped.producer_id, bumped.epoch) == (first.producer_id, first.epoch + 1)
     # ... and a retry of that request (its answer was lost) gets the same answer, no second bump.
-    again = ray.get(coordinator.init_producer_id.remote(tid, 60000, first.producer_id, first.epoch))
+    again = ray.get(
+        coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000, first.producer_id, first.epoch))
+    )
     assert again == bumped
 
     # An epoch at the int16 limit: the next instance gets a new producer id at epoch 0.
@@ -373,23 +469,23 @@ def test_epoch_bumps_retries_and_exhaustion(cluster, request):
     leader, epoch = leader_of(cluster, TRANSACTION_STATE_TOPIC, offsets_partition_for(tid, partitions))
     builder = RecordBatchBuilder()
     builder.append(json.dumps(record).encode(), key=transaction_key(tid))
-    ray.get(leader.produce.remote(builder.build(), -1, 30000, epoch))
+    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch)))
     restart(coordinator)
     assert state_of(coordinator, tid).producer_epoch == 32766
-    rotated = ray.get(coordinator.init_producer_id.remote(tid))
+    rotated = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     assert rotated.producer_id != bumped.producer_id and rotated.epoch == 0
     with pytest.raises(ProducerFencedError):
-        ray.get(coordinator.init_producer_id.remote(tid, 60000, bumped.producer_id, 32766 - 5))
+        ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000, bumped.producer_id, 32766 - 5)))
 
 
 def test_idle_transactional_ids_expire(cluster, request):
     coordinator = cluster.transaction_coordinator
     tid = new_tid(request)
-    first = ray.get(coordinator.init_producer_id.remote(tid))
+    first = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     future = int(time.time() * 1000) + 8 * 24 * 3600 * 1000  # past transactional.id.expiration.ms (7 days)
     assert ray.get(coordinator.expire_transactional_ids.remote(future)) >= 1
     assert state_of(coordinator, tid).state == "Dead"
     restart(coordinator)  # the tombstone is durable
     assert state_of(coordinator, tid).state == "Dead"
-    fresh = ray.get(coordinator.init_producer_id.remote(tid))
+    fresh = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     assert fresh.producer_id != first.producer_id and fresh.epoch == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.errors import CorruptRecordError
 from storage import RecordBatchBuilder
@@ -50,7 +51,7 @@ def test_a_corrupt_batch_raises_on_every_poll_until_the_application_seeks_past_i
     topic = new_topic(replication_factor=1)
     meta = cluster.metadata([topic]).topics[topic].partitions[0]
     for values in ([b"a0", b"a1"], [b"b2", b"b3", b"b4"], [b"c5", b"c6"]):
-        ray.get(meta.leader_handle.produce.remote(batch(values), -1, 30000, meta.leader_epoch))
+        ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch(values), -1, 30000, meta.leader_epoch)))
     corrupt_on_disk(cluster, topic, 2, fix_crc)
     tp = TopicPartition(topic, 0)
     consumer = cluster.consumer(auto_offset_reset="earliest", fetch_max_wait_ms=50)

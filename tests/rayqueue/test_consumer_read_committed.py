@@ -14,7 +14,17 @@ import threading
 import pytest
 import ray
 
-from actors.types import FetchResult, OffsetAndTimestamp, TopicPartition
+from actors.protocol import (
+    AbortedTransaction,
+    CompleteTxnRequest,
+    FetchRequest,
+    FetchResponse,
+    IsolationLevel,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
+)
+from actors.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
 from rayqueue.metadata import MetadataCache
 from storage.batch_header import batch_boundaries, read_header
@@ -71,7 +81,7 @@ class Log:
         self.next_offset += 1
         return offset
 
-    def fetch(self, offset: int, max_bytes: int, isolation_level: int) -> FetchResult:
+    def fetch(self, offset: int, max_bytes: int, isolation_level: IsolationLevel) -> FetchResponse:
         """Whole batches from the one holding ``offset``, at least one, up to ``max_bytes``."""
         out, size, last = [], 0, offset
         for batch in self.batches:
@@ -84,10 +94,12 @@ class Log:
             size += len(batch)
             last = header.last_offset
         aborted = ()
-        if isolation_level == 1 and out:
-            aborted = tuple((p, first) for p, first, end in self.aborted if end >= offset and first <= last)
+        if isolation_level is IsolationLevel.READ_COMMITTED and out:
+            aborted = tuple(
+                AbortedTransaction(p, first) for p, first, end in self.aborted if end >= offset and first <= last
+            )
         hw = self.next_offset
-        return FetchResult(b"".join(out), hw, hw, 0, hw, 0, aborted)
+        return FetchResponse(b"".join(out), hw, hw, 0, hw, 0, aborted)
 
 
 class FakeLeader:
@@ -95,17 +107,17 @@ class FakeLeader:
 
     def __init__(self, log: Log) -> None:
         self.log = log
-        self.isolation_levels: set[int] = set()
+        self.isolation_levels: set[IsolationLevel] = set()
         self.fetch = self._Method(self._fetch)
-        self.list_offsets = self._Method(lambda ts, epoch=-1, isolation_level=0: OffsetAndTimestamp(0, -1, 0))
+        self.list_offsets = self._Method(lambda request: OffsetAndTimestamp(0, -1, 0))
 
     class _Method:
         def __init__(self, fn) -> None:
-            self.remote = lambda *args, **kwargs: ray.put(fn(*args, **kwargs))
+            self.remote = lambda request: ray.put(fn(request))
 
-    def _fetch(self, offset, max_bytes, max_wait_ms, min_bytes, isolation_level=0, leader_epoch=-1):
-        self.isolation_levels.add(isolation_level)
-        return self.log.fetch(offset, max_bytes, isolation_level)
+    def _fetch(self, request: FetchRequest) -> FetchResponse:
+        self.isolation_levels.add(request.isolation_level)
+        return self.log.fetch(request.fetch_offset, request.partition_max_bytes, request.isolation_level)
 
 
 class FakeMetadata(MetadataCache):
@@ -332,11 +344,12 @@ class TxnWriter:
             seq = self.sequences.get(producer_id, 0)
             self.sequences[producer_id] = seq + len(values)
             batch = data_batch(0, values, producer_id, txn=True, seq=seq)
-        result = ray.get(self.leader.produce.remote(batch, -1, 30000, self.epoch))
+        result = ray.get(self.leader.produce.remote(ProduceRequest(batch, -1, 30000, self.epoch)))
         return list(range(result.base_offset, result.last_offset + 1))
 
     def end(self, producer_id: int, commit: bool) -> int:
-        return ray.get(self.leader.write_txn_marker.remote(producer_id, 0, 0, commit, self.epoch))
+        marker = WriteTxnMarkersRequest(producer_id, 0, 0, commit, self.epoch)
+        return ray.get(self.leader.write_txn_marker.remote(marker)).base_offset
 
 
 def read_to(cluster, topic: str, end: int, **config) -> list:
@@ -421,7 +434,11 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
     first.commit({tp: 2})
     first.close()
     pid = next(_producer_ids)
-    ray.get(coordinator.txn_offset_commit.remote("rc-txn", pid, 0, group, "", None, -1, {tp: (7, "")}))
+    ray.get(
+        coordinator.txn_offset_commit.remote(
+            TxnOffsetCommitRequest("rc-txn", pid, 0, group, {tp: OffsetAndMetadata(7)}, "", None, -1)
+        )
+    )
 
     plain = cluster.consumer(group_id=group, enable_auto_commit=False)
     assert plain.committed([tp])[tp].offset == 2  # read_uncommitted: the last stable commit
@@ -457,8 +474,8 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
         assert not answer
         meta = cluster.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions
         part = meta[offsets_partition_for(group, len(meta))]
-        ray.get(part.leader_handle.write_txn_marker.remote(pid, 0, 0, True, part.leader_epoch))
-        ray.get(coordinator.complete_txn.remote(pid, True))
+        ray.get(part.leader_handle.write_txn_marker.remote(WriteTxnMarkersRequest(pid, 0, 0, True, part.leader_epoch)))
+        ray.get(coordinator.complete_txn.remote(CompleteTxnRequest(pid, True)))
         waiter.join(30)
         assert answer[tp].offset == 7
     finally:

@@ -56,10 +56,10 @@ def test_predicted_fetches_with_even_batches_fetch_nothing_twice(ray_session):
     consumer, leader = fake_consumer(log, max_partition_fetch_bytes=2000)
     fetch = leader.fetch.remote
 
-    def counting(offset, *args, **kwargs):
-        starts.append(offset)
+    def counting(request):
+        starts.append(request.fetch_offset)
         under_way.append(len(consumer._states[TP].in_flight))
-        return fetch(offset, *args, **kwargs)
+        return fetch(request)
 
     leader.fetch.remote = counting
     try:

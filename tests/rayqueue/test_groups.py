@@ -9,7 +9,8 @@ import time
 import pytest
 import ray
 
-from rayqueue import ConsumerRebalanceListener, TopicPartition
+from actors.protocol import OffsetCommitRequest
+from rayqueue import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from rayqueue.errors import IllegalGenerationError, NonEmptyGroupError, UnknownMemberIdError
 from tests.helpers import wait_for
 
@@ -199,7 +200,9 @@ def test_zombie_member_cannot_commit(cluster, new_topic):
         with pytest.raises(IllegalGenerationError):
             ray.get(
                 coordinator.commit_offsets.remote(
-                    group, meta.member_id, None, old_generation, {TopicPartition(topic, 0): (5, "")}
+                    OffsetCommitRequest(
+                        group, {TopicPartition(topic, 0): OffsetAndMetadata(5)}, meta.member_id, None, old_generation
+                    )
                 )
             )
     finally:

@@ -8,6 +8,7 @@ import threading
 import pytest
 import ray
 
+from actors.protocol import FetchRequest
 from rayqueue.config import producer_config
 from rayqueue.errors import InvalidConfigError, InvalidRecordError, KafkaTimeoutError, NetworkError
 from rayqueue.transaction_manager import increment_sequence
@@ -21,7 +22,10 @@ def raw_batches(cluster, topic: str, partition: int) -> list:
     batches, offset = [], 0
     while True:
         result = ray.get(
-            meta.leader_handle.fetch.remote(offset, 1 << 20, 0, 1, leader_epoch=meta.leader_epoch), timeout=30
+            meta.leader_handle.fetch.remote(
+                FetchRequest(offset, 1 << 20, 0, 1, current_leader_epoch=meta.leader_epoch)
+            ),
+            timeout=30,
         )
         got = list(iter_batches(result.records))
         if not got:

@@ -295,11 +295,11 @@ def test_new_partitions_are_added_in_one_call_and_concurrent_transactions_retrie
         def add_partitions_to_txn(self):
             class Method:
                 @staticmethod
-                def remote(*args):
-                    calls.append(sorted(args[3]))
+                def remote(request):
+                    calls.append(sorted(request.partitions))
                     if len(calls) <= 2:
                         return _failed_ref.remote()
-                    return real.add_partitions_to_txn.remote(*args)
+                    return real.add_partitions_to_txn.remote(request)
 
             return Method
 
