@@ -25,10 +25,10 @@ import ray
 
 from actors.config import broker_config
 from actors.controller import CONTROLLER_NAME
+from actors.fetch import FetchCursor
 from actors.protocol import (
     AppendOrigin,
     CreateTopicsRequest,
-    FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,
     ProduceRequest,
@@ -46,7 +46,7 @@ from storage.errors import (
 from storage.log import EARLIEST_TIMESTAMP
 from storage.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
 
-# A fetch that finds nothing new below the log end waits this long for the HW to move.
+# After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500
 _FETCH_BYTES = 1 << 20
 _WRITE_TIMEOUT_S = 30.0
@@ -57,18 +57,15 @@ async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterat
     """Every batch of the partition from its log start to its log end, with the first offset
     of it to apply (the log start may lie inside the first batch)."""
     start = (await leader_handle.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, leader_epoch))).offset
-    offset, wait_ms = start, 0
-    while True:
-        result = await leader_handle.fetch.remote(
-            FetchRequest(offset, _FETCH_BYTES, wait_ms, current_leader_epoch=leader_epoch)
-        )
-        for batch in iter_batches(result.records):
-            yield batch, offset
-            offset = batch.next_offset
-        if offset >= result.log_end_offset:
-            return
-        # Nothing new while the log goes further: the high watermark has to catch up first.
-        wait_ms = 0 if result.records else _HW_WAIT_MS
+    cursor = FetchCursor(
+        start, partition_max_bytes=_FETCH_BYTES, max_wait_ms=_HW_WAIT_MS, leader_epoch=leader_epoch, to_log_end=True
+    )
+    while not cursor.done:
+        fetched = cursor.complete(await leader_handle.fetch.remote(cursor.request()))
+        first = fetched.position
+        for batch in iter_batches(fetched.records):
+            yield batch, first
+            first = batch.next_offset
 
 
 class InternalTopic:
