@@ -8,8 +8,7 @@ from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTime
 from rayqueue import errors
 from rayqueue.admin import Admin, NewTopic
 from rayqueue.cluster import Cluster, connect, launch
-from rayqueue.consumer import Consumer, ConsumerRecord, ConsumerRecords
-from rayqueue.consumer_coordinator import ConsumerRebalanceListener
+from rayqueue.consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, ConsumerRecords
 from rayqueue.producer import FutureRecordMetadata, Producer, RecordMetadata
 
 __all__ = [

@@ -5,8 +5,9 @@ blocks have the columns of Spark's Kafka source (key, value, topic, partition, o
 timestamp, timestampType, plus headers on request). Ranges are resolved once, on the
 driver, with ``list_offsets`` on the partition leaders, so a Dataset always reads the
 same records however often it is executed. Each read task fetches its range straight
-from the partition leader actor (no consumer, no controller on the data path) and
-decodes whole batches with the vectorized column decoder.
+from the partition leader actor through the consumer's Fetcher (the one fetch path: no
+consumer group, no controller on the data path but for leader changes) and decodes whole
+batches with the vectorized column decoder into Arrow tables.
 
 ``write()`` produces the rows of a Dataset to a topic from parallel write tasks, one
 Producer per task, through the bulk ``send_many`` path.
@@ -29,11 +30,15 @@ import ray
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
-from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, MetadataRequest
-from actors.types import TopicPartition
-from rayqueue.errors import InvalidConfigError, KafkaError, NetworkError, OffsetOutOfRangeError, is_retriable
-from storage.batch_header import batch_boundaries, read_header
-from storage.record_batch import HEADERS_TYPE, committed_batches, decode_columns
+from actors.fetch import CompletedFetch
+from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
+from actors.types import PartitionMetadata, TopicPartition
+from rayqueue.config import CONSUMER_CONFIG
+from rayqueue.consumer.fetcher import Fetcher
+from rayqueue.consumer.subscription_state import SubscriptionState
+from rayqueue.errors import InvalidConfigError, NetworkError, is_retriable
+from rayqueue.metadata import MetadataCache
+from storage.record_batch import HEADERS_TYPE, decode_columns
 
 logger = logging.getLogger(__name__)
 
@@ -311,6 +316,48 @@ def _to_table(buf: bytes, r: OffsetRange, start: int, schema: pa.Schema, check_c
     return table.cast(schema)
 
 
+@dataclass(frozen=True, slots=True)
+class _FetchedTable:
+    """The records of one fetch answer as a table, and the position past them."""
+
+    table: pa.Table
+    end_offset: int
+
+
+class _TableDecoder:
+    """The Fetcher's decoder for a range read: Arrow tables with the Kafka-source columns."""
+
+    def __init__(self, r: OffsetRange, schema: pa.Schema, check_crc: bool) -> None:
+        self._range, self._schema, self._check_crc = r, schema, check_crc
+
+    def __call__(self, tp: TopicPartition, fetched: CompletedFetch, end_offset: int) -> _FetchedTable:
+        table = _to_table(fetched.visible_records(), self._range, fetched.position, self._schema, self._check_crc)
+        return _FetchedTable(table, end_offset)
+
+
+class _KnownLeader(MetadataCache):
+    """The metadata cache, answering first with a leader the caller already knows (until it
+    fails and is invalidated)."""
+
+    def __init__(self, controller: Any, tp: TopicPartition, handle: Any, leader_epoch: int) -> None:
+        super().__init__(controller)
+        self._known: PartitionMetadata | None = PartitionMetadata(
+            tp.topic, tp.partition, -1, leader_epoch, (), (), leader_handle=handle
+        )
+
+    def leader(self, tp: TopicPartition) -> PartitionMetadata:
+        """The known leader of ``tp`` while it serves, then the controller's."""
+        known = self._known
+        if known is not None and known.tp == tp:
+            return known
+        return super().leader(tp)
+
+    def invalidate(self, topic: str) -> None:
+        """Forget the known leader and ``topic``'s metadata."""
+        self._known = None
+        super().invalidate(topic)
+
+
 def read_range(
     controller: Any,
     r: OffsetRange,
@@ -325,73 +372,54 @@ def read_range(
 ) -> Iterator[pa.Table]:
     """Fetch ``r`` from its partition leader and yield Arrow tables of its records.
 
-    The next fetch is sent before the current answer is decoded, so that fetching and
-    decoding overlap. Leader changes and dead leader actors are retried with fresh
+    It reads through the consumer's Fetcher, which keeps the next fetches under way while an
+    answer is decoded. Leader changes and dead leader actors are retried with fresh
     metadata from ``controller`` for up to a minute; OffsetOutOfRange (the range was
-    deleted by retention meanwhile) is raised, as Spark's failOnDataLoss does.
+    deleted by retention meanwhile) is raised, as Spark's failOnDataLoss does, and so is
+    CorruptRecordError for a batch that cannot be read (after the records before it).
+    ``leader``: the partition's leader handle and epoch, if known.
     """
     if r.count == 0:
         return
-    committed = isolation_level == IsolationLevel.READ_COMMITTED
     schema = schema_for(include_headers, timestamp_tz)
-    handle, epoch = leader if leader is not None else (None, -1)
-    position = r.start
+    committed = IsolationLevel(isolation_level) is IsolationLevel.READ_COMMITTED
+    config = CONSUMER_CONFIG.parse(
+        max_partition_fetch_bytes=fetch_max_bytes,
+        fetch_max_wait_ms=0,
+        isolation_level="read_committed" if committed else "read_uncommitted",
+        check_crcs=check_crc,
+        auto_offset_reset="none",
+        retry_backoff_ms=int(RETRY_BACKOFF_S * 1000),
+        default_api_timeout_ms=int(RETRY_TIMEOUT_S * 1000),
+    )
+    subscriptions = SubscriptionState("none")
+    subscriptions.assign_from_user([r.tp])
+    subscriptions.seek(r.tp, r.start)
+    metadata = MetadataCache(controller) if leader is None else _KnownLeader(controller, r.tp, *leader)
+    fetcher = Fetcher(
+        subscriptions,
+        metadata,
+        config,
+        decode=_TableDecoder(r, schema, check_crc),
+        end_offsets={r.tp: r.end},
+        retry_timeout_s=RETRY_TIMEOUT_S,
+    )
     pending: list[pa.Table] = []
     pending_bytes = 0
-    deadline = time.monotonic() + RETRY_TIMEOUT_S
-    empty_answers = 0
-
-    def refresh() -> tuple[Any, int]:
-        metadata = ray.get(controller.get_metadata.remote(MetadataRequest((r.topic,))))
-        found = _leader(metadata, r.tp)
-        if found[0] is None:
-            raise NetworkError(f"{r.tp} has no leader")
-        return found
-
-    def send(offset: int) -> Any:
-        return handle.fetch.remote(FetchRequest(offset, fetch_max_bytes, 0, 1, isolation_level, epoch))
-
-    ref = None
-    while position < r.end:
-        try:
-            if handle is None:
-                handle, epoch = refresh()
-            if ref is None:
-                ref = send(position)
-            result = ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 - retriable ones are retried
-            ref = None
-            if isinstance(exc, OffsetOutOfRangeError) or not is_retriable(exc) or time.monotonic() > deadline:
-                raise
-            logger.info("%s: fetch at %d failed (%s); refreshing metadata", r.tp, position, exc)
-            handle = None
-            time.sleep(RETRY_BACKOFF_S)
-            continue
-        deadline = time.monotonic() + RETRY_TIMEOUT_S
-        data = result.records
-        bounds = batch_boundaries(data)
-        if not bounds:
-            ref = None
-            limit = result.last_stable_offset if committed else result.high_watermark
-            if limit <= position:
-                break  # the range was resolved beyond what is readable now (truncation)
-            empty_answers += 1
-            if empty_answers > 100:
-                raise KafkaError(f"{r.tp}: no records at offset {position} below {limit}")
-            continue
-        empty_answers = 0
-        next_position = read_header(data, bounds[-1][0]).next_offset
-        ref = send(next_position) if next_position < r.end else None
-        if committed and result.aborted_transactions:
-            data = committed_batches(data, bounds, result.aborted_transactions)
-        table = _to_table(data, r, position, schema, check_crc)
-        position = next_position
-        if table.num_rows:
-            pending.append(table)
-            pending_bytes += table.nbytes
-        if pending_bytes >= target_block_bytes:
-            yield pa.concat_tables(pending)
-            pending, pending_bytes = [], 0
+    try:
+        while not fetcher.exhausted(r.tp):
+            fetcher.send_fetches()
+            fetcher.wait_for_fetches(1.0)
+            for fetched in fetcher.take_fetched(r.tp):
+                if fetched.table.num_rows:
+                    pending.append(fetched.table)
+                    pending_bytes += fetched.table.nbytes
+                if pending_bytes >= target_block_bytes:
+                    yield pa.concat_tables(pending)
+                    pending, pending_bytes = [], 0
+            fetcher.raise_partition_error()
+    finally:
+        fetcher.close()
     if pending:
         yield pa.concat_tables(pending)
 

@@ -1,5 +1,8 @@
 """The consumer's side of group membership (Kafka's ConsumerCoordinator).
 
+It reads the subscription from, and writes the group's assignment and the committed
+positions to, the consumer's SubscriptionState; it never sees the Consumer itself.
+
 The join and sync calls are sent without blocking: ``poll()`` advances the state machine
 (unjoined -> joining -> syncing -> stable) each time round, so several consumers driven by
 one thread can rebalance together, and a poll during a rebalance simply returns fewer
@@ -15,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 
@@ -29,6 +32,7 @@ from actors.protocol import (
     SyncGroupRequest,
 )
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from rayqueue.consumer.subscription_state import ConsumerRebalanceListener, SubscriptionState
 from rayqueue.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -42,34 +46,12 @@ from rayqueue.errors import (
     as_kafka_error,
 )
 
-if TYPE_CHECKING:
-    from rayqueue.consumer import Consumer
-
 logger = logging.getLogger(__name__)
 
 # Longest pause between retries that may wait out a transaction (Kafka's retry.backoff.max.ms).
 _MAX_BACKOFF_S = 1.0
 
 UNJOINED, JOINING, SYNCING, STABLE = "unjoined", "joining", "syncing", "stable"
-
-
-class ConsumerRebalanceListener:
-    """Callbacks around rebalances; they run inside ``poll()`` in the application's thread.
-
-    ``on_partitions_revoked`` is the place to commit what was processed (the partitions
-    are still owned); ``on_partitions_lost`` is called instead when the member was already
-    fenced out (its commits would fail). By default "lost" is handled as "revoked".
-    """
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Partitions about to be taken away."""
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Partitions newly given to this consumer (before their positions are looked up)."""
-
-    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        """Partitions that already belong to someone else."""
-        self.on_partitions_revoked(lost)
 
 
 def _kafka_error(exc: BaseException) -> BaseException:
@@ -99,12 +81,12 @@ def normalize_strategies(value: Any) -> tuple[list[str], dict[str, Any]]:
 
 
 class ConsumerCoordinator:
-    """Group membership, rebalances and offset commits for one Consumer."""
+    """Group membership, rebalances and offset commits for one Consumer's ``subscriptions``."""
 
-    def __init__(self, consumer: Consumer, handle: Any, config: Mapping[str, Any]) -> None:
+    def __init__(self, subscriptions: SubscriptionState, handle: Any, config: Mapping[str, Any]) -> None:
         if handle is None:
             raise InvalidConfigError("this cluster has no group coordinator (launched by an older rayqueue)")
-        self._consumer = consumer
+        self._subscriptions = subscriptions
         self._handle = handle
         self.group_id: str = config["group.id"]
         self.instance_id: str | None = config["group.instance.id"]
@@ -127,10 +109,7 @@ class ConsumerCoordinator:
         self.generation = -1
         self.protocol = ""
         self.state = UNJOINED
-        self.topics: list[str] = []
-        self.pattern: str | None = None
-        self.listener: ConsumerRebalanceListener | None = None
-        self.subscribed = False
+        self._crashed = False  # tests: a member whose process died (see _simulate_crash)
         self._owned: set[TopicPartition] = set()
         self._pending: Any = None  # ObjectRef of the join or sync in flight
         self._retry_at = 0.0
@@ -147,9 +126,7 @@ class ConsumerCoordinator:
 
     def subscribe(self, topics: list[str], pattern: str | None, listener: ConsumerRebalanceListener | None) -> None:
         """Set the subscription; the next poll joins (or rejoins) the group."""
-        changed = sorted(topics) != sorted(self.topics) or pattern != self.pattern
-        self.topics, self.pattern, self.listener = sorted(set(topics)), pattern, listener
-        self.subscribed = True
+        changed = self._subscriptions.subscribe(topics, pattern, listener)
         if changed and self.state == STABLE:
             self._rejoin_needed = True
         if self._heartbeat_thread is None:
@@ -160,11 +137,9 @@ class ConsumerCoordinator:
 
     def unsubscribe(self) -> None:
         """Give up every partition (listener told) and leave the group."""
-        if self.subscribed:
+        if self._subscriptions.subscribed:
             self._revoke(set(self._owned))
             self._leave()
-        self.subscribed = False
-        self.topics, self.pattern = [], None
 
     # -- the poll-driven state machine ----------------------------------------------------
 
@@ -175,7 +150,7 @@ class ConsumerCoordinator:
             error, self._fatal = self._fatal, None
             raise error
         self._complete_async_commits()
-        if not self.subscribed:
+        if not self._subscriptions.subscribed or self._crashed:
             return
         if self._lost_generation is not None:
             if self._lost_generation == self.generation and self.state == STABLE:
@@ -208,6 +183,7 @@ class ConsumerCoordinator:
             # Eager protocol: give everything up before joining.
             self._revoke(set(self._owned))
         owned = sorted(self._owned) if self.cooperative else []
+        subscriptions = self._subscriptions
         self._pending = self._handle.join_group.remote(
             JoinGroupRequest(
                 self.group_id,
@@ -217,8 +193,8 @@ class ConsumerCoordinator:
                 self._session_ms,
                 self._rebalance_ms,
                 tuple(self._protocols),
-                tuple(self.topics),
-                self.pattern,
+                tuple(subscriptions.topics),
+                subscriptions.pattern,
                 tuple(owned),
                 self._custom or None,
             )
@@ -267,16 +243,17 @@ class ConsumerCoordinator:
             self._revoke(revoked)
             self._rejoin_needed = True
         self._owned = set(assigned)
-        self._consumer._set_assignment(assigned)
+        subscriptions = self._subscriptions
+        subscriptions.assign_from_subscribed(assigned)
         self.state = STABLE
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
-        if self.listener is not None:
-            self.listener.on_partitions_assigned(set(added))
-        missing = [tp for tp in added if self._consumer._states[tp].position is None]
+        if subscriptions.listener is not None:
+            subscriptions.listener.on_partitions_assigned(set(added))
+        missing = subscriptions.missing_positions(added)
         if missing:
             for tp, om in self.committed(missing).items():
                 if om is not None:
-                    self._consumer.seek(tp, om.offset)
+                    subscriptions.seek(tp, om.offset)
         logger.info("%s: generation %d, assigned %d partitions", self.group_id, self.generation, len(assigned))
 
     def _revoke(self, partitions: set[TopicPartition]) -> None:
@@ -290,23 +267,25 @@ class ConsumerCoordinator:
                     self.commit_sync(positions)
                 except KafkaError as exc:
                     logger.warning("%s: commit on revocation failed: %s", self.group_id, exc)
-        if self.listener is not None:
-            self.listener.on_partitions_revoked(set(partitions))
+        listener = self._subscriptions.listener
+        if listener is not None:
+            listener.on_partitions_revoked(set(partitions))
         self._owned -= partitions
-        self._consumer._set_assignment(self._owned)
+        self._subscriptions.assign_from_subscribed(self._owned)
 
     def _on_lost(self) -> None:
         lost = set(self._owned)
         self._owned.clear()
-        self._consumer._set_assignment(set())
+        self._subscriptions.assign_from_subscribed(set())
         self.generation = -1
         self.member_id = "" if not self.instance_id else self.member_id
         self.state = UNJOINED
-        if lost and self.listener is not None:
-            self.listener.on_partitions_lost(lost)
+        listener = self._subscriptions.listener
+        if lost and listener is not None:
+            listener.on_partitions_lost(lost)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {tp: OffsetAndMetadata(p) for tp, p in self._consumer._positions(partitions).items()}
+        return {tp: OffsetAndMetadata(p) for tp, p in self._subscriptions.positions(partitions).items()}
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -335,7 +314,7 @@ class ConsumerCoordinator:
     # -- offsets --------------------------------------------------------------------------
 
     def _commit_args(self) -> tuple[str, str | None, int]:
-        if self.subscribed:
+        if self._subscriptions.subscribed:
             # The coordinator judges the generation: during a rebalance the old one may still
             # commit (that is what on_partitions_revoked does).
             if self.generation < 0 or not self.member_id:
@@ -435,7 +414,7 @@ class ConsumerCoordinator:
         partitions back without a rebalance, as in Kafka.
         """
         try:
-            if self.subscribed and self.state == STABLE:
+            if self._subscriptions.subscribed and self.state == STABLE and not self._crashed:
                 self._revoke(set(self._owned))
             self._complete_async_commits(wait=True)
             self._leave()
@@ -456,6 +435,7 @@ class ConsumerCoordinator:
                 logger.info("%s: leave failed: %s", self.group_id, _kafka_error(exc))
 
     def _simulate_crash(self) -> None:
-        """Stop heartbeating and forget the group without leaving (tests: a dead process)."""
+        """Stop heartbeating and taking part in the group without leaving it (tests: a dead
+        process). Commits still go out under the old membership, as a zombie's would."""
         self._stop.set()
-        self.subscribed = False
+        self._crashed = True

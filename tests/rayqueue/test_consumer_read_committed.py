@@ -148,7 +148,8 @@ TP = TopicPartition("t", 0)
 def fake_consumer(log: Log, **config) -> tuple[Consumer, FakeLeader]:
     consumer = Consumer(FakeCluster(), auto_offset_reset="earliest", fetch_max_wait_ms=0, **config)
     leader = FakeLeader(log)
-    consumer._metadata = FakeMetadata(leader)
+    # The Consumer (assign's partition check) and its Fetcher (leaders) share one cache.
+    consumer._metadata = consumer._fetcher._metadata = FakeMetadata(leader)
     consumer.assign([TP])
     return consumer, leader
 

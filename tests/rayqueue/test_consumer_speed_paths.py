@@ -58,7 +58,7 @@ def test_predicted_fetches_with_even_batches_fetch_nothing_twice(ray_session):
 
     def counting(request):
         starts.append(request.fetch_offset)
-        under_way.append(len(consumer._states[TP].in_flight))
+        under_way.append(consumer._fetcher.fetches_in_flight(TP))
         return fetch(request)
 
     leader.fetch.remote = counting

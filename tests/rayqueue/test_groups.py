@@ -44,7 +44,7 @@ class CommitOnRevoke(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked):
         self.revoked.append(set(revoked))
-        positions = {tp: self.consumer.position(tp) for tp in revoked if self.consumer._states[tp].position is not None}
+        positions = {tp: self.consumer.position(tp) for tp in revoked if self.consumer._subscriptions.has_position(tp)}
         if positions:
             self.consumer.commit(positions)
 
@@ -188,8 +188,7 @@ def test_zombie_member_cannot_commit(cluster, new_topic):
     try:
         settle([a, b], [TopicPartition(topic, p) for p in range(2)])
         old_generation = a.group_metadata().generation_id
-        a._group._simulate_crash()
-        a._group.subscribed = True  # still believes it is a member
+        a._group._simulate_crash()  # it still believes it is a member
         wait_for(lambda: b.poll(20) is not None and len(b.assignment()) == 2, timeout=20, interval=0)
         with pytest.raises(UnknownMemberIdError):
             a.commit({TopicPartition(topic, 0): 5})
