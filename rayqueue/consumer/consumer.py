@@ -172,7 +172,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing any previous assignment)."""
         wanted = [TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions]
-        if not self._subscriptions.subscribed:
+        if not self._subscriptions.subscribed:  # a subscribed consumer is refused below, whatever it asks for
             for tp in wanted:
                 if not 0 <= tp.partition < self._metadata.num_partitions(tp.topic):
                     raise KafkaError(f"unknown partition {tp}")
