@@ -372,7 +372,7 @@ def read_range(
 ) -> Iterator[pa.Table]:
     """Fetch ``r`` from its partition leader and yield Arrow tables of its records.
 
-    It reads through the consumer's Fetcher, which keeps the next fetches under way while an
+    It reads through the consumer's Fetcher, which keeps the next fetch under way while an
     answer is decoded. Leader changes and dead leader actors are retried with fresh
     metadata from ``controller`` for up to a minute; OffsetOutOfRange (the range was
     deleted by retention meanwhile) is raised, as Spark's failOnDataLoss does, and so is
@@ -403,6 +403,7 @@ def read_range(
         decode=_TableDecoder(r, schema, check_crc),
         end_offsets={r.tp: r.end},
         retry_timeout_s=RETRY_TIMEOUT_S,
+        max_in_flight=1,  # the next fetch under way while this answer is decoded: a second costs here
     )
     pending: list[pa.Table] = []
     pending_bytes = 0

@@ -81,7 +81,7 @@ _tuple_new = tuple.__new__
 _RECORD_TYPE = repeat(ConsumerRecord)
 
 # Fetches per partition, answers buffered plus under way (bounds the client's memory), and
-# how many of them may be under way at once (the second at a predicted offset).
+# how many of them may be under way at once by default (the second at a predicted offset).
 _MAX_FETCHES = 3
 _MAX_IN_FLIGHT = 2
 
@@ -269,7 +269,9 @@ class Fetcher:
     chunks with :meth:`take_fetched`). ``end_offsets`` stops fetching a partition there.
     ``retry_timeout_s`` turns retriable errors that last that long into the partition's
     error (by default they are retried for as long as the reader goes on, as Kafka's
-    consumer does).
+    consumer does). ``max_in_flight``: fetches of a partition under way at once; a second
+    one pays off where the reader's work per answer outweighs the leader's (building Python
+    records), not where both compete for the same cores (decoding into Arrow: one is faster).
     """
 
     def __init__(
@@ -281,6 +283,7 @@ class Fetcher:
         decode: Decoder | None = None,
         end_offsets: Mapping[TopicPartition, int] | None = None,
         retry_timeout_s: float | None = None,
+        max_in_flight: int = _MAX_IN_FLIGHT,
     ) -> None:
         self._subscriptions = subscriptions
         self._metadata = metadata
@@ -301,6 +304,7 @@ class Fetcher:
         )
         self._end_offsets = dict(end_offsets or {})
         self._retry_timeout = retry_timeout_s
+        self._max_in_flight = max_in_flight
 
     # -- the partitions' fetch states -----------------------------------------------------
 
@@ -477,7 +481,7 @@ class Fetcher:
         if not in_flight:
             start = cursor.position
         else:
-            if len(in_flight) >= _MAX_IN_FLIGHT or fetch.stride <= 0:
+            if len(in_flight) >= self._max_in_flight or fetch.stride <= 0:
                 return
             start = in_flight[-1][1] + fetch.stride
             end = self._end_offsets.get(tp)

@@ -58,7 +58,7 @@ def test_fetches_stay_below_the_end_offset(ray_session):
     r = data.OffsetRange(TOPIC, 0, 0, 1000)
     tables = list(data.read_range(None, r, leader=(leader, 0), fetch_max_bytes=2000))
     assert pa.concat_tables(tables).column("offset").to_pylist() == list(range(1000))
-    # Fetched ahead (guessed offsets), each range once, and never from the end offset on.
+    # Each range fetched once, in order, and never from the end offset on.
     assert starts == sorted(set(starts)) and max(starts) < 1000
 
 
