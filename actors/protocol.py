@@ -130,7 +130,7 @@ class GroupState(enum.StrEnum):
 class TransactionState(enum.StrEnum):
     """A transactional id's state at the transaction coordinator (Kafka's coordinator
     TransactionState, named as DescribeTransactions shows it). The producer's own states are
-    another machine: ``rayqueue.transaction_manager.TransactionState`` (Kafka's
+    another machine: ``rayqueue.producer.transaction_manager.TransactionState`` (Kafka's
     TransactionManager.State)."""
 
     EMPTY = "Empty"

@@ -121,7 +121,7 @@ def test_producer_without_idempotence_keeps_partition_order(cluster, new_topic):
     through Ray's object store still land in send order."""
     topic = new_topic()
     producer = cluster.producer(acks=1, linger_ms=0, batch_size=200_000)
-    assert not producer._idempotent
+    assert not producer.config["enable.idempotence"]
     n = 100_000
     filler = b"x" * 300
     for i in range(n):

@@ -65,6 +65,6 @@ def test_client_side_errors_live_in_rayqueue_errors_and_pickle(cls):
     assert cls.__name__ in errors.__all__ and not cls.retriable
     again = pickle.loads(pickle.dumps(cls("message")))
     assert type(again) is cls and again.args == ("message",)
-    from rayqueue.transaction_manager import TransactionAbortedError as old_path
+    from rayqueue.producer.transaction_manager import TransactionAbortedError as reexported
 
-    assert old_path is TransactionAbortedError
+    assert reexported is TransactionAbortedError
