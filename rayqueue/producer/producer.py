@@ -26,6 +26,7 @@ import ray
 from actors.protocol import AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
+from rayqueue.connection import ClusterHandle, connect
 from rayqueue.errors import TransactionAbortedError, as_kafka_error
 from rayqueue.metadata import MetadataCache
 from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
@@ -46,9 +47,9 @@ from storage.errors import (
 class Producer:
     """A thread-safe Kafka-style producer. Create with ``rayqueue.Producer(cluster, **config)``."""
 
-    def __init__(self, cluster: Any = None, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        from rayqueue.cluster import connect
-
+    def __init__(
+        self, cluster: ClusterHandle | None = None, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         self.config = producer_config(config, **kwargs)
         self._cluster = cluster if cluster is not None else connect()
         cfg = self.config

@@ -22,6 +22,7 @@ import ray
 
 from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
+from rayqueue.connection import ClusterHandle
 from rayqueue.errors import (
     CoordinatorNotAvailableError,
     IllegalStateError,
@@ -122,7 +123,7 @@ class TransactionManager:
 
     def __init__(
         self,
-        cluster: Any,
+        cluster: ClusterHandle,
         transactional_id: str | None,
         transaction_timeout_ms: int,
         retry_backoff_s: float,
