@@ -28,7 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -260,9 +260,20 @@ class ClusterState:
         elif kind == "controller_epoch":
             self.controller_epoch = record["epoch"]
         elif kind == "broker":
+            known = self.brokers.get(record["broker_id"])
             self.brokers[record["broker_id"]] = BrokerMetadata(
-                record["broker_id"], record["node_id"], record["data_dir"], record.get("alive", True)
+                record["broker_id"],
+                record["node_id"],
+                record["data_dir"],
+                record.get("alive", True),
+                # A broker stopped or moved keeps its listener until its gateway registers again.
+                known.host if known is not None else "",
+                known.port if known is not None else -1,
             )
+        elif kind == "listener":
+            # Kafka's RegisterBrokerRecord endpoints: where the broker's gateway is reached.
+            known = self.brokers[record["broker_id"]]
+            self.brokers[record["broker_id"]] = replace(known, host=record["host"], port=record["port"])
         elif kind == "topic":
             self.topics[record["name"]] = _Topic(record["name"], record["configs"], topic_id=record.get("topic_id", ""))
         elif kind == "topic_id":
@@ -343,6 +354,9 @@ class Controller:
                 known = self._state.brokers.get(broker_id)
                 if known is None or known.node_id != node or not known.alive:
                     self._write_broker(broker_id, node, data_dir, alive=True)
+                if known is not None and known.host:
+                    # A launch starts gateways anew (or none): forget the last run's listeners.
+                    self._write({"type": "listener", "broker_id": broker_id, "host": "", "port": -1})
             self._started = False
         await self._ensure_started()
         return await self.get_metadata(MetadataRequest())
@@ -572,6 +586,16 @@ class Controller:
                     if (name, p, part.leader) not in self._handles:
                         await self._elect_if_needed(name, p, bump=False)
             return merged
+
+    async def register_listener(self, broker_id: int, host: str, port: int) -> None:
+        """Record where broker ``broker_id``'s Kafka protocol gateway is reached (its
+        advertised listener), as a Kafka broker registers its endpoints; Metadata answers
+        name it. Durable, so a restarted controller still knows it."""
+        async with self._mutex():
+            broker = self._require_broker(broker_id)
+            if (broker.host, broker.port) != (host, port):
+                self._write({"type": "listener", "broker_id": broker_id, "host": host, "port": port})
+        logger.info("broker %d's gateway listens at %s:%d", broker_id, host, port)
 
     # -- producer ids ---------------------------------------------------------------------
 
