@@ -1,0 +1,259 @@
+"""Fetch: the leader's stored batches, as they are on disk, to the client.
+
+Each partition is one call to its leader replica on this broker, which reads whole batches
+up to the high watermark (the last stable offset for read_committed, with the aborted
+transactions of the range), fences stale leader epochs and long-polls. A request for one
+partition is that one call. For several, every partition is read at once without waiting;
+if that gives fewer than ``min_bytes``, all of them long-poll together until enough bytes
+came or ``max_wait_ms`` passed, and the polls still open are cancelled. The gateway's event
+loop never blocks on any of it, so one client's long poll holds up no other.
+
+Byte limits as Kafka's: ``partition_max_bytes`` per partition, ``max_bytes`` (capped by the
+broker's ``fetch.max.bytes``) for the response, counted in request order and cut at batch
+boundaries; the first batch is returned even when larger (KIP-74). Fetch sessions
+(KIP-227) are answered sessionless (session id 0): the client then sends full requests,
+which the protocol allows.
+
+Not done: a consumer's ``last_fetched_epoch`` is not checked for divergence here (no
+``diverging_epoch`` answer); clients validate their position with OffsetForLeaderEpoch
+after a leader change, which the gateway serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from actors.gateway.codec import ZERO_MS, error_code, make, nested
+from actors.gateway.errors import NONE, error_code_of
+from actors.gateway.metadata import BrokerView
+from actors.gateway.server import Api, RequestContext
+from actors.types import FetchResult
+from storage.batch_header import batch_boundaries
+from storage.errors import FetchSessionIdNotFoundError, UnknownTopicIdError
+
+FETCH_KEY = 1
+READ_COMMITTED = 1
+
+
+# -- actor calls (one function each) --------------------------------------------------------
+
+
+def _fetch(
+    replica: Any, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int, isolation: int, leader_epoch: int
+) -> Any:
+    """The replica's fetch call; returns its ObjectRef (awaitable, cancellable)."""
+    return replica.fetch.remote(offset, max_bytes, max_wait_ms, min_bytes, isolation, leader_epoch)
+
+
+def _cancel(ref: Any) -> None:
+    """Cancel a long poll that is no longer needed (it would end at its max wait anyway)."""
+    try:
+        ray.cancel(ref)
+    except Exception:  # noqa: BLE001 - already finished, or not cancellable: harmless
+        pass
+
+
+# -- the request ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Partition:
+    """One partition of a fetch request and what became of it."""
+
+    topic: str | None
+    topic_id: Any
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int
+    handle: Any = None
+    code: int = NONE
+    result: FetchResult | None = None
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    """Fetch v4-v17, sessionless."""
+    view: BrokerView = ctx.state
+    version = ctx.version
+    max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
+    min_bytes = max(1, int(request.min_bytes))
+    max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), int(view.config["fetch.max.bytes"]))
+    isolation = int(getattr(request, "isolation_level", 0))
+    session_id = int(getattr(request, "session_id", 0))
+    if session_id != 0:
+        # The gateway never hands out a session id, so a client cannot hold one of ours.
+        return ctx.schema.response_of(
+            throttle_time=ZERO_MS,
+            error_code=error_code(FetchSessionIdNotFoundError.code),
+            session_id=0,
+            responses=(),
+        )
+    by_id = version >= 13
+    if by_id:
+        await view.resolve_ids([t.topic_id for t in request.topics])
+    parts: list[_Partition] = []
+    for t in request.topics:
+        name, tid, code = (None, t.topic_id, NONE) if by_id else (t.topic, None, NONE)
+        if by_id:
+            try:
+                name = view.topic_name(tid)
+            except UnknownTopicIdError:
+                code = UnknownTopicIdError.code
+        for p in t.partitions:
+            part = _Partition(
+                name,
+                tid,
+                p.partition,
+                p.fetch_offset,
+                max(0, min(p.partition_max_bytes, max_bytes)),
+                getattr(p, "current_leader_epoch", -1),
+                code=code,
+            )
+            parts.append(part)
+    for part in parts:
+        if part.code == NONE:
+            try:
+                part.handle = (await view.leader(part.topic, part.partition)).leader_handle  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the partition's error code
+                part.code = error_code_of(exc)
+    live = [p for p in parts if p.handle is not None]
+    if len(live) == 1:
+        await _read_all(view, live, max_wait_ms, min_bytes, isolation)
+    elif live:
+        await _read_all(view, live, 0, 1, isolation)
+        got = sum(len(p.result.records) for p in live if p.result is not None)
+        if got < min_bytes and max_wait_ms > 0 and all(p.code == NONE for p in live):
+            await _long_poll(view, live, max_wait_ms, min_bytes - got, isolation)
+    return _response(ctx, parts, max_bytes, isolation, by_id)
+
+
+async def _read_all(
+    view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int
+) -> None:
+    refs = [_fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, min_bytes, isolation, p.leader_epoch) for p in parts]
+    results = await asyncio.gather(*refs, return_exceptions=True)
+    for part, result in zip(parts, results, strict=True):
+        _settle(view, part, result)
+
+
+async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int) -> None:
+    """Wait on every partition at once until ``wanted`` more bytes or the deadline; cancel
+    the polls still open. Partitions that answered keep their new result."""
+    deadline = time.monotonic() + max_wait_ms / 1000
+    refs = {}
+    for p in parts:
+        ref = _fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, 1, isolation, p.leader_epoch)
+        refs[asyncio.ensure_future(ref)] = (p, ref)
+    pending = set(refs)
+    got = 0
+    try:
+        while pending and got < wanted:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                part, _ = refs[future]
+                result = future.exception() or future.result()
+                _settle(view, part, result)
+                if part.result is not None:
+                    got += len(part.result.records)
+                elif part.code != NONE:
+                    got = wanted  # an error answers at once, as Kafka's DelayedFetch does
+    finally:
+        for future in pending:
+            _cancel(refs[future][1])
+            future.cancel()
+
+
+def _settle(view: BrokerView, part: _Partition, result: Any) -> None:
+    if isinstance(result, BaseException):
+        part.code = error_code_of(result)
+        part.result = None
+        if part.topic is not None:
+            view.on_partition_error(part.topic, part.code)
+    else:
+        part.code = NONE
+        part.result = result
+
+
+def _response(ctx: RequestContext, parts: list[_Partition], max_bytes: int, isolation: int, by_id: bool) -> Any:
+    resp_cls = ctx.schema.response
+    topic_cls = nested(resp_cls, "responses")
+    part_cls = nested(topic_cls, "partitions")
+    aborted_cls = nested(part_cls, "aborted_transactions")
+    budget = max_bytes
+    first = True
+    topics: list[tuple[Any, list[Any]]] = []
+    for part in parts:
+        key = part.topic_id if by_id else part.topic
+        if not topics or topics[-1][0] != key:
+            topics.append((key, []))
+        result = part.result
+        if result is None:
+            topics[-1][1].append(
+                make(
+                    topic_cls,
+                    "partitions",
+                    partition_index=part.partition,
+                    error_code=error_code(part.code),
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    records=b"",
+                )
+            )
+            continue
+        records: Any = result.records
+        if len(records) > budget:
+            records = _cut(records, budget, keep_one=first)
+        if records:
+            first = False
+            budget -= len(records)
+        aborted = None
+        if isolation == READ_COMMITTED:
+            aborted = tuple(
+                aborted_cls(producer_id=pid, first_offset=offset) for pid, offset in result.aborted_transactions
+            )
+        topics[-1][1].append(
+            make(
+                topic_cls,
+                "partitions",
+                partition_index=part.partition,
+                error_code=error_code(NONE),
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
+                log_start_offset=result.log_start_offset,
+                aborted_transactions=aborted,
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(NONE),
+        session_id=0,
+        responses=tuple(
+            make(resp_cls, "responses", topic=key, topic_id=key, partitions=tuple(items)) for key, items in topics
+        ),
+    )
+
+
+def _cut(records: bytes, budget: int, keep_one: bool) -> memoryview | bytes:
+    """The whole batches of ``records`` that fit ``budget`` (at least one when ``keep_one``),
+    as a view: no copy."""
+    end = 0
+    for position, size in batch_boundaries(records):
+        if position + size > budget and not (keep_one and end == 0):
+            break
+        end = position + size
+    return memoryview(records)[:end] if end else b""
+
+
+APIS = (Api(FETCH_KEY, 4, 17, handle_fetch),)

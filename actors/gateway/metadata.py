@@ -1,0 +1,327 @@
+"""Metadata: the brokers are the gateways; and the gateway's own view of the cluster.
+
+``BrokerView`` is what every handler of one gateway shares: its broker id, the handles of
+the controller and the coordinators, and a cache of topic metadata from the controller,
+from which it finds the leader replica of a partition when that leader is on this
+broker (a Kafka broker serves only the partitions it leads: any other answer is
+NOT_LEADER_OR_FOLLOWER, and the client asks for metadata again). The replica itself has
+the last word: it fences stale epochs and refuses when it no longer leads.
+
+A Metadata request always asks the controller (so a client refreshing after an error sees
+the newest leaders); the cache serves the data path and is refreshed when a replica says
+it no longer leads, or when a partition seems to be led elsewhere (at most every
+``REFRESH_BACKOFF_S`` per topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+import uuid
+from typing import Any
+
+import ray
+
+from actors.controller import INTERNAL_TOPICS, validate_topic_name
+from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
+from actors.gateway.errors import NONE, error_code_of
+from actors.gateway.server import Api, RequestContext
+from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+from storage.errors import (
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+logger = logging.getLogger(__name__)
+
+METADATA_KEY = 3
+REFRESH_BACKOFF_S = 0.2  # a topic's cached metadata is asked for again at most this often
+MAX_AGE_S = 30.0  # cached topic metadata older than this is asked for again
+CONTROLLER_RETRY_S = 10.0  # how long a controller that is restarting is waited for
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID | None:
+    """rayqueue's topic id (Kafka's Uuid.toString(): URL-safe base64) as a UUID."""
+    if not topic_id:
+        return None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+# -- actor calls (one function each) --------------------------------------------------------
+
+
+async def _get_metadata(controller: Any, topics: list[str] | None, auto_create: bool) -> ClusterMetadata:
+    """controller.get_metadata, riding through a controller restart for a while."""
+    deadline = time.monotonic() + CONTROLLER_RETRY_S
+    while True:
+        try:
+            return await controller.get_metadata.remote(topics, auto_create)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            if time.monotonic() > deadline:
+                raise RequestTimedOutError("the controller did not answer") from None
+            await asyncio.sleep(0.2)
+
+
+async def _register_listener(controller: Any, broker_id: int, host: str, port: int) -> None:
+    await controller.register_listener.remote(broker_id, host, port)
+
+
+# -- the broker's view ----------------------------------------------------------------------
+
+
+class BrokerView:
+    """One gateway's broker: ids, actor handles, and cached topic metadata."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        namespace: str,
+        config: dict[str, Any],
+        controller: Any,
+        transaction_coordinator: Any = None,
+        group_coordinator: Any = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.namespace = namespace
+        self.config = config
+        self.controller = controller
+        self.transaction_coordinator = transaction_coordinator
+        self.group_coordinator = group_coordinator
+        self.cluster_id = ""
+        self._topics: dict[str, TopicMetadata] = {}
+        self._fetched_at: dict[str, float] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._refreshing: dict[str, asyncio.Future] = {}
+
+    async def register(self, host: str, port: int) -> None:
+        """Tell the controller where this broker's gateway is reached."""
+        await _register_listener(self.controller, self.broker_id, host, port)
+
+    async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
+        """Fresh metadata from the controller (``None``: every topic); refreshes the cache."""
+        snapshot = await _get_metadata(self.controller, topics, auto_create)
+        self._remember(snapshot, topics)
+        return snapshot
+
+    def _remember(self, snapshot: ClusterMetadata, asked: list[str] | None) -> None:
+        now = time.monotonic()
+        self.cluster_id = snapshot.cluster_id
+        for name, meta in snapshot.topics.items():
+            old = self._topics.get(name)
+            if old is not None and old.topic_id != meta.topic_id:
+                self._by_id.pop(topic_uuid(old.topic_id), None)  # type: ignore[arg-type]
+            self._topics[name] = meta
+            self._fetched_at[name] = now
+            tid = topic_uuid(meta.topic_id)
+            if tid is not None:
+                self._by_id[tid] = name
+        gone = (set(self._topics) if asked is None else set(asked)) - snapshot.topics.keys()
+        for name in gone:
+            self.invalidate(name)
+
+    async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
+        """A topic's metadata from the cache (asked for when missing, stale, or ``refresh``
+        and not asked for in the last REFRESH_BACKOFF_S); None when it does not exist."""
+        now = time.monotonic()
+        fetched = self._fetched_at.get(name)
+        fresh_enough = fetched is not None and now - fetched < (REFRESH_BACKOFF_S if refresh else MAX_AGE_S)
+        if name in self._topics and fresh_enough:
+            return self._topics[name]
+        if fetched is not None and now - fetched < REFRESH_BACKOFF_S and name not in self._topics:
+            return None  # asked a moment ago: it does not exist
+        pending = self._refreshing.get(name)
+        if pending is None:
+            pending = asyncio.ensure_future(self._refresh(name))
+            self._refreshing[name] = pending
+        await asyncio.shield(pending)
+        return self._topics.get(name)
+
+    async def _refresh(self, name: str) -> None:
+        try:
+            await self.cluster([name])
+            self._fetched_at[name] = time.monotonic()
+        finally:
+            self._refreshing.pop(name, None)
+
+    async def leader(self, topic: str, partition: int) -> PartitionMetadata:
+        """The partition's metadata when its leader is this broker's replica, with a live
+        handle; else UnknownTopicOrPartition, LeaderNotAvailable or NotLeaderOrFollower."""
+        refresh = False
+        while True:
+            meta = await self.topic(topic, refresh)
+            if meta is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+            if not 0 <= partition < len(meta.partitions):
+                if not refresh:  # partitions may have been added since
+                    refresh = True
+                    continue
+                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition}")
+            part = meta.partitions[partition]
+            if part.leader == self.broker_id and part.leader_handle is not None:
+                return part
+            if not refresh:
+                refresh = True
+                continue
+            if part.leader < 0:
+                raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} is led by broker {part.leader}, not {self.broker_id}")
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str:
+        """The name of a cached topic id; UnknownTopicIdError when none is cached."""
+        name = self._by_id.get(topic_id) if topic_id is not None else None
+        if name is None:
+            raise UnknownTopicIdError(f"unknown topic id {topic_id}")
+        return name
+
+    async def resolve_ids(self, topic_ids: list[uuid.UUID | None]) -> None:
+        """Make sure the given topic ids are cached (one controller call when some are not)."""
+        if any(t is not None and t not in self._by_id for t in topic_ids):
+            await self.cluster(None)
+
+    def uuid_of(self, name: str) -> uuid.UUID | None:
+        """A cached topic's id as a UUID."""
+        meta = self._topics.get(name)
+        return topic_uuid(meta.topic_id) if meta is not None else None
+
+    def invalidate(self, topic: str) -> None:
+        """Forget ``topic``: its next use asks the controller."""
+        meta = self._topics.pop(topic, None)
+        self._fetched_at.pop(topic, None)
+        if meta is not None:
+            self._by_id.pop(topic_uuid(meta.topic_id), None)  # type: ignore[arg-type]
+
+    def on_partition_error(self, topic: str, code: int) -> None:
+        """A partition's call failed with ``code``: forget what may be stale."""
+        if code in _STALE_METADATA:
+            self.invalidate(topic)
+
+
+_STALE_METADATA = frozenset(
+    {
+        NotLeaderOrFollowerError.code,
+        LeaderNotAvailableError.code,
+        UnknownTopicOrPartitionError.code,
+        74,  # FENCED_LEADER_EPOCH
+        75,  # UNKNOWN_LEADER_EPOCH
+    }
+)
+
+
+def listed_brokers(brokers: tuple[BrokerMetadata, ...]) -> list[BrokerMetadata]:
+    """The brokers Metadata names: live ones whose gateway has registered a listener."""
+    return sorted((b for b in brokers if b.alive and b.host and b.port > 0), key=lambda b: b.broker_id)
+
+
+# -- the Metadata request --------------------------------------------------------------------
+
+
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    """Metadata v0-v13: brokers (the gateways), controller, cluster id, topics."""
+    view: BrokerView = ctx.state
+    version = ctx.version
+    resp_cls = ctx.schema.response
+    requested: list[str] | None
+    errors: dict[str, int] = {}
+    unknown_ids: list[uuid.UUID] = []
+    if request.topics is None or (version == 0 and not request.topics):
+        requested = None
+    else:
+        requested = []
+        ids = [getattr(t, "topic_id", None) for t in request.topics if getattr(t, "name", None) is None]
+        if ids:
+            await view.resolve_ids(ids)
+        for t in request.topics:
+            name = getattr(t, "name", None)
+            if name is None:
+                try:
+                    name = view.topic_name(t.topic_id)
+                except UnknownTopicIdError:
+                    unknown_ids.append(t.topic_id)
+                    continue
+            requested.append(name)
+    auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    creatable = []
+    for name in requested or ():
+        try:
+            validate_topic_name(name)
+            creatable.append(name)
+        except InvalidTopicError:
+            errors[name] = InvalidTopicError.code
+    try:
+        snapshot = await view.cluster(None if requested is None else creatable, auto_create and bool(creatable))
+    except Exception as exc:  # noqa: BLE001 - an auto-create that failed: answer without it
+        if not (auto_create and creatable):
+            raise
+        code = error_code_of(exc)
+        snapshot = await view.cluster(creatable, False)
+        for name in creatable:
+            if name not in snapshot.topics:
+                errors[name] = code
+    brokers = listed_brokers(snapshot.brokers)
+    reachable = {b.broker_id for b in brokers}
+    topic_cls = nested(resp_cls, "topics")
+    names = sorted(snapshot.topics) if requested is None else requested
+    topics = []
+    for name in names:
+        meta = snapshot.topics.get(name)
+        if meta is None:
+            code = errors.get(name, UnknownTopicOrPartitionError.code)
+            topics.append(_topic(topic_cls, name, code, None, False, ()))
+            continue
+        partitions = tuple(_partition(topic_cls, p, reachable) for p in meta.partitions)
+        topics.append(_topic(topic_cls, name, NONE, topic_uuid(meta.topic_id), name in INTERNAL_TOPICS, partitions))
+    for topic_id in unknown_ids:
+        topics.append(_topic(topic_cls, None, UnknownTopicIdError.code, topic_id, False, ()))
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        brokers=tuple(
+            make(resp_cls, "brokers", node_id=b.broker_id, host=b.host, port=b.port, rack=None) for b in brokers
+        ),
+        cluster_id=snapshot.cluster_id,
+        controller_id=brokers[0].broker_id if brokers else -1,
+        topics=tuple(topics),
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        error_code=error_code(NONE),
+    )
+
+
+def _topic(
+    topic_cls: type, name: str | None, code: int, topic_id: uuid.UUID | None, internal: bool, partitions: tuple
+) -> Any:
+    return build(
+        topic_cls,
+        {
+            "error_code": error_code(code),
+            "name": name,
+            "topic_id": topic_id,
+            "is_internal": internal,
+            "partitions": partitions,
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        },
+    )
+
+
+def _partition(topic_cls: type, p: PartitionMetadata, reachable: set[int]) -> Any:
+    leader = p.leader if p.leader in reachable else -1
+    code = NONE if leader >= 0 else LeaderNotAvailableError.code
+    return make(
+        topic_cls,
+        "partitions",
+        error_code=error_code(code),
+        partition_index=p.partition,
+        leader_id=leader,
+        leader_epoch=p.leader_epoch,
+        replica_nodes=p.replicas,
+        isr_nodes=p.isr,
+        offline_replicas=p.offline_replicas,
+    )
+
+
+APIS = (Api(METADATA_KEY, 0, 13, handle_metadata),)
