@@ -104,7 +104,8 @@ class Gateway:
             self._address = None
 
     async def stats(self) -> dict[str, Any]:
-        """Address, open connections, requests served, connections closed for bad input."""
+        """Address, open connections, requests served (and by API key and version),
+        connections closed for bad input."""
         server = self._server
         return {
             "broker_id": self._listener.broker_id,
@@ -112,6 +113,7 @@ class Gateway:
             "connections": len(server.connections) if server else 0,
             "requests": server.requests if server else 0,
             "closed_for_errors": server.closed_for_errors if server else 0,
+            "served": dict(server.served) if server else {},
         }
 
     async def ping(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.config import BROKER_CONFIG
 from actors.controller import validate_topic_name
-from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
+from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.metadata import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
 from actors.gateway.offsets import per_partition
@@ -193,21 +193,25 @@ def _created(
             "error_message": message,
             "num_partitions": partitions,
             "replication_factor": rf,
-            "configs": tuple(
-                make(
-                    topic_cls,
-                    "configs",
-                    name=key,
-                    value=config_string(value),
-                    read_only=False,
-                    config_source=CONFIG_SOURCES.get(source, 0),
-                    is_sensitive=False,
-                )
-                for key, (value, source) in sorted((configs or {}).items())
-            )
-            if code == NONE
+            "configs": _created_configs(topic_cls, configs)
+            if code == NONE and has_field(topic_cls, "configs")
             else None,
         },
+    )
+
+
+def _created_configs(topic_cls: type, configs: dict | None) -> tuple:
+    return tuple(
+        make(
+            topic_cls,
+            "configs",
+            name=key,
+            value=config_string(value),
+            read_only=False,
+            config_source=CONFIG_SOURCES.get(source, 0),
+            is_sensitive=False,
+        )
+        for key, (value, source) in sorted((configs or {}).items())
     )
 
 

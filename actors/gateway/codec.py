@@ -107,6 +107,11 @@ def nested(cls: type, field_name: str) -> type:
     raise AttributeError(f"{cls.__name__} has no field {field_name!r}")
 
 
+def has_field(cls: type, field_name: str) -> bool:
+    """Whether this version of an entity has the field."""
+    return field_name in _field_names(cls)[0]
+
+
 def make(cls: type, field_name: str, **values: Any) -> Any:
     """Build the nested entity of ``cls.field_name`` from the values its version has."""
     return build(nested(cls, field_name), values)

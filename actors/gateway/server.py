@@ -106,6 +106,7 @@ class KafkaServer:
         self.connections: set[Connection] = set()
         self.closed_for_errors = 0
         self.requests = 0
+        self.served: collections.Counter[tuple[int, int]] = collections.Counter()  # (API key, version)
         self._ids = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
@@ -294,6 +295,7 @@ class Connection(asyncio.BufferedProtocol):
             self.fail(str(exc))
             return
         server.requests += 1
+        server.served[(api_key, version)] += 1
         ctx = RequestContext(self, api_key, version, request.correlation_id, request.client_id)
         # An exclusive request waits for everything before it; the others wait for the
         # last exclusive one still in flight.
