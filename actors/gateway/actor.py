@@ -10,6 +10,7 @@ are what the cluster launch and shutdown call.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -104,11 +105,12 @@ class Gateway:
             self._address = None
 
     async def stats(self) -> dict[str, Any]:
-        """Address, open connections, requests served (and by API key and version),
-        connections closed for bad input."""
+        """Process, address, open connections, requests served (and by API key and
+        version), connections closed for bad input."""
         server = self._server
         return {
             "broker_id": self._listener.broker_id,
+            "pid": os.getpid(),
             "address": self._address,
             "connections": len(server.connections) if server else 0,
             "requests": server.requests if server else 0,

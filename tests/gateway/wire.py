@@ -122,3 +122,40 @@ class Wire:
 def request_class(api_key: int, version: int) -> type:
     """kio's request class of an API version."""
     return load_request_schema(api_key, version)
+
+
+def build_request(api_key: int, version: int, **values: Any) -> Any:
+    """A kio request of any version from the newest fields' names; nested entities are given
+    as dicts (lists of dicts for arrays) and built in that version's classes."""
+    from dataclasses import fields
+
+    from actors.gateway.codec import build, nested
+
+    def convert(cls: type, data: dict[str, Any]) -> Any:
+        names = {f.name: f for f in fields(cls)}
+        out = {}
+        for key, value in data.items():
+            if key not in names:
+                continue
+            if isinstance(value, dict):
+                value = convert(nested(cls, key), value)
+            elif isinstance(value, list) and value and isinstance(value[0], dict):
+                value = tuple(convert(nested(cls, key), v) for v in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            out[key] = value
+        return build(cls, out)
+
+    return convert(request_class(api_key, version), values)
+
+
+def gateway_address(cluster: Any, broker_id: int) -> tuple[str, int]:
+    """Where broker ``broker_id``'s gateway listens."""
+    broker = next(b for b in cluster.metadata([]).brokers if b.broker_id == broker_id)
+    return broker.host, broker.port
+
+
+def leader_address(cluster: Any, topic: str, partition: int) -> tuple[str, int]:
+    """The gateway of the partition's current leader."""
+    leader = cluster.metadata([topic]).topics[topic].partitions[partition].leader
+    return gateway_address(cluster, leader)
