@@ -6,7 +6,11 @@ One partition, acks=1, 100-byte values:
   client writing to a sink: the gateway's own server code in a plain process (no Ray),
   answering Produce without storing anything, which is the client's own ceiling here;
 - confluent-kafka's consumer through the gateway against rayqueue's native consumer, both
-  reading the same records from the beginning with 1 MB partition fetches;
+  reading the same records from the beginning with 1 MB partition fetches, and against the
+  same client reading such records from a source: the gateway's server code in a plain
+  process serving Fetch from the log's bytes held in memory (the client's own ceiling);
+  confluent-kafka reads with ``queued.min.messages`` raised (see CONSUMER_TUNED), and once
+  more with librdkafka's defaults;
 - the latency of single Produce and Fetch requests through the gateway (p50/p99), next to
   the same call made directly on the replica actor (what the gateway adds is the difference).
 Throughput figures are the best of ``--rounds`` rounds, every baseline measured in each round.
@@ -17,6 +21,7 @@ Run: ``.venv/bin/python scripts/bench_gateway.py [--records N] [--rounds R]``.
 from __future__ import annotations
 
 import argparse
+import bisect
 import datetime
 import multiprocessing
 import os
@@ -41,10 +46,12 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested  # noqa: E402
 from actors.gateway.server import Api, KafkaServer, Limits  # noqa: E402
 from actors.gateway.versions import API_VERSIONS  # noqa: E402
 from rayqueue import TopicPartition  # noqa: E402
+from storage.batch_header import batch_boundaries, read_header  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
 VALUE_SIZE = 100
 TARGET = 0.5
+STALL_S = 600.0  # a consumer that has not finished by then is stuck: fail, do not hang
 
 
 # -- the sink: the gateway's server answering Produce without storing ------------------------------
@@ -117,13 +124,67 @@ async def _sink_produce(ctx: Any, request: Any) -> Any:
     return ctx.schema.response_of(responses=tuple(topics), throttle_time=ZERO_MS)
 
 
-def run_sink(ready: Any, stop: Any) -> None:
-    """A sink server in this (child) process until ``stop`` is set; puts its port on ``ready``."""
+async def _source_fetch(ctx: Any, request: Any) -> Any:
+    """Fetch from a log held in memory (the bench topic's bytes, read once from its replica)."""
+    log, bases, positions = ctx.state["log"]
+    end_offset = ctx.state["end"]
+    resp = ctx.schema.response
+    topic_cls = nested(resp, "responses")
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            start = end = len(log)
+            if p.fetch_offset < end_offset:
+                i = max(0, bisect.bisect_right(bases, p.fetch_offset) - 1)
+                start = positions[i]
+                j = bisect.bisect_right(positions, start + p.partition_max_bytes) - 1
+                end = positions[max(j, i + 1)]  # whole batches; at least one
+            parts.append(
+                make(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition,
+                    error_code=error_code(0),
+                    high_watermark=end_offset,
+                    last_stable_offset=end_offset,
+                    log_start_offset=0,
+                    aborted_transactions=None,
+                    records=memoryview(log)[start:end],
+                )
+            )
+        name, topic_id = getattr(t, "topic", None), getattr(t, "topic_id", None)
+        topics.append(make(resp, "responses", topic=name, topic_id=topic_id, partitions=tuple(parts)))
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS, error_code=error_code(0), session_id=0, responses=tuple(topics)
+    )
+
+
+def _load_log(path: str) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        log = fh.read()
+    bases, positions = [], []
+    end = 0
+    for position, _ in batch_boundaries(log):
+        header = read_header(log, position)
+        bases.append(header.base_offset)
+        positions.append(position)
+        end = header.next_offset
+    positions.append(len(log))
+    return {"log": (log, bases, positions), "end": end}
+
+
+def run_sink(ready: Any, stop: Any, log_path: str | None = None) -> None:
+    """A sink server in this (child) process until ``stop`` is set; puts its port on ``ready``.
+    With ``log_path`` it also serves Fetch from those record batches (whatever topic is asked)."""
     import asyncio
 
     async def main() -> None:
         state: dict[str, Any] = {"offsets": {}}
         apis = {18: API_VERSIONS, 3: Api(3, 0, 13, _sink_metadata), 0: Api(0, 3, 11, _sink_produce)}
+        if log_path is not None:
+            state.update(_load_log(log_path))
+            apis[1] = Api(1, 4, 17, _source_fetch)
         server = KafkaServer(apis, state, Limits(), name="sink")
         state["address"] = await server.start("127.0.0.1", 0)
         ready.put(state["address"][1])
@@ -179,16 +240,26 @@ def ck_produce(bootstrap: str, topic: str, n: int, value: bytes, batched: bool) 
     return rate
 
 
-def ck_consume(bootstrap: str, topic: str, n: int) -> float:
+# librdkafka stops fetching once queued.min.messages (default 100,000) wait in its queue and
+# then backs off for up to fetch.queue.backoff.ms (default 1 s): with 100-byte records a
+# Python application drains that in a fraction of the backoff and then waits. A throughput
+# reader raises the threshold; the bench reads both ways.
+CONSUMER_TUNED = {"queued.min.messages": 1_000_000}
+
+
+def ck_consume(bootstrap: str, topic: str, n: int, tuned: bool = True) -> float:
     """records/s of confluent-kafka's consumer reading ``n`` records of partition 0 from the start."""
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as CkTP
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-gateway", "enable.auto.commit": False})
+    config = {"bootstrap.servers": bootstrap, "group.id": "bench-gateway", "enable.auto.commit": False}
+    consumer = Consumer({**config, **(CONSUMER_TUNED if tuned else {})})
     start = time.perf_counter()
     consumer.assign([CkTP(topic, 0, 0)])
     seen = 0
     while seen < n:
+        if time.perf_counter() - start > STALL_S:
+            raise TimeoutError(f"confluent-kafka read {seen} of {n} records from {bootstrap} in {STALL_S}s")
         for m in consumer.consume(10_000, 5.0):
             if m.error() is None:
                 seen += 1
@@ -337,7 +408,28 @@ def latencies(cluster: rayqueue.Cluster, topic: str, requests: int) -> dict[str,
 # -- the run ----------------------------------------------------------------------------------------
 
 
-def measure_round(cluster: rayqueue.Cluster, sink: str, n: int, tag: str) -> dict[str, float]:
+def dump_log(cluster: rayqueue.Cluster, topic: str, path: str) -> None:
+    """Write partition 0's record batches, as stored, to ``path`` (the source serves them)."""
+    replica = cluster.metadata([topic]).topics[topic].partitions[0].leader_handle
+    offset = 0
+    with open(path, "wb") as fh:
+        while True:
+            records, offset = ray.get(replica.read_local.remote(offset, 8 << 20))
+            if not records:
+                return
+            fh.write(records)
+
+
+def start_sink(log_path: str | None = None) -> tuple[Any, str, Any]:
+    """A sink (with ``log_path``: a source) server in a plain child process: (process, address, stop)."""
+    spawn = multiprocessing.get_context("spawn")
+    ready, stop = spawn.Queue(), spawn.Event()
+    process = spawn.Process(target=run_sink, args=(ready, stop, log_path), daemon=True)
+    process.start()
+    return process, f"127.0.0.1:{ready.get(timeout=120)}", stop
+
+
+def measure_round(cluster: rayqueue.Cluster, sink: str, source: str, n: int, tag: str) -> dict[str, float]:
     admin = cluster.admin()
     value = os.urandom(VALUE_SIZE)
     bootstrap = cluster.bootstrap_servers
@@ -353,6 +445,8 @@ def measure_round(cluster: rayqueue.Cluster, sink: str, n: int, tag: str) -> dic
         out["ck_one_sink"] = ck_produce(sink, "bench", n, value, batched=False)
         out["native_consume"] = native_consume(cluster, topics[0], n)
         out["ck_consume"] = ck_consume(bootstrap, topics[0], n)
+        out["ck_consume_source"] = ck_consume(source, "bench", n)
+        out["ck_consume_defaults"] = ck_consume(bootstrap, topics[0], n, tuned=False)
     finally:
         for t in topics:
             admin.delete_topic(t)
@@ -365,44 +459,51 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every figure; the best of each is kept")
     parser.add_argument("--requests", type=int, default=2000, help="requests per latency figure")
     args = parser.parse_args()
-    spawn = multiprocessing.get_context("spawn")
-    ready, stop = spawn.Queue(), spawn.Event()
-    sink_process = spawn.Process(target=run_sink, args=(ready, stop), daemon=True)
-    sink_process.start()
-    sink = f"127.0.0.1:{ready.get(timeout=60)}"
     root = tempfile.mkdtemp(prefix="rayqueue-bench-")
     start_ray()
     cluster = rayqueue.launch(log_dirs=root, listeners="PLAINTEXT://127.0.0.1:0")
+    children = []
     try:
+        # The source serves the same kind of records the consumers read, as a replica stores them.
+        cluster.admin().create_topic("bench-gw-source", 1)
+        native_bulk(cluster, "bench-gw-source", args.records, os.urandom(VALUE_SIZE))
+        log_path = os.path.join(root, "source.log")
+        dump_log(cluster, "bench-gw-source", log_path)
+        cluster.admin().delete_topic("bench-gw-source")
+        children = [start_sink(), start_sink(log_path)]
+        sink, source = children[0][1], children[1][1]
         best: dict[str, float] = {}
         for r in range(args.rounds):
-            for key, rate in measure_round(cluster, sink, args.records, str(r)).items():
+            for key, rate in measure_round(cluster, sink, source, args.records, str(r)).items():
                 best[key] = max(best.get(key, 0.0), rate)
         cluster.admin().create_topic("bench-gw-latency", 1)
         lat = latencies(cluster, "bench-gw-latency", args.requests)
     finally:
         cluster.shutdown(delete_data=True)
         ray.shutdown()
+        for process, _, stop in children:
+            stop.set()
+            process.join(30)
         shutil.rmtree(root, ignore_errors=True)
-        stop.set()
-        sink_process.join(30)
 
     mb = VALUE_SIZE / 1e6
     print(f"{args.records:,} records of {VALUE_SIZE} bytes, one partition, acks=1; best of {args.rounds} rounds")
     print()
-    print(f"{'path':<44} {'records/s':>12} {'MB/s':>8} {'baseline':>26} {'ratio':>7} {'target':>7}")
+    print(f"{'path':<44} {'records/s':>12} {'MB/s':>8} {'baseline':>28} {'ratio':>7} {'target':>7}")
     rows = [
         ("confluent-kafka produce_batch via gateway", "ck_batch", "native send_many", "native_bulk"),
         ("", "ck_batch", "same client, sink server", "ck_batch_sink"),
         ("confluent-kafka produce() via gateway", "ck_one", "native send_many", "native_bulk"),
         ("", "ck_one", "same client, sink server", "ck_one_sink"),
         ("confluent-kafka consumer via gateway", "ck_consume", "native consumer", "native_consume"),
+        ("", "ck_consume", "same client, source server", "ck_consume_source"),
+        ("  with librdkafka's queue defaults", "ck_consume_defaults", "native consumer", "native_consume"),
     ]
     for label, key, base_label, base in rows:
         rate, ratio = best[key], best[key] / best[base]
         verdict = "ok" if ratio >= TARGET else "MISSED"
         shown = f"{label:<44} {rate:>12,.0f} {rate * mb:>8.1f}" if label else f"{'':<44} {'':>12} {'':>8}"
-        print(f"{shown} {base_label:>17} {best[base]:>8,.0f} {ratio:>6.2f}x {verdict:>7}")
+        print(f"{shown} {base_label:>27} {best[base]:>10,.0f} {ratio:>6.2f}x {verdict:>7}")
     print()
     print(f"request latency, {args.requests} sequential requests of 10 records (ms)")
     print(f"{'request':<16} {'p50':>8} {'p99':>8}")

@@ -116,6 +116,7 @@ class Gateway:
             "requests": server.requests if server else 0,
             "closed_for_errors": server.closed_for_errors if server else 0,
             "served": dict(server.served) if server else {},
+            "read_ahead_hits": server.state.read_ahead_hits if server else 0,
         }
 
     async def ping(self) -> int:

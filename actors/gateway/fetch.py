@@ -14,6 +14,14 @@ boundaries; the first batch is returned even when larger (KIP-74). Fetch session
 (KIP-227) are answered sessionless (session id 0): the client then sends full requests,
 which the protocol allows.
 
+Read-ahead: a consumer reading a backlog sends its next Fetch for the offset where the
+last answer ended. When the partition already had more readable data than was returned,
+the gateway asks the replica for that next range as soon as it answers, so the replica
+call overlaps the client's own work; the next request takes the answer if it asks for
+exactly that (same offset, size, isolation, epoch), else it is dropped. An empty read-ahead
+is never returned: the request then long-polls as usual. A connection holds at most
+``READ_AHEAD_BYTES`` of read-ahead.
+
 Not done: a consumer's ``last_fetched_epoch`` is not checked for divergence here (no
 ``diverging_epoch`` answer); clients validate their position with OffsetForLeaderEpoch
 after a leader change, which the gateway serves.
@@ -22,6 +30,7 @@ after a leader change, which the gateway serves.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +42,13 @@ from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.metadata import BrokerView
 from actors.gateway.server import Api, RequestContext
 from actors.types import FetchResult
-from storage.batch_header import batch_boundaries
+from storage.batch_header import batch_boundaries, read_header
 from storage.errors import FetchSessionIdNotFoundError, UnknownTopicIdError
 
 FETCH_KEY = 1
 READ_COMMITTED = 1
+READ_AHEAD_BYTES = 16 * 1024 * 1024  # per connection
+READ_AHEAD_DEPTH = 3  # ranges per partition
 
 
 # -- actor calls (one function each) --------------------------------------------------------
@@ -74,6 +85,8 @@ class _Partition:
     handle: Any = None
     code: int = NONE
     result: FetchResult | None = None
+    ahead: asyncio.Future | None = None  # a read-ahead answering this request
+    next_offset: int = -1  # where the records returned end
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -122,23 +135,146 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             except Exception as exc:  # noqa: BLE001 - the partition's error code
                 part.code = error_code_of(exc)
     live = [p for p in parts if p.handle is not None]
-    if len(live) == 1:
+    aheads = _read_aheads(ctx)
+    for part in live:
+        part.ahead = aheads.take(part, isolation)
+    if len(live) == 1 and not await _take_ahead(view, live):
         await _read_all(view, live, max_wait_ms, min_bytes, isolation)
-    elif live:
+    elif len(live) > 1:
         await _read_all(view, live, 0, 1, isolation)
         got = sum(len(p.result.records) for p in live if p.result is not None)
         if got < min_bytes and max_wait_ms > 0 and all(p.code == NONE for p in live):
             await _long_poll(view, live, max_wait_ms, min_bytes - got, isolation)
-    return _response(ctx, parts, max_bytes, isolation, by_id)
+    response = _response(ctx, parts, max_bytes, isolation, by_id)
+    aheads.start(live, isolation)
+    return response
+
+
+async def _take_ahead(view: BrokerView, parts: list[_Partition]) -> bool:
+    """Answer a one-partition request from its read-ahead; False when there is none, or it
+    found nothing (the request then long-polls)."""
+    part = parts[0]
+    if part.ahead is None:
+        return False
+    ahead, part.ahead = part.ahead, None
+    try:
+        result = await ahead
+    except Exception as exc:  # noqa: BLE001 - an error answers as a fresh call's would
+        result = exc
+    if not isinstance(result, BaseException) and not result.records:
+        return False
+    view.read_ahead_hits += 1
+    _settle(view, part, result)
+    return True
 
 
 async def _read_all(
     view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int
 ) -> None:
-    refs = [_fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, min_bytes, isolation, p.leader_epoch) for p in parts]
-    results = await asyncio.gather(*refs, return_exceptions=True)
+    calls = [
+        p.ahead or _fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, min_bytes, isolation, p.leader_epoch)
+        for p in parts
+    ]
+    view.read_ahead_hits += sum(p.ahead is not None for p in parts)
+    results = await asyncio.gather(*calls, return_exceptions=True)
     for part, result in zip(parts, results, strict=True):
         _settle(view, part, result)
+
+
+class _Chain:
+    """The read-aheads of one partition: consecutive ranges, each started when the one
+    before it answered with records and more was readable."""
+
+    __slots__ = ("params", "ranges", "closed")
+
+    def __init__(self, params: tuple) -> None:
+        self.params = params  # (replica, partition max bytes, isolation, leader epoch)
+        self.ranges: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self.closed = False
+
+
+class _ReadAheads:
+    """One connection's read-aheads, by partition (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._chains: dict[tuple[str | None, int], _Chain] = {}
+        self._held = 0  # ranges held or under way, over every chain
+
+    def take(self, part: _Partition, isolation: int) -> asyncio.Future | None:
+        """The read-ahead made for exactly this partition request, or None (a chain that
+        does not continue at this offset with these parameters is dropped)."""
+        tp = (part.topic, part.partition)
+        chain = self._chains.get(tp)
+        if chain is None:
+            return None
+        if chain.params != (part.handle, part.max_bytes, isolation, part.leader_epoch) or not chain.ranges:
+            self._drop(tp)
+            return None
+        offset, future = chain.ranges[0]
+        if offset != part.offset:
+            self._drop(tp)
+            return None
+        chain.ranges.popleft()
+        self._held -= 1
+        self._extend(tp, chain)
+        return future
+
+    def start(self, parts: list[_Partition], isolation: int) -> None:
+        """Read ahead for the partitions that returned records and have more readable now."""
+        for part in parts:
+            result = part.result
+            tp = (part.topic, part.partition)
+            if result is None or part.next_offset < 0 or tp in self._chains:
+                continue
+            readable = result.last_stable_offset if isolation == READ_COMMITTED else result.high_watermark
+            if readable > part.next_offset:
+                chain = self._chains[tp] = _Chain((part.handle, part.max_bytes, isolation, part.leader_epoch))
+                self._add(tp, chain, part.next_offset)
+
+    def _add(self, tp: tuple[str | None, int], chain: _Chain, offset: int) -> None:
+        replica, max_bytes, isolation, epoch = chain.params
+        if len(chain.ranges) >= READ_AHEAD_DEPTH or (self._held + 1) * max_bytes > READ_AHEAD_BYTES:
+            return
+        future = asyncio.ensure_future(_fetch(replica, offset, max_bytes, 0, 1, isolation, epoch))
+        chain.ranges.append((offset, future))
+        self._held += 1
+        future.add_done_callback(lambda _: self._extend(tp, chain))
+
+    def _extend(self, tp: tuple[str | None, int], chain: _Chain) -> None:
+        """Continue the chain after its last range, once that answered with records."""
+        if chain.closed or not chain.ranges:
+            return
+        _, last = chain.ranges[-1]
+        if not last.done() or last.cancelled() or last.exception() is not None:
+            return
+        result = last.result()
+        readable = result.last_stable_offset if chain.params[2] == READ_COMMITTED else result.high_watermark
+        following = _next_offset(result.records) if result.records else -1
+        if 0 <= following < readable:
+            self._add(tp, chain, following)
+
+    def _drop(self, tp: tuple[str | None, int]) -> None:
+        chain = self._chains.pop(tp, None)
+        if chain is None:
+            return
+        chain.closed = True
+        for _, future in chain.ranges:
+            future.cancel()
+        self._held -= len(chain.ranges)
+        chain.ranges.clear()
+
+    def close(self) -> None:
+        """Drop every read-ahead (the connection ended)."""
+        for tp in list(self._chains):
+            self._drop(tp)
+
+
+def _read_aheads(ctx: RequestContext) -> _ReadAheads:
+    aheads = ctx.connection.handler_state.get("fetch")
+    if aheads is None:
+        aheads = ctx.connection.handler_state["fetch"] = _ReadAheads()
+        ctx.connection.on_close.append(aheads.close)
+    return aheads
 
 
 async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int) -> None:
@@ -216,6 +352,7 @@ def _response(ctx: RequestContext, parts: list[_Partition], max_bytes: int, isol
         if records:
             first = False
             budget -= len(records)
+            part.next_offset = _next_offset(records)
         aborted = None
         if isolation == READ_COMMITTED:
             aborted = tuple(
@@ -243,6 +380,12 @@ def _response(ctx: RequestContext, parts: list[_Partition], max_bytes: int, isol
             make(resp_cls, "responses", topic=key, topic_id=key, partitions=tuple(items)) for key, items in topics
         ),
     )
+
+
+def _next_offset(records: Any) -> int:
+    """The offset after the last whole batch of ``records`` (-1 when there is none)."""
+    bounds = batch_boundaries(records)
+    return read_header(records, bounds[-1][0]).next_offset if bounds else -1
 
 
 def _cut(records: bytes, budget: int, keep_one: bool) -> memoryview | bytes:

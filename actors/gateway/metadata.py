@@ -95,6 +95,7 @@ class BrokerView:
         self.transaction_coordinator = transaction_coordinator
         self.group_coordinator = group_coordinator
         self.cluster_id = ""
+        self.read_ahead_hits = 0  # Fetch answers taken from a read-ahead (fetch.py)
         self._topics: dict[str, TopicMetadata] = {}
         self._fetched_at: dict[str, float] = {}
         self._by_id: dict[uuid.UUID, str] = {}

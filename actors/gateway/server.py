@@ -151,6 +151,7 @@ class Connection(asyncio.BufferedProtocol):
         self.id = next(server._ids)
         self.peer = "?"
         self.handler_state: dict[str, Any] = {}  # per-connection state of the handlers
+        self.on_close: list[Callable[[], None]] = []  # handlers' cleanups when the connection ends
         self._transport: asyncio.Transport | None = None
         self._rx = bytearray(RECEIVE_BUFFER)
         self._start = 0  # first unparsed byte of _rx
@@ -186,6 +187,12 @@ class Connection(asyncio.BufferedProtocol):
             task.cancel()
         self._pending.clear()
         self._big = None
+        for cleanup in self.on_close:
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - one cleanup's failure must not skip the others
+                logger.exception("%s: connection cleanup failed", self.server.name)
+        self.on_close.clear()
 
     def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
         if self._big is not None:
