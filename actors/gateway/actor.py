@@ -9,6 +9,7 @@ are what the cluster launch and shutdown call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -65,16 +66,37 @@ class Gateway:
         self._listener = listener
         self._server: KafkaServer | None = None
         self._address: tuple[str, int] | None = None
+        self._starting: asyncio.Lock | None = None
         context = ray.get_runtime_context()
-        if context.get_actor_id() is not None and context.was_current_actor_reconstructed:
-            # Restarted by Ray: listen again without waiting for anyone to ask.
-            context.current_actor.start.remote()
+        if context.get_actor_id() is not None:
+            # Listen without waiting to be asked: after a restart by Ray nobody asks (the
+            # launch's own call finds it started, or starting).
+            context.current_actor.keep_started.remote()
 
     async def start(self) -> tuple[str, int]:
         """Listen and register the advertised address with the controller (idempotent);
         returns that address."""
-        if self._address is not None:
+        if self._starting is None:
+            self._starting = asyncio.Lock()  # created in the actor's event loop
+        async with self._starting:
+            if self._address is None:
+                self._address = await self._start()
             return self._address
+
+    async def keep_started(self) -> None:
+        """``start``, retried until it succeeds (a restarted gateway whose port is still held
+        by its predecessor's socket, or whose controller is restarting, tries again)."""
+        while True:
+            try:
+                await self.start()
+                return
+            except Exception:  # noqa: BLE001 - logged, then retried
+                logger.warning(
+                    "gateway of broker %d could not start; retrying", self._listener.broker_id, exc_info=True
+                )
+                await asyncio.sleep(1.0)
+
+    async def _start(self) -> tuple[str, int]:
         listener = self._listener
         view = BrokerView(
             listener.broker_id,
@@ -93,7 +115,6 @@ class Gateway:
             await server.close()
             raise
         self._server = server
-        self._address = address
         logger.info("broker %d: Kafka clients reach this gateway at %s:%d", listener.broker_id, *address)
         return address
 

@@ -7,9 +7,10 @@ import shutil
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def bootstrap(cluster) -> str:
-    """``host:port,...`` of the session cluster's gateways."""
+    """``host:port,...`` of the session cluster's gateways (asked anew: a restarted gateway
+    listens on a new free port)."""
     servers = cluster.bootstrap_servers
     assert servers, "the session cluster runs no gateways"
     return servers
