@@ -118,3 +118,27 @@ def test_kcat_lists_brokers_and_topics(kcat, cluster, bootstrap, new_topic):
     for b in cluster.metadata([]).brokers:
         assert f"broker {b.broker_id} at {b.host}:{b.port}" in out
     assert f'topic "{topic}" with 2 partitions' in out
+
+
+def test_a_producer_auto_creates_its_topic(cluster, bootstrap, admin):
+    """auto.create.topics.enable (Kafka's default, true): the producer's Metadata request creates
+    the topic with num.partitions; a consumer's Metadata does not (librdkafka asks not to)."""
+    topic = f"gateway-auto-{next(_ids)}"
+    try:
+        Confluent().produce(bootstrap, topic, [Rec(b"k", b"first", (), None)], "none")
+        meta = cluster.metadata([topic]).topics[topic]
+        assert len(meta.partitions) == cluster.config["num.partitions"]
+        assert [g.value for g in Confluent().consume(bootstrap, topic, {0: 0}, 1)] == [b"first"]
+        missing = f"gateway-auto-missing-{next(_ids)}"
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "auto"})
+        try:
+            assert missing not in consumer.list_topics(missing, timeout=10).topics or (
+                consumer.list_topics(missing, timeout=10).topics[missing].error is not None
+            )
+        finally:
+            consumer.close()
+        assert missing not in admin.list_topics()
+    finally:
+        admin.delete_topic(topic)
