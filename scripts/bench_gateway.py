@@ -37,6 +37,7 @@ from typing import Any
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray  # noqa: E402
+from bench_produce_fetch import consume, produce_bulk  # noqa: E402
 from bench_ray import start_ray  # noqa: E402
 from kio.index import load_response_schema  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
@@ -45,7 +46,6 @@ import rayqueue  # noqa: E402
 from actors.gateway.codec import ZERO_MS, error_code, make, nested  # noqa: E402
 from actors.gateway.server import Api, KafkaServer, Limits  # noqa: E402
 from actors.gateway.versions import API_VERSIONS  # noqa: E402
-from rayqueue import TopicPartition  # noqa: E402
 from storage.batch_header import batch_boundaries, read_header  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
@@ -268,33 +268,6 @@ def ck_consume(bootstrap: str, topic: str, n: int, tuned: bool = True) -> float:
     return rate
 
 
-# -- native -----------------------------------------------------------------------------------------
-
-
-def native_bulk(cluster: rayqueue.Cluster, topic: str, n: int, value: bytes) -> float:
-    producer = cluster.producer(acks="1")
-    values = [value] * n
-    start = time.perf_counter()
-    producer.send_many(topic, values, partition=0).get()
-    rate = n / (time.perf_counter() - start)
-    producer.close()
-    return rate
-
-
-def native_consume(cluster: rayqueue.Cluster, topic: str, n: int) -> float:
-    consumer = cluster.consumer(auto_offset_reset="earliest")
-    consumer.assign([TopicPartition(topic, 0)])
-    start = time.perf_counter()
-    seen = 0
-    for _ in consumer:
-        seen += 1
-        if seen == n:
-            break
-    rate = n / (time.perf_counter() - start)
-    consumer.close()
-    return rate
-
-
 # -- latency ----------------------------------------------------------------------------------------
 
 
@@ -438,12 +411,12 @@ def measure_round(cluster: rayqueue.Cluster, sink: str, source: str, n: int, tag
     for t in topics:
         admin.create_topic(t, 1)
     try:
-        out["native_bulk"] = native_bulk(cluster, topics[0], n, value)
+        out["native_bulk"] = produce_bulk(cluster, topics[0], value, n)
         out["ck_batch"] = ck_produce(bootstrap, topics[1], n, value, batched=True)
         out["ck_batch_sink"] = ck_produce(sink, "bench", n, value, batched=True)
         out["ck_one"] = ck_produce(bootstrap, topics[2], n, value, batched=False)
         out["ck_one_sink"] = ck_produce(sink, "bench", n, value, batched=False)
-        out["native_consume"] = native_consume(cluster, topics[0], n)
+        out["native_consume"] = consume(cluster, topics[0], n)
         out["ck_consume"] = ck_consume(bootstrap, topics[0], n)
         out["ck_consume_source"] = ck_consume(source, "bench", n)
         out["ck_consume_defaults"] = ck_consume(bootstrap, topics[0], n, tuned=False)
@@ -466,7 +439,7 @@ def main() -> None:
     try:
         # The source serves the same kind of records the consumers read, as a replica stores them.
         cluster.admin().create_topic("bench-gw-source", 1)
-        native_bulk(cluster, "bench-gw-source", args.records, os.urandom(VALUE_SIZE))
+        produce_bulk(cluster, "bench-gw-source", os.urandom(VALUE_SIZE), args.records)
         log_path = os.path.join(root, "source.log")
         dump_log(cluster, "bench-gw-source", log_path)
         cluster.admin().delete_topic("bench-gw-source")

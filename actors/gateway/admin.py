@@ -10,7 +10,6 @@ the controller would, and change nothing. These requests run alone on their conn
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +18,7 @@ from actors.controller import validate_topic_name
 from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.metadata import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
-from actors.gateway.offsets import per_partition
+from actors.gateway.offsets import per_partition, per_topic
 from actors.gateway.server import Api, RequestContext
 from actors.types import TopicMetadata
 from storage.config import LOG_CONFIG, ConfigKey
@@ -430,11 +429,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             error_code=error_code(code),
         )
 
-    topics = []
-    for t in request.topics:
-        partitions = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
-        topics.append(make(resp_cls, "topics", name=t.name, partitions=tuple(partitions)))
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=tuple(topics))
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "name", one))
 
 
 # -- DescribeCluster ----------------------------------------------------------------------------

@@ -49,6 +49,20 @@ async def per_partition(
         return code, None
 
 
+async def per_topic(
+    resp_cls: type, topics: Any, name_field: str, answer: Callable[[str, Any], Awaitable[Any]]
+) -> tuple:
+    """The response's topics: ``answer(topic, partition request)`` for every partition of every
+    topic, all at once, grouped back by topic (``name_field`` names the topic field)."""
+    asked = [(getattr(t, name_field), t.partitions) for t in topics]
+    answers = await asyncio.gather(*(answer(name, p) for name, parts in asked for p in parts))
+    out, i = [], 0
+    for name, parts in asked:
+        out.append(make(resp_cls, "topics", **{name_field: name}, partitions=tuple(answers[i : i + len(parts)])))
+        i += len(parts)
+    return tuple(out)
+
+
 # -- the requests ------------------------------------------------------------------------------
 
 
@@ -76,11 +90,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             leader_epoch=found.leader_epoch,
         )
 
-    topics = []
-    for t in request.topics:
-        partitions = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
-        topics.append(make(resp_cls, "topics", name=t.name, partitions=tuple(partitions)))
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=tuple(topics))
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "name", one))
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
@@ -106,11 +116,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             end_offset=end,
         )
 
-    topics = []
-    for t in request.topics:
-        partitions = await asyncio.gather(*(one(t.topic, p) for p in t.partitions))
-        topics.append(make(resp_cls, "topics", topic=t.topic, partitions=tuple(partitions)))
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=tuple(topics))
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "topic", one))
 
 
 APIS = (

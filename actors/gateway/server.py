@@ -326,10 +326,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _respond_now(self, chunks: list[bytes]) -> None:
         """Queue an answer made without a handler, behind the ones already in flight."""
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         future.set_result(chunks)
         self._pending.append(future)  # type: ignore[arg-type]
-        self._on_done(future)
+        loop.call_soon(self._on_done, future)  # not now: this runs inside _parse
 
     def _on_done(self, _: asyncio.Future) -> None:
         """Write the responses at the head of the queue that are ready, in request order."""
@@ -387,5 +388,9 @@ class Connection(asyncio.BufferedProtocol):
     def close(self) -> None:
         """Close the connection (pending responses are dropped)."""
         self._closing = True
-        if self._transport is not None:
-            self._transport.abort() if self._write_paused else self._transport.close()
+        if self._transport is None:
+            return
+        if self._write_paused:
+            self._transport.abort()  # its buffered answers would never drain
+        else:
+            self._transport.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import time
 
 import pytest
 
@@ -111,7 +112,8 @@ def test_confluent_admin_list_offsets_and_delete_records(ck_admin, admin, cluste
 
     topic = new_topic(partitions=1)
     producer = cluster.producer()
-    for i, ts in enumerate([10, 50, 30, 40, 20]):
+    base = int(time.time() * 1000) - 60_000  # recent: retention (7 days) is checked every second
+    for i, ts in enumerate([base + 10, base + 50, base + 30, base + 40, base + 20]):
         producer.send(topic, b"%d" % i, partition=0, timestamp=ts).get(30)
     producer.close()
     tp = CkTP(topic, 0)
@@ -122,8 +124,8 @@ def test_confluent_admin_list_offsets_and_delete_records(ck_admin, admin, cluste
 
     assert offset(OffsetSpec.earliest())[0] == 0
     assert offset(OffsetSpec.latest())[0] == 5
-    assert offset(OffsetSpec.max_timestamp()) == (1, 50)
-    assert offset(OffsetSpec.for_timestamp(35)) == (1, 50)
+    assert offset(OffsetSpec.max_timestamp()) == (1, base + 50)
+    assert offset(OffsetSpec.for_timestamp(base + 35)) == (1, base + 50)
 
     deleted = ck_admin.delete_records([CkTP(topic, 0, 3)])[CkTP(topic, 0, 3)].result(30)
     assert deleted.low_watermark == 3

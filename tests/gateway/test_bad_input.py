@@ -82,3 +82,37 @@ def test_bad_frames_close_their_connection_only(cluster, new_topic, bootstrap):
     assert values == [b"before-%d" % i for i in range(100)] + [b"after-%d" % i for i in range(100)]
     end = cluster.admin().list_offsets({TopicPartition(topic, 0): -1})[TopicPartition(topic, 0)].offset
     assert end == 200
+
+
+def test_acks_zero_is_not_answered_and_its_error_closes_the_connection(cluster, new_topic):
+    from storage.record_batch import RecordBatchBuilder
+
+    topic = new_topic(partitions=1)
+    builder = RecordBatchBuilder()
+    builder.append_many([b"fire", b"and", b"forget"])
+    batch = builder.build()
+
+    def produce(name: str):
+        return build_request(
+            0,
+            9,
+            transactional_id=None,
+            acks=0,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=[{"name": name, "partition_data": [{"index": 0, "records": batch}]}],
+        )
+
+    metadata = build_request(3, 12, topics=None, allow_auto_topic_creation=False,
+                             include_topic_authorized_operations=False)  # fmt: skip
+    with Wire(leader_address(cluster, topic, 0)) as wire:
+        wire.send(produce(topic))
+        cid = wire.send(metadata)
+        got, _ = wire.receive(3, 12)
+        assert got == cid  # the produce had no answer: the next one is the metadata's
+        wire.send(produce("no-such-topic-for-acks-0"))
+        assert wire.closed_by_peer(10)  # as Kafka does, so that the client refreshes its metadata
+    consumer = cluster.consumer(enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning([TopicPartition(topic, 0)])
+    assert [r.value for r in consume_all(consumer, 3)] == [b"fire", b"and", b"forget"]
+    consumer.close()

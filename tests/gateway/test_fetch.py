@@ -8,6 +8,7 @@ read_committed with open and aborted transactions, fetch sessions.
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 
 import pytest
@@ -239,7 +240,9 @@ def test_stale_and_future_leader_epochs_are_fenced_after_a_leader_dies(cluster, 
 def test_list_offsets_earliest_latest_max_timestamp_and_by_time(cluster, admin, new_topic):
     topic = new_topic(partitions=1)
     producer = cluster.producer()
-    for i, ts in enumerate([1_000, 5_000, 3_000, 4_000]):
+    # Recent timestamps: the session cluster checks retention (7 days) every second.
+    base = int(time.time() * 1000) - 60_000
+    for i, ts in enumerate([base + 1_000, base + 5_000, base + 3_000, base + 4_000]):
         producer.send(topic, b"%d" % i, partition=0, timestamp=ts).get(30)
     producer.close()
     admin.delete_records({TopicPartition(topic, 0): 1})
@@ -259,14 +262,14 @@ def test_list_offsets_earliest_latest_max_timestamp_and_by_time(cluster, admin, 
                 .topics[0]
                 .partitions[0]
             )
-            assert p.error_code == 0
+            assert p.error_code == 0, p
             return p.offset, p.timestamp
 
         assert ask(-2) == (1, -1)  # earliest: the log start, after DeleteRecords
         assert ask(-1) == (4, -1)  # latest: the high watermark
-        assert ask(-3) == (1, 5_000)  # the record with the largest timestamp (KIP-734)
-        assert ask(3_500) == (1, 5_000)  # the first at or after 3,500
-        assert ask(9_999) == (-1, -1)  # later than every record
+        assert ask(-3) == (1, base + 5_000)  # the record with the largest timestamp (KIP-734)
+        assert ask(base + 3_500) == (1, base + 5_000)  # the first at or after it
+        assert ask(base + 9_999) == (-1, -1)  # later than every record
 
 
 def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(cluster, one_broker_topic, bootstrap):
