@@ -326,6 +326,8 @@ def latencies(cluster: rayqueue.Cluster, topic: str, requests: int) -> dict[str,
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+    from actors import protocol
+
     builder = RecordBatchBuilder()
     builder.append_many([os.urandom(VALUE_SIZE) for _ in range(10)])
     batch = builder.build()
@@ -347,7 +349,7 @@ def latencies(cluster: rayqueue.Cluster, topic: str, requests: int) -> dict[str,
             gateway.append(time.perf_counter() - t)
             assert answer.responses[0].partition_responses[0].error_code == 0
             t = time.perf_counter()
-            ray.get(replica.produce.remote(batch, 1))
+            ray.get(replica.produce.remote(protocol.ProduceRequest(batch, acks=1)))
             direct.append(time.perf_counter() - t)
         out["Produce"], out["Produce direct"] = percentiles(gateway), percentiles(direct)
         gateway, direct = [], []
@@ -370,7 +372,7 @@ def latencies(cluster: rayqueue.Cluster, topic: str, requests: int) -> dict[str,
             gateway.append(time.perf_counter() - t)
             assert answer.responses[0].partitions[0].records
             t = time.perf_counter()
-            assert ray.get(replica.fetch.remote(offset, 2048, 0, 1)).records
+            assert ray.get(replica.fetch.remote(protocol.FetchRequest(offset, 2048, 0, 1))).records
             direct.append(time.perf_counter() - t)
         out["Fetch"], out["Fetch direct"] = percentiles(gateway), percentiles(direct)
     finally:

@@ -19,9 +19,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.controller import CONTROLLER_NAME
-from actors.gateway import admin, fetch, metadata, offsets, produce, transactions
+from actors.gateway.broker_view import BrokerView, listed_brokers
+from actors.gateway.handlers import admin, fetch, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners
-from actors.gateway.metadata import BrokerView, listed_brokers
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
 from actors.group_coordinator import GROUP_COORDINATOR_NAME

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from actors.gateway.metadata import topic_uuid
+from actors.gateway.broker_view import topic_uuid
 from actors.types import TopicPartition
 from storage.batch_header import batch_boundaries, read_header
 from tests.gateway.wire import Wire, build_request, gateway_address, leader_address

@@ -1,11 +1,12 @@
 """Admin requests: topics, partitions, configs, records, the cluster.
 
 CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and IncrementalAlterConfigs
-go to the controller (any gateway serves them: Metadata names the lowest broker as the
-controller, as KRaft names a random broker to clients). DeleteRecords goes to each
-partition's leader. ``validate_only`` requests check names, counts and configs the way
-the controller would, and change nothing. These requests run alone on their connection
-(``exclusive``), as every request does on a Kafka broker.
+go to the controller, one ``actors/protocol.py`` request per topic (any gateway serves
+them: Metadata names the lowest broker as the controller, as KRaft names a random broker
+to clients). The controller checks names, counts, assignments and configs, also for
+``validate_only`` requests, which it answers without changing anything. DeleteRecords goes
+to each partition's leader. These requests run alone on their connection (``exclusive``),
+as every request does on a Kafka broker.
 """
 
 from __future__ import annotations
@@ -14,22 +15,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.config import BROKER_CONFIG
-from actors.controller import validate_topic_name
+from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
 from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
-from actors.gateway.metadata import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
-from actors.gateway.offsets import per_partition, per_topic
+from actors.gateway.handlers.offsets import per_partition, per_topic
 from actors.gateway.server import Api, RequestContext
+from actors.protocol import (
+    AlterableConfig,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from actors.types import TopicMetadata
 from storage.config import LOG_CONFIG, ConfigKey
-from storage.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
-    InvalidRequestError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
+from storage.errors import InvalidReplicaAssignmentError, InvalidRequestError, UnknownTopicOrPartitionError
 
 CREATE_TOPICS_KEY = 19
 DELETE_TOPICS_KEY = 20
@@ -40,7 +43,6 @@ INCREMENTAL_ALTER_CONFIGS_KEY = 44
 DESCRIBE_CLUSTER_KEY = 60
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 MISMATCHED_ENDPOINT_TYPE = 114  # DescribeCluster asked a broker for the controllers (KIP-919)
 BROKERS_ENDPOINT = 1
 # DescribeConfigs' ConfigSource and ConfigType, as Kafka numbers them.
@@ -51,30 +53,28 @@ CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "li
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-async def _create_topic(
-    controller: Any, name: str, partitions: int | None, rf: int | None, configs: dict, assignment: list | None
-) -> TopicMetadata:
-    return await controller.create_topic.remote(name, partitions, rf, configs, assignment)
+async def _create_topic(controller: Any, request: CreateTopicsRequest) -> TopicMetadata:
+    return await controller.create_topic.remote(request)
 
 
-async def _delete_topic(controller: Any, name: str) -> None:
-    await controller.delete_topic.remote(name)
+async def _delete_topic(controller: Any, request: DeleteTopicsRequest) -> None:
+    await controller.delete_topic.remote(request)
 
 
-async def _create_partitions(controller: Any, name: str, total: int, assignment: list | None) -> TopicMetadata:
-    return await controller.create_partitions.remote(name, total, assignment)
+async def _create_partitions(controller: Any, request: CreatePartitionsRequest) -> TopicMetadata:
+    return await controller.create_partitions.remote(request)
 
 
-async def _describe_configs(controller: Any, name: str) -> dict[str, tuple[Any, str]]:
-    return await controller.describe_configs.remote(name)
+async def _describe_configs(controller: Any, request: DescribeConfigsRequest) -> dict[str, tuple[Any, str]]:
+    return await controller.describe_configs.remote(request)
 
 
-async def _alter_configs(controller: Any, name: str, set_configs: dict, delete_configs: list) -> dict:
-    return await controller.alter_configs.remote(name, set_configs, delete_configs)
+async def _alter_configs(controller: Any, request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
+    return await controller.alter_configs.remote(request)
 
 
-async def _delete_records(replica: Any, offset: int) -> int:
-    return await replica.delete_records.remote(offset)
+async def _delete_records(replica: Any, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    return await replica.delete_records.remote(request)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -103,15 +103,15 @@ def _duplicates(names: Iterable[str]) -> set[str]:
     return dup
 
 
-def _check_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
-    """Topic configs in Kafka's names, converted and checked (InvalidConfigError)."""
-    out = {}
-    for key, value in configs.items():
-        canonical = LOG_CONFIG.canonical(key)
-        if canonical != key:
-            raise InvalidConfigError(f"unknown topic config {key!r}")
-        out[key] = LOG_CONFIG.keys[key].convert(value)
-    return out
+def _assignments(wire: Any) -> tuple[tuple[int, ...], ...] | None:
+    """CreateTopics' replica assignment (partition index, broker ids) as the broker lists
+    in partition order that CreateTopicsRequest takes; None when there is none."""
+    if not wire:
+        return None
+    ordered = sorted(wire, key=lambda a: a.partition_index)
+    if [a.partition_index for a in ordered] != list(range(len(ordered))):
+        raise InvalidReplicaAssignmentError("the assignment must name partitions 0..n-1, each once")
+    return tuple(tuple(int(b) for b in a.broker_ids) for a in ordered)
 
 
 # -- CreateTopics ------------------------------------------------------------------------------
@@ -126,48 +126,29 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     results = []
     for t in request.topics:
         if t.name in dup:
-            results.append(_created(topic_cls, t.name, InvalidRequestError.code, "topic named twice", None, view))
+            results.append(_created(topic_cls, t.name, InvalidRequestError.code, "topic named twice", None))
             continue
         try:
-            meta = await _create_one(view, t, bool(request.validate_only))
-            configs = await _topic_configs(view, t.name, meta)
-            results.append(_created(topic_cls, t.name, NONE, None, meta, view, configs))
+            asked = CreateTopicsRequest(
+                t.name,
+                int(t.num_partitions),
+                int(t.replication_factor),
+                _assignments(t.assignments),
+                {c.name: c.value for c in t.configs},
+                bool(request.validate_only),
+            )
+            meta = await _create_topic(view.controller, asked)
+            view.invalidate(t.name)
+            configs = {} if asked.validate_only else await _topic_configs(view, t.name)
+            results.append(_created(topic_cls, t.name, NONE, None, meta, configs))
         except Exception as exc:  # noqa: BLE001 - the topic's error code
-            results.append(_created(topic_cls, t.name, _code(exc), error_message_of(exc), None, view))
+            results.append(_created(topic_cls, t.name, _code(exc), error_message_of(exc), None))
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=tuple(results))
 
 
-async def _create_one(view: BrokerView, t: Any, validate_only: bool) -> TopicMetadata | None:
-    validate_topic_name(t.name)
-    configs = _check_topic_configs({c.name: c.value for c in t.configs})
-    assignment = None
-    if t.assignments:
-        if t.num_partitions != -1 or t.replication_factor != -1:
-            raise InvalidRequestError("give either an assignment or num_partitions/replication_factor")
-        ordered = sorted(t.assignments, key=lambda a: a.partition_index)
-        if [a.partition_index for a in ordered] != list(range(len(ordered))):
-            raise InvalidRequestError("the assignment must name partitions 0..n-1")
-        assignment = [list(a.broker_ids) for a in ordered]
-    partitions = None if t.num_partitions == -1 else int(t.num_partitions)
-    rf = None if t.replication_factor == -1 else int(t.replication_factor)
-    if partitions is not None and partitions < 1:
-        raise InvalidPartitionsError(f"num_partitions={partitions}; must be at least 1")
-    if rf is not None and rf < 1:
-        raise InvalidReplicationFactorError(f"replication factor {rf}; must be at least 1")
-    if validate_only:
-        if t.name in (await view.cluster([t.name])).topics:
-            raise TopicAlreadyExistsError(f"topic {t.name!r} already exists")
-        return None
-    meta = await _create_topic(view.controller, t.name, partitions, rf, configs, assignment)
-    view.invalidate(t.name)
-    return meta
-
-
-async def _topic_configs(view: BrokerView, name: str, meta: TopicMetadata | None) -> dict:
-    if meta is None:
-        return {}
+async def _topic_configs(view: BrokerView, name: str) -> dict:
     try:
-        return await _describe_configs(view.controller, name)
+        return await _describe_configs(view.controller, DescribeConfigsRequest(name))
     except Exception:  # noqa: BLE001 - the topic exists; its config list is a courtesy
         return {}
 
@@ -178,7 +159,6 @@ def _created(
     code: int,
     message: str | None,
     meta: TopicMetadata | None,
-    view: BrokerView,
     configs: dict | None = None,
 ) -> Any:
     partitions = len(meta.partitions) if meta is not None else -1
@@ -237,7 +217,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
             if meta is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             tid = topic_uuid(meta.topic_id)
-            await _delete_topic(view.controller, name)
+            await _delete_topic(view.controller, DeleteTopicsRequest(name))
         except Exception as exc:  # noqa: BLE001 - the topic's error code
             code, message = _code(exc), error_message_of(exc)
         finally:
@@ -263,19 +243,12 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         try:
             if t.name in dup:
                 raise InvalidRequestError("topic named twice")
-            assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
-            meta = (await view.cluster([t.name])).topics.get(t.name)
-            if meta is None:
-                raise UnknownTopicOrPartitionError(f"unknown topic {t.name!r}")
-            if t.count <= len(meta.partitions):
-                raise InvalidPartitionsError(f"topic {t.name!r} has {len(meta.partitions)} partitions; asked {t.count}")
-            if assignment is not None and len(assignment) != t.count - len(meta.partitions):
-                raise InvalidRequestError(
-                    f"{len(assignment)} assignments for {t.count - len(meta.partitions)} new ones"
-                )
-            if not request.validate_only:
-                await _create_partitions(view.controller, t.name, int(t.count), assignment)
-                view.invalidate(t.name)
+            assignments = None
+            if t.assignments is not None:
+                assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments)
+            asked = CreatePartitionsRequest(t.name, int(t.count), assignments, bool(request.validate_only))
+            await _create_partitions(view.controller, asked)
+            view.invalidate(t.name)
         except Exception as exc:  # noqa: BLE001 - the topic's error code
             code, message = _code(exc), error_message_of(exc)
         results.append(make(resp_cls, "results", name=t.name, error_code=error_code(code), error_message=message))
@@ -294,10 +267,10 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for r in request.resources:
         code, message, entries = NONE, None, []
-        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+        keys = tuple(r.configuration_keys) if r.configuration_keys is not None else None
         try:
             if r.resource_type == TOPIC_RESOURCE:
-                described = await _describe_configs(view.controller, r.resource_name)
+                described = await _describe_configs(view.controller, DescribeConfigsRequest(r.resource_name, keys))
                 for key, (value, source) in sorted(described.items()):
                     entries.append((key, value, source, False, LOG_CONFIG.keys.get(key)))
             elif r.resource_type == BROKER_RESOURCE:
@@ -360,9 +333,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         try:
             if r.resource_type != TOPIC_RESOURCE:
                 raise InvalidRequestError("only topic configs can be altered; broker configs are static")
-            set_configs, delete_configs = await _alterations(view, r)
-            if not request.validate_only:
-                await _alter_configs(view.controller, r.resource_name, set_configs, delete_configs)
+            changes = tuple(AlterableConfig(c.name, int(c.config_operation), c.value) for c in r.configs)
+            asked = IncrementalAlterConfigsRequest(r.resource_name, changes, bool(request.validate_only))
+            await _alter_configs(view.controller, asked)
         except Exception as exc:  # noqa: BLE001 - the resource's error code
             code, message = _code(exc), error_message_of(exc)
         results.append(
@@ -378,38 +351,6 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     return ctx.schema.response_of(throttle_time=ZERO_MS, responses=tuple(results))
 
 
-async def _alterations(view: BrokerView, r: Any) -> tuple[dict[str, Any], list[str]]:
-    """The resource's operations as (keys to set, keys to delete), checked."""
-    if _duplicates(c.name for c in r.configs):
-        raise InvalidRequestError("a config is named twice")
-    current: dict[str, tuple[Any, str]] | None = None
-    set_configs: dict[str, Any] = {}
-    delete_configs: list[str] = []
-    for c in r.configs:
-        if c.name not in LOG_CONFIG.keys:
-            raise InvalidConfigError(f"unknown topic config {c.name!r}")
-        spec = LOG_CONFIG.keys[c.name]
-        if c.config_operation == SET:
-            set_configs[c.name] = spec.convert(c.value)
-        elif c.config_operation == DELETE:
-            delete_configs.append(c.name)
-        elif c.config_operation in (APPEND, SUBTRACT):
-            if spec.type != "list":
-                raise InvalidConfigError(f"{c.name} is not a list: APPEND and SUBTRACT do not apply")
-            if current is None:
-                current = await _describe_configs(view.controller, r.resource_name)
-            items = list(current[c.name][0])
-            change = list(spec.convert(c.value or ""))
-            if c.config_operation == APPEND:
-                items += [i for i in change if i not in items]
-            else:
-                items = [i for i in items if i not in change]
-            set_configs[c.name] = spec.convert(items)
-        else:
-            raise InvalidRequestError(f"unknown config operation {c.config_operation}")
-    return set_configs, delete_configs
-
-
 # -- DeleteRecords ------------------------------------------------------------------------------
 
 
@@ -420,12 +361,13 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     topic_cls = nested(resp_cls, "topics")
 
     async def one(name: str, p: Any) -> Any:
-        code, low = await per_partition(view, name, p.partition_index, lambda r: _delete_records(r, p.offset))
+        asked = DeleteRecordsRequest(p.offset)
+        code, done = await per_partition(view, name, p.partition_index, lambda r: _delete_records(r, asked))
         return make(
             topic_cls,
             "partitions",
             partition_index=p.partition_index,
-            low_watermark=low if low is not None else -1,
+            low_watermark=done.low_watermark if done is not None else -1,
             error_code=error_code(code),
         )
 

@@ -37,16 +37,16 @@ from typing import Any
 
 import ray
 
+from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
-from actors.gateway.metadata import BrokerView
 from actors.gateway.server import Api, RequestContext
-from actors.types import FetchResult
+from actors.protocol import FetchRequest, FetchResponse, IsolationLevel
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import FetchSessionIdNotFoundError, UnknownTopicIdError
 
 FETCH_KEY = 1
-READ_COMMITTED = 1
+READ_COMMITTED = IsolationLevel.READ_COMMITTED
 READ_AHEAD_BYTES = 16 * 1024 * 1024  # per connection
 READ_AHEAD_DEPTH = 3  # ranges per partition
 
@@ -54,11 +54,9 @@ READ_AHEAD_DEPTH = 3  # ranges per partition
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-def _fetch(
-    replica: Any, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int, isolation: int, leader_epoch: int
-) -> Any:
+def _fetch(replica: Any, request: FetchRequest) -> Any:
     """The replica's fetch call; returns its ObjectRef (awaitable, cancellable)."""
-    return replica.fetch.remote(offset, max_bytes, max_wait_ms, min_bytes, isolation, leader_epoch)
+    return replica.fetch.remote(request)
 
 
 def _cancel(ref: Any) -> None:
@@ -84,9 +82,14 @@ class _Partition:
     leader_epoch: int
     handle: Any = None
     code: int = NONE
-    result: FetchResult | None = None
+    result: FetchResponse | None = None
     ahead: asyncio.Future | None = None  # a read-ahead answering this request
     next_offset: int = -1  # where the records returned end
+
+    def call(self, max_wait_ms: int, min_bytes: int, isolation: int) -> Any:
+        """This partition's fetch from its leader replica (an ObjectRef)."""
+        request = FetchRequest(self.offset, self.max_bytes, max_wait_ms, min_bytes, isolation, self.leader_epoch)
+        return _fetch(self.handle, request)
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -96,7 +99,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
     min_bytes = max(1, int(request.min_bytes))
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), int(view.config["fetch.max.bytes"]))
-    isolation = int(getattr(request, "isolation_level", 0))
+    isolation = int(getattr(request, "isolation_level", 0))  # the replica refuses a bad value
     session_id = int(getattr(request, "session_id", 0))
     if session_id != 0:
         # The gateway never hands out a session id, so a client cannot hold one of ours.
@@ -171,10 +174,7 @@ async def _take_ahead(view: BrokerView, parts: list[_Partition]) -> bool:
 async def _read_all(
     view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int
 ) -> None:
-    calls = [
-        p.ahead or _fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, min_bytes, isolation, p.leader_epoch)
-        for p in parts
-    ]
+    calls = [p.ahead or p.call(max_wait_ms, min_bytes, isolation) for p in parts]
     view.read_ahead_hits += sum(p.ahead is not None for p in parts)
     results = await asyncio.gather(*calls, return_exceptions=True)
     for part, result in zip(parts, results, strict=True):
@@ -235,7 +235,7 @@ class _ReadAheads:
         replica, max_bytes, isolation, epoch = chain.params
         if len(chain.ranges) >= READ_AHEAD_DEPTH or (self._held + 1) * max_bytes > READ_AHEAD_BYTES:
             return
-        future = asyncio.ensure_future(_fetch(replica, offset, max_bytes, 0, 1, isolation, epoch))
+        future = asyncio.ensure_future(_fetch(replica, FetchRequest(offset, max_bytes, 0, 1, isolation, epoch)))
         chain.ranges.append((offset, future))
         self._held += 1
         future.add_done_callback(lambda _: self._extend(tp, chain))
@@ -283,7 +283,7 @@ async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int
     deadline = time.monotonic() + max_wait_ms / 1000
     refs = {}
     for p in parts:
-        ref = _fetch(p.handle, p.offset, p.max_bytes, max_wait_ms, 1, isolation, p.leader_epoch)
+        ref = p.call(max_wait_ms, 1, isolation)
         refs[asyncio.ensure_future(ref)] = (p, ref)
     pending = set(refs)
     got = 0

@@ -12,10 +12,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
-from actors.gateway.metadata import BrokerView
 from actors.gateway.server import Api, RequestContext
+from actors.protocol import EpochEndOffset, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from actors.types import OffsetAndTimestamp
 
 LIST_OFFSETS_KEY = 2
@@ -25,12 +26,12 @@ OFFSET_FOR_LEADER_EPOCH_KEY = 23
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-async def _list_offsets(replica: Any, timestamp: int, leader_epoch: int, isolation: int) -> OffsetAndTimestamp:
-    return await replica.list_offsets.remote(timestamp, leader_epoch, isolation)
+async def _list_offsets(replica: Any, request: ListOffsetsRequest) -> OffsetAndTimestamp:
+    return await replica.list_offsets.remote(request)
 
 
-async def _offset_for_leader_epoch(replica: Any, epoch: int, leader_epoch: int) -> tuple[int, int]:
-    return await replica.offset_for_leader_epoch.remote(epoch, leader_epoch)
+async def _offset_for_leader_epoch(replica: Any, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
+    return await replica.offset_for_leader_epoch.remote(request)
 
 
 # -- shared: one call per partition -----------------------------------------------------------
@@ -74,10 +75,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topic_cls = nested(resp_cls, "topics")
 
     async def one(name: str, p: Any) -> Any:
-        epoch = getattr(p, "current_leader_epoch", -1)
-        code, found = await per_partition(
-            view, name, p.partition_index, lambda r: _list_offsets(r, p.timestamp, epoch, isolation)
-        )
+        asked = ListOffsetsRequest(p.timestamp, getattr(p, "current_leader_epoch", -1), isolation)
+        code, found = await per_partition(view, name, p.partition_index, lambda r: _list_offsets(r, asked))
         if found is None:
             return make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
         return make(
@@ -100,20 +99,15 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
     topic_cls = nested(resp_cls, "topics")
 
     async def one(name: str, p: Any) -> Any:
-        code, found = await per_partition(
-            view,
-            name,
-            p.partition,
-            lambda r: _offset_for_leader_epoch(r, p.leader_epoch, p.current_leader_epoch),
-        )
-        epoch, end = found if found is not None else (-1, -1)
+        asked = OffsetForLeaderEpochRequest(p.leader_epoch, p.current_leader_epoch)
+        code, found = await per_partition(view, name, p.partition, lambda r: _offset_for_leader_epoch(r, asked))
         return make(
             topic_cls,
             "partitions",
             error_code=error_code(code),
             partition=p.partition,
-            leader_epoch=epoch,
-            end_offset=end,
+            leader_epoch=found.leader_epoch if found is not None else -1,
+            end_offset=found.end_offset if found is not None else -1,
         )
 
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "topic", one))

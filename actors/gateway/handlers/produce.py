@@ -6,8 +6,11 @@ acks=0 gets no response (an error closes the connection, as Kafka does, so the c
 notices and refreshes its metadata); acks=1 answers after the leader's append, acks=all
 after the in-sync replicas have the batches.
 
+Each partition's part of the request becomes one ``ProduceRequest`` (its record bytes as
+they came, the request's acks and timeout), the same request rayqueue's own producer sends.
+
 Order: Kafka appends a connection's produce requests in the order they came. Ray may start
-an async actor's calls in any order, so each call carries ``(session, n, oldest)``, this
+an async actor's calls in any order, so each call carries a ``ProduceOrder``: this
 connection's number for the call on that partition and the oldest one still unanswered,
 and the replica appends them in number order (PartitionReplica.produce).
 """
@@ -20,24 +23,21 @@ import datetime
 import secrets
 from typing import Any
 
+from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of, error_message_of
-from actors.gateway.metadata import BrokerView
 from actors.gateway.server import Api, RequestContext
-from actors.types import ProduceResult
-from storage.errors import InvalidRecordError, InvalidRequiredAcksError
+from actors.protocol import AppendOrigin, ProduceOrder, ProduceRequest, ProduceResponse
+from storage.errors import InvalidRecordError
 
 PRODUCE_KEY = 0
-NO_EPOCH = -1  # Produce carries no leader epoch: the replica checks that it leads
 
 
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-async def _append(
-    replica: Any, records: bytes, acks: int, timeout_ms: int, order: tuple[str, int, int]
-) -> ProduceResult:
-    return await replica.produce.remote(records, acks, timeout_ms, NO_EPOCH, "client", order)
+async def _append(replica: Any, request: ProduceRequest) -> ProduceResponse:
+    return await replica.produce.remote(request)
 
 
 # -- per-connection call order --------------------------------------------------------------
@@ -53,12 +53,12 @@ class _Turns:
         self.next: dict[tuple[str, int], int] = {}
         self.open: dict[tuple[str, int], collections.deque[int]] = {}
 
-    def take(self, key: tuple[str, int]) -> tuple[str, int, int]:
+    def take(self, key: tuple[str, int]) -> ProduceOrder:
         n = self.next.get(key, 0)
         self.next[key] = n + 1
         queue = self.open.setdefault(key, collections.deque())
         queue.append(n)
-        return self.session, n, queue[0]
+        return ProduceOrder(self.session, n, queue[0])
 
     def done(self, key: tuple[str, int], n: int) -> None:
         queue = self.open[key]
@@ -88,7 +88,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         for part in topic.partition_data:
             # Numbered before anything is awaited: in the order the requests came.
             order = turns.take((topic.name, part.index))
-            calls.append(_produce_partition(view, turns, topic.name, part.index, part.records, acks, timeout_ms, order))
+            records = part.records if part.records is not None else b""
+            call = ProduceRequest(records, acks, timeout_ms, origin=AppendOrigin.CLIENT, order=order)
+            calls.append(_produce_partition(view, turns, topic.name, part.index, call))
     results = await asyncio.gather(*calls)
     if acks == 0:
         failed = [(name, index, code, message) for name, index, code, message, _ in results if code != NONE]
@@ -110,33 +112,29 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _produce_partition(
-    view: BrokerView,
-    turns: _Turns,
-    topic: str,
-    index: int,
-    records: bytes | None,
-    acks: int,
-    timeout_ms: int,
-    order: tuple[str, int, int],
-) -> tuple[str, int, int, str | None, ProduceResult | None]:
-    """(topic, partition, error code, error message, result) of one partition's append."""
+    view: BrokerView, turns: _Turns, topic: str, index: int, request: ProduceRequest
+) -> tuple[str, int, int, str | None, ProduceResponse | None]:
+    """(topic, partition, error code, error message, response) of one partition's append."""
     try:
-        if acks not in (0, 1, -1):
-            raise InvalidRequiredAcksError(f"acks={acks}; use 0, 1 or -1 (all)")
-        if not records:
+        # Checked here too (the replica checks again): a bad acks value or an empty
+        # partition answers without a round trip to the leader.
+        request.checked()
+        if not request.records:
             raise InvalidRecordError("a produce request must carry at least one record batch")
         leader = await view.leader(topic, index)
-        result = await _append(leader.leader_handle, records, acks, timeout_ms, order)
+        response = await _append(leader.leader_handle, request)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the partition's error code
         code = error_code_of(exc)
         view.on_partition_error(topic, code)
         return topic, index, code, error_message_of(exc), None
     finally:
-        turns.done((topic, index), order[1])
-    return topic, index, NONE, None, result
+        turns.done((topic, index), request.order.number)  # type: ignore[union-attr]
+    return topic, index, NONE, None, response
 
 
-def _partition_response(topic_cls: type, index: int, code: int, message: str | None, result: ProduceResult | None):
+def _partition_response(
+    topic_cls: type, index: int, code: int, message: str | None, result: ProduceResponse | None
+) -> Any:
     if result is None:
         return make(
             topic_cls,
@@ -150,8 +148,8 @@ def _partition_response(topic_cls: type, index: int, code: int, message: str | N
             error_message=message,
         )
     append_time = None
-    if result.log_append_time >= 0:
-        append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000, tz=datetime.UTC)
+    if result.log_append_time_ms >= 0:
+        append_time = datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, tz=datetime.UTC)
     return make(
         topic_cls,
         "partition_responses",

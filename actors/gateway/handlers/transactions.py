@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of
-from actors.gateway.metadata import BrokerView
 from actors.gateway.server import Api, RequestContext
+from actors.protocol import InitProducerIdRequest
 from actors.types import ProducerIdAndEpoch
 from storage.errors import InvalidRequestError
 
@@ -24,8 +25,8 @@ INIT_PRODUCER_ID_KEY = 22
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-async def _init_producer_id(coordinator: Any) -> ProducerIdAndEpoch:
-    return await coordinator.init_producer_id.remote(None)
+async def _init_producer_id(coordinator: Any, request: InitProducerIdRequest) -> ProducerIdAndEpoch:
+    return await coordinator.init_producer_id.remote(request)
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -39,7 +40,13 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         code = InvalidRequestError.code
     else:
         try:
-            result = await _init_producer_id(view.transaction_coordinator)
+            asked = InitProducerIdRequest(
+                None,
+                int(request.transaction_timeout.total_seconds() * 1000),
+                int(getattr(request, "producer_id", -1)),
+                int(getattr(request, "producer_epoch", -1)),
+            )
+            result = await _init_producer_id(view.transaction_coordinator, asked)
             pid, epoch = result.producer_id, result.epoch
         except Exception as exc:  # noqa: BLE001 - answered as its error code
             code = error_code_of(exc, unavailable=COORDINATOR_UNAVAILABLE)
