@@ -8,6 +8,7 @@ read_committed with open and aborted transactions, fetch sessions.
 from __future__ import annotations
 
 import datetime
+import itertools
 import time
 import uuid
 
@@ -20,6 +21,7 @@ from tests.gateway.wire import Wire, build_request, gateway_address, leader_addr
 from tests.helpers import wait_for
 
 FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 1, 2, 3, 23
+_ids = itertools.count()
 
 
 def ms(n: int) -> datetime.timedelta:
@@ -73,12 +75,12 @@ def partitions_of(response) -> dict[int, object]:
 
 
 @pytest.fixture
-def one_broker_topic(admin, new_topic, cluster):
+def one_broker_topic(admin):
     """A 3-partition topic whose partitions are all led by broker 0 (one gateway serves it)."""
-    name = new_topic(partitions=1)
-    admin.delete_topic(name)
+    name = f"gateway-fetch-{next(_ids)}"
     admin.create_topic(name, replica_assignment=[[0], [0], [0]])
-    return name
+    yield name
+    admin.delete_topic(name)
 
 
 def test_a_long_poll_holds_up_no_other_connection(cluster, one_broker_topic):
