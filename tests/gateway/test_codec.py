@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -35,6 +38,23 @@ def test_every_advertised_version_has_kio_classes():
         for version in range(api.min_version, api.max_version + 1):
             sch = schema(key, version)
             assert sch.request.__api_key__ == key and sch.response.__version__ == version
+
+
+def test_the_readme_table_lists_exactly_the_served_versions():
+    """The README's API table is what ApiVersions advertises, name for name, range for range."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Kafka clients", 1)[1].split("\n## ", 1)[0]
+    listed = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"\d+-\d+", cells[1]):
+            low, high = map(int, cells[1].split("-"))
+            listed[cells[0]] = (low, high)
+    served = {
+        schema(key, api.min_version).request.__name__.removesuffix("Request"): (api.min_version, api.max_version)
+        for key, api in served_apis(FAMILIES).items()
+    }
+    assert listed == served
 
 
 def test_unsupported_api_versions_answer_is_a_v0_body_with_the_ranges():
