@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -55,6 +56,21 @@ def test_the_readme_table_lists_exactly_the_served_versions():
         for key, api in served_apis(FAMILIES).items()
     }
     assert listed == served
+
+
+def test_the_gateway_imports_only_actors_storage_and_libraries():
+    """actors/gateway sits in the actors tier: it never imports rayqueue (the layer above)."""
+    root = Path(__file__).parents[2]
+    for path in sorted((root / "actors" / "gateway").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "rayqueue" or n.startswith("rayqueue.") for n in names), (path, names)
 
 
 def test_unsupported_api_versions_answer_is_a_v0_body_with_the_ranges():
