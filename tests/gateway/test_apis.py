@@ -1,5 +1,6 @@
-"""ApiVersions, Metadata, InitProducerId and Produce against a running gateway, request by
-request (tests/gateway/wire.py), and Produce's acks settings through confluent-kafka.
+"""ApiVersions, Metadata, InitProducerId, Produce and DeleteTopics by topic id against a
+running gateway, request by request (tests/gateway/wire.py), and Produce's acks settings
+through confluent-kafka.
 
 What a real client would hide is asked for exactly here: an ApiVersions version above the
 served one, every Metadata field next to what the controller says, an idempotent batch
@@ -9,6 +10,7 @@ sent twice and one sent out of order.
 from __future__ import annotations
 
 import datetime
+import uuid
 
 import pytest
 
@@ -20,8 +22,9 @@ from storage.record_batch import RecordBatchBuilder
 from tests.gateway.wire import Wire, build_request, leader_address, parse_bootstrap, request_frame
 from tests.helpers import consume_all
 
-PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 3, 18, 22
+PRODUCE, METADATA, API_VERSIONS, DELETE_TOPICS, INIT_PRODUCER_ID = 0, 3, 18, 20, 22
 UNSUPPORTED_VERSION, UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC, INVALID_REQUEST = 35, 3, 17, 42
+UNKNOWN_TOPIC_ID = 100
 OUT_OF_ORDER_SEQUENCE = 45
 
 
@@ -196,3 +199,24 @@ def test_confluent_kafka_produces_with_each_acks_setting(cluster, new_topic, boo
     # acks=0 is never answered, so the client knows no offsets.
     assert offsets == (list(range(200)) if acks != "0" else [None] * 200)
     assert read_values(cluster, topic, 200) == [b"%d" % i for i in range(200)]
+
+
+def test_delete_topics_by_topic_id(cluster, admin, bootstrap):
+    """DeleteTopics v6 names topics by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID."""
+    name = f"gateway-apis-by-id-{id(admin)}"
+    admin.create_topic(name, 2, 1)
+    topic_id = topic_uuid(cluster.metadata([name]).topics[name].topic_id)
+    unknown = uuid.uuid4()
+    with Wire(bootstrap) as wire:
+        answer = wire.call(
+            build_request(
+                DELETE_TOPICS,
+                6,
+                topics=[{"name": None, "topic_id": topic_id}, {"name": None, "topic_id": unknown}],
+                timeout=datetime.timedelta(seconds=30),
+            )  # fmt: skip
+        )
+    deleted, missing = answer.responses
+    assert (deleted.error_code, deleted.name, deleted.topic_id) == (0, name, topic_id)
+    assert (missing.error_code, missing.topic_id) == (UNKNOWN_TOPIC_ID, unknown)
+    assert name not in admin.list_topics()
