@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_produce_fetch.py
 	$(VENV)/bin/python scripts/bench_replication.py
 	$(VENV)/bin/python scripts/bench_transactions.py
+	$(VENV)/bin/python scripts/bench_gateway.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

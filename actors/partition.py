@@ -66,6 +66,7 @@ from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
+from storage.cleaner import clean, cleanable
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -901,7 +902,7 @@ class PartitionReplica:
             return
         if self._cleaning is not None and not self._cleaning.done():
             return
-        if self._log.cleanable(self._lso()):
+        if cleanable(self._log, self._lso()):
             self._cleaning = asyncio.get_running_loop().create_task(self.clean_now())
 
     async def _finish_cleaning(self) -> None:
@@ -915,7 +916,7 @@ class PartitionReplica:
     async def clean_now(self, force: bool = False) -> dict[str, Any] | None:
         """Run one cleaner pass up to the last stable offset (never into an open transaction);
         returns its stats (None: nothing to do)."""
-        stats = await asyncio.to_thread(self._log.clean, self._lso(), force=force)
+        stats = await asyncio.to_thread(clean, self._log, self._lso(), force=force)
         if stats is None:
             return None
         logger.info("%s-%d: cleaned %s", self.topic, self.partition, stats)

@@ -36,6 +36,7 @@ from actors.types import (
     TopicPartition,
     TransactionDescription,
 )
+from rayqueue.connection import ClusterHandle, connect
 from rayqueue.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
@@ -100,9 +101,7 @@ def _config_dict(configs: Mapping[str, Any] | None) -> dict[str, Any]:
 class Admin:
     """Administrative operations on a rayqueue cluster."""
 
-    def __init__(self, cluster: Any = None) -> None:
-        from rayqueue.cluster import connect
-
+    def __init__(self, cluster: ClusterHandle | None = None) -> None:
         self._cluster = cluster if cluster is not None else connect()
         self._controller = self._cluster.controller
         self._metadata = MetadataCache(self._controller)

@@ -4,143 +4,46 @@
 brings up every replica. It runs on the Ray cluster the driver is connected to
 (``ray.init(address=...)`` or ``RAY_ADDRESS``), or starts an embedded local Ray when
 there is none. ``connect()`` attaches any other driver on the same Ray cluster by name.
+A :class:`Cluster` is a :class:`rayqueue.connection.ClusterHandle` that also makes clients
+(``cluster.producer()`` ...) and shuts the cluster down: this module sits above the clients.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.config import BROKER_CONFIG, broker_config, load_toml
+from actors.config import broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
+from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
 from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
-from actors.protocol import MetadataRequest
 from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
-from actors.types import ClusterMetadata
-from rayqueue.metadata import call_controller
+from rayqueue import connection
+from rayqueue.admin import Admin
+from rayqueue.connection import (
+    EMBEDDED_NUM_CPUS,
+    EMBEDDED_WORKER_STARTUP_CONCURRENCY,
+    ClusterHandle,
+    ensure_ray,
+    join_ray,
+    start_embedded_ray,
+    use_ray_token,
+)
+from rayqueue.consumer import Consumer
+from rayqueue.producer import Producer
 from storage.config import Config
-from storage.errors import InvalidConfigError, KafkaTimeoutError
+from storage.errors import InvalidConfigError
 
 logger = logging.getLogger(__name__)
 
-# An embedded Ray on a small machine gets more logical CPUs than cores so that Spark
-# executors and Ray Data tasks never wait forever for a CPU slot (STACK.md).
-EMBEDDED_NUM_CPUS = 8
-# Every replica is an actor, and every actor a worker process of its own (num_cpus=0, mostly
-# waiting on I/O). Ray's raylet sends every driver a warning once its node holds 4x as many
-# worker processes as its "maximum startup concurrency", which defaults to the core count:
-# on a 2-core machine a 3-broker cluster with its internal topics passes 8 at once, and the
-# warning would print on every run. For the Ray it starts itself rayqueue lets 16 workers
-# start at once, so Ray warns past 64 worker processes (some 4.5 GB of actors), where it
-# means something on a small machine.
-EMBEDDED_WORKER_STARTUP_CONCURRENCY = 16
-# Ray's own logger for its token-authentication notices (Ray 2.60).
-_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
-
-@contextlib.contextmanager
-def _quiet(logger_name: str) -> Iterator[None]:
-    """Hide one logger's warnings for the duration (errors still show)."""
-    target = logging.getLogger(logger_name)
-    level = target.level
-    target.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        target.setLevel(level)
-
-
-def use_ray_token() -> bool:
-    """Use Ray's authentication token, if there is one, when joining a Ray cluster; True if on.
-
-    Ray 2.60's rule for a cluster found on this machine (``ray start --head``, and
-    ``ray.init(address="auto")``): with RAY_AUTH_MODE unset and a token in RAY_AUTH_TOKEN,
-    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, token authentication is on. Ray applies it to
-    "auto" only, but ``ray start --head`` turns tokens on whenever the head has one, so a
-    driver given the head's address explicitly needs the same rule. An explicit
-    RAY_AUTH_MODE always wins.
-    """
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token authentication
-        return False
-    # Its notice ("enabled for this Ray cluster ... set RAY_AUTH_MODE=disabled to opt out")
-    # speaks to whoever starts a cluster, not to a client joining one.
-    with _quiet(_RAY_AUTH_LOGGER):
-        return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
-
-
-def _check_ray_reachable(address: str, token_on: bool) -> None:
-    """Ask the cluster's GCS once before ray.init, which retries an authentication failure
-    for 20 s (a line a second) and then names neither the cause nor the fix."""
-    try:
-        from ray._raylet import GcsClient
-    except ImportError:
-        return
-    try:
-        GcsClient(address=address)
-    except ray.exceptions.AuthenticationError:
-        if token_on:
-            fix = "this machine's token is not the cluster's: use the head node's ~/.ray/auth_token"
-        elif os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-            fix = "unset RAY_AUTH_MODE (it is 'disabled') and copy the head node's ~/.ray/auth_token here"
-        else:
-            fix = "copy the head node's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN to `ray get-auth-token` run there"
-        raise ConnectionError(f"the Ray cluster at {address} uses token authentication; {fix}") from None
-    except ray.exceptions.RpcError as exc:
-        raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
-
-
-def join_ray(address: str) -> None:
-    """Connect this process to the running Ray cluster at ``address`` ("auto": the one on this
-    machine), with its authentication token found as Ray's own tools find it."""
-    token_on = use_ray_token()
-    if address != "auto" and "://" not in address:
-        _check_ray_reachable(address, token_on)
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-
-
-def start_embedded_ray(num_cpus: int | None = None) -> None:
-    """Start a Ray of this process's own, quietly: Ray's defaults (token authentication on,
-    unless RAY_AUTH_MODE says otherwise), its logs in its session directory, and a worker
-    start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY)."""
-    with _quiet(_RAY_AUTH_LOGGER):
-        # "local": never a Ray that `ray start` runs (or left behind in /tmp/ray) on this machine.
-        ray.init(
-            address="local",
-            num_cpus=num_cpus or EMBEDDED_NUM_CPUS,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            _system_config={"worker_maximum_startup_concurrency": EMBEDDED_WORKER_STARTUP_CONCURRENCY},
-        )
-
-
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one;
-    True if started here."""
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address and address != "local":
-        join_ray(address)
-        return False
-    start_embedded_ray(num_cpus)
-    return True
-
-
-class Cluster:
-    """A handle to a running rayqueue cluster: its controller, coordinators and namespace."""
+class Cluster(ClusterHandle):
+    """A handle to a running rayqueue cluster that also makes its clients and shuts it down."""
 
     def __init__(
         self,
@@ -151,43 +54,46 @@ class Cluster:
         group_coordinator: Any = None,
         transaction_coordinator: Any = None,
     ) -> None:
-        self.namespace = namespace
-        self.controller = controller
-        self.config = config
-        self.group_coordinator = group_coordinator
-        self.transaction_coordinator = transaction_coordinator
+        super().__init__(namespace, controller, config, group_coordinator, transaction_coordinator)
         self._owns_ray = owns_ray
 
-    def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
-        """A fresh metadata snapshot from the controller."""
-        return call_controller(self.controller.get_metadata, MetadataRequest(None if topics is None else tuple(topics)))
+    @classmethod
+    def of(cls, handle: ClusterHandle) -> Cluster:
+        """The Cluster for a handle found by :func:`rayqueue.connection.connect`."""
+        return cls(
+            handle.namespace,
+            handle.controller,
+            handle.config,
+            group_coordinator=handle.group_coordinator,
+            transaction_coordinator=handle.transaction_coordinator,
+        )
 
-    def describe(self) -> dict[str, Any]:
-        """Cluster id, controller epoch, brokers and counts."""
-        return call_controller(self.controller.describe_cluster)
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of the brokers' Kafka protocol gateways, for Kafka clients'
+        ``bootstrap.servers`` (empty when the cluster was launched without ``listeners``)."""
+        return bootstrap_servers(self.metadata([]))
 
-    def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Producer:
         """A Producer bound to this cluster."""
-        from rayqueue.producer import Producer
-
         return Producer(self, config, **kwargs)
 
-    def consumer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    def consumer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Consumer:
         """A Consumer bound to this cluster."""
-        from rayqueue.consumer import Consumer
-
         return Consumer(self, config, **kwargs)
 
-    def admin(self) -> Any:
+    def admin(self) -> Admin:
         """An Admin client bound to this cluster."""
-        from rayqueue.admin import Admin
-
         return Admin(self)
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
-        # The coordinators first, so that they write nothing more to their internal topics
-        # (markers, offsets) while the replicas close.
+        # The gateways first (no more client requests), then the coordinators, so that they
+        # write nothing more to their internal topics (markers, offsets) while the replicas close.
+        try:
+            stop_gateways(self.namespace, [b.broker_id for b in self.metadata([]).brokers])
+        except Exception:  # noqa: BLE001 - a controller gone already: nothing to look up
+            logger.warning("could not stop the gateways", exc_info=True)
         for coordinator in (self.transaction_coordinator, self.group_coordinator):
             if coordinator is not None:
                 ray.kill(coordinator, no_restart=True)
@@ -232,8 +138,10 @@ def launch(
     ``config`` is a TOML file (Kafka's broker keys; see configs/local.toml) or a dict;
     keyword overrides use Kafka's keys in Python form (``log_dirs=...``,
     ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
-    created (unless ``create_topics`` is false). Raises InvalidConfigError if a cluster
-    already runs in the namespace.
+    created (unless ``create_topics`` is false). With ``listeners`` (e.g.
+    ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker gets a Kafka protocol
+    gateway; ``cluster.bootstrap_servers`` names them. Raises InvalidConfigError if a
+    cluster already runs in the namespace.
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
@@ -258,6 +166,8 @@ def launch(
     txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
     ray.get(txn_coordinator.start.remote(), timeout=timeout_s)
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
+    if cfg["listeners"]:  # Kafka's own clients reach the brokers through these
+        start_gateways(namespace, dict(cfg), cluster.metadata([]), timeout_s)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()
@@ -291,23 +201,17 @@ def _start_singleton(cls: type, name: str, namespace: str, cfg: Config, node_id:
 
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> Cluster:
     """Attach to the rayqueue cluster running in Ray namespace ``name``."""
-    ensure_ray(address)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=name)
-            break
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
-            time.sleep(0.2)
-    cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
-    try:
-        coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        coordinator = None  # a cluster launched before groups existed; group calls will say so
-    try:
-        txn_coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        txn_coordinator = None  # a cluster launched before transactions existed
-    return Cluster(name, controller, cfg, group_coordinator=coordinator, transaction_coordinator=txn_coordinator)
+    return Cluster.of(connection.connect(name, address=address, timeout_s=timeout_s))
+
+
+__all__ = [
+    "EMBEDDED_NUM_CPUS",
+    "EMBEDDED_WORKER_STARTUP_CONCURRENCY",
+    "Cluster",
+    "connect",
+    "ensure_ray",
+    "join_ray",
+    "launch",
+    "start_embedded_ray",
+    "use_ray_token",
+]

@@ -34,6 +34,7 @@ from actors.fetch import CompletedFetch
 from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
 from actors.types import PartitionMetadata, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
+from rayqueue.connection import ClusterHandle, connect
 from rayqueue.consumer.fetcher import Fetcher
 from rayqueue.consumer.subscription_state import SubscriptionState
 from rayqueue.errors import InvalidConfigError, NetworkError, is_retriable
@@ -98,12 +99,8 @@ class OffsetRange:
 # -- resolving offset specs on the driver ---------------------------------------------------
 
 
-def _cluster_or_connect(cluster: Any) -> Any:
-    if cluster is not None:
-        return cluster
-    from rayqueue.cluster import connect
-
-    return connect()
+def _cluster_or_connect(cluster: ClusterHandle | None) -> ClusterHandle:
+    return cluster if cluster is not None else connect()
 
 
 def _topic_list(topics: str | Iterable[str]) -> list[str]:

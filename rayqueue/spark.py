@@ -22,6 +22,7 @@ import ray
 
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue import data
+from rayqueue.connection import ensure_ray
 from storage.errors import InvalidConfigError, KafkaError
 
 logger = logging.getLogger(__name__)
@@ -79,8 +80,6 @@ def session(
             "Spark needs Java (OpenJDK 17 works): install it and put `java` on PATH or set JAVA_HOME"
         )
     import raydp
-
-    from rayqueue.cluster import ensure_ray
 
     ensure_ray()
     # Spark's Python workers must run this interpreter, or they miss pyspark and rayqueue.

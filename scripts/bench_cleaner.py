@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from storage import Log, RecordBatchBuilder, decode_columns
+from storage.cleaner import clean
 
 
 def build(directory: Path, mb: int, keys: int, value_bytes: int) -> Log:
@@ -58,7 +59,7 @@ def main() -> None:
         read_s = time.perf_counter() - started
         read_rate = read_bytes / 1e6 / read_s
         print(f"read + decode: {read_rate:8.1f} MB/s  ({records / read_s / 1e6:.2f} M records/s)")
-        stats = log.clean()
+        stats = clean(log)
         assert stats is not None
         print(
             f"clean:         {stats.mb_per_s:8.1f} MB/s  ({stats.messages_read / stats.duration_s / 1e6:.2f} M records/s; "

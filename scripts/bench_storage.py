@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import storage.log as log_module  # noqa: E402
 from storage import Log  # noqa: E402
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c  # noqa: E402
-from storage.log import RECOVERY_POINT_FILE  # noqa: E402
+from storage.log_files import RECOVERY_POINT_FILE  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
 BATCH_SIZES = {"1 KB": 1024, "64 KB": 64 * 1024, "1 MB": 1024 * 1024}

@@ -37,7 +37,7 @@ every key. One clean pass over a :class:`~storage.log.Log`:
    commit point), the log's segment tuple is replaced in one assignment, the old
    segments are renamed ``.deleted`` (their open files keep serving readers that hold the
    old tuple, until ``file.delete.delay.ms``) and the ``.swap`` suffix is dropped. On open,
-   :func:`recover_interrupted_swap` undoes or completes an interrupted swap as Kafka's
+   :func:`storage.log_loader.recover_interrupted_swap` undoes or completes an interrupted swap as Kafka's
    ``LogLoader`` does: ``.cleaned`` files are deleted, and so is every ``.swap`` file at or
    above the lowest ``.cleaned`` base offset (the swap had not committed); a remaining
    ``<base>.log.swap`` replaces the segments within its offset range.
@@ -77,7 +77,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from storage.batch_header import (
     ATTRIBUTES_OFFSET,
@@ -92,20 +91,16 @@ from storage.batch_header import (
     BatchHeader,
     crc32c,
 )
-from storage.checkpoint import fsync_dir, read_offset, write_offset
+from storage.checkpoint import read_offset, write_offset
 from storage.errors import CorruptRecordError
+from storage.log import Log
+from storage.log_files import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, INDEX_SUFFIXES, LOG_SUFFIX
 from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch, RecordBatchBuilder
-from storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
+from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn, TransactionIndex
-
-if TYPE_CHECKING:
-    from storage.log import Log
 
 log = logging.getLogger(__name__)
 
-CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 DEFAULT_OFFSET_MAP_ENTRIES = 1_000_000  # about 150 MB of Python objects at most
 _INT32_MAX = 2**31 - 1
 _READ_CHUNK = 4 * 1024 * 1024
@@ -290,7 +285,7 @@ def log_to_clean(log: Log, upper_bound_offset: int | None = None, now_ms: int | 
     """The clean and dirty sections of ``log`` and whether max.compaction.lag.ms is breached."""
     segments = log.segments
     start, end = log.log_start_offset, log.log_end_offset
-    now = log._time() if now_ms is None else now_ms
+    now = log.time_ms() if now_ms is None else now_ms
     checkpoint = read_offset(cleaner_checkpoint_path(log))
     # Below the log start (retention moved it) or past the end (truncation): start over.
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= end else start
@@ -335,7 +330,7 @@ class LogCleaner:
 
     ``offset_map_entries`` bounds the memory of the key map; ``hash_fn``/``check_fn``
     replace the map's hash functions (tests inject colliding ones). The replica actor
-    calls :meth:`clean_filthiest` (or :meth:`Log.clean`) periodically.
+    calls :meth:`clean_filthiest` (or :func:`clean`) periodically.
     """
 
     def __init__(
@@ -396,10 +391,10 @@ class LogCleaner:
         """
         if "compact" not in log.config.cleanup_policy:
             return None
-        with log._cleaning:
+        with log.cleaning_lock:
             if log.closed:
                 return None
-            now = log._time() if now_ms is None else now_ms
+            now = log.time_ms() if now_ms is None else now_ms
             if not force and not self.is_cleanable(log, upper_bound_offset, now):
                 return None
             todo = log_to_clean(log, upper_bound_offset, now)
@@ -558,7 +553,7 @@ class _Pass:
         self.now = now
         self.config = log.config
         self.map = SkimpyOffsetMap(cleaner.offset_map_entries, cleaner._hash_fn, cleaner._check_fn)
-        self.truncations = log._truncations
+        self.truncations = log.truncations
         self.counts = dict.fromkeys(
             ("segments_read", "segments_written", "bytes_read", "bytes_written", "messages_read", "messages_written"),
             0,
@@ -650,8 +645,7 @@ class _Pass:
         offset is kept (empty if need be) so its sequence and epoch survive; a producer with
         no data in its current epoch keeps its marker of that epoch.
         """
-        with self.log._write_lock:
-            return {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self.log.producer_state.producers.items()}
+        return self.log.last_records_of_active_producers()
 
     # -- grouping --------------------------------------------------------------------------
 
@@ -813,69 +807,36 @@ class _Pass:
         return b""
 
 
-# ---------------------------------------------------------------------------------------
-# Recovery of an interrupted swap
-# ---------------------------------------------------------------------------------------
+def clean(
+    log: Log,
+    upper_bound_offset: int | None = None,
+    *,
+    now_ms: int | None = None,
+    offset_map_entries: int = DEFAULT_OFFSET_MAP_ENTRIES,
+    force: bool = False,
+) -> CleanerStats | None:
+    """Compact ``log`` if :func:`cleanable` (any dirty data with ``force``); None if nothing was done.
 
-
-def _base_of(name: str) -> int | None:
-    head = name.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def recover_interrupted_swap(directory: Path, config: Any) -> None:
-    """Undo or complete a swap cut short by a crash, before the log loads its segments.
-
-    As Kafka's LogLoader: every ``.cleaned`` file is deleted, and so is every ``.swap``
-    file whose base offset is at or above the lowest ``.cleaned`` one (that swap had not
-    committed: the ``.log`` is renamed last). ``.swap`` index files without their
-    ``.log.swap`` go too (the segment rebuilds them). A remaining ``<base>.log.swap`` has
-    committed: the segments within its offset range [base, next offset) are deleted and
-    the ``.swap`` suffix dropped.
+    Nothing at or past ``upper_bound_offset`` (the high watermark or last stable offset;
+    default the active segment) is cleaned. Runs alongside appends and reads.
     """
-    cleaned = [p for p in directory.iterdir() if p.name.endswith(CLEANED_SUFFIX)]
-    cleaned_bases = [b for b in (_base_of(p.name) for p in cleaned) if b is not None]
-    for path in cleaned:
-        path.unlink(missing_ok=True)
-    swaps = [p for p in directory.iterdir() if p.name.endswith(SWAP_SUFFIX)]
-    if not swaps and not cleaned:
-        return
-    lowest_cleaned = min(cleaned_bases, default=None)
-    log_swaps = {_base_of(p.name) for p in swaps if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)}
-    for path in swaps:
-        base = _base_of(path.name)
-        if base is None or (lowest_cleaned is not None and base >= lowest_cleaned) or base not in log_swaps:
-            log.info("%s: rolling back interrupted swap file %s", directory, path.name)
-            path.unlink(missing_ok=True)
-    for base in sorted(b for b in log_swaps if b is not None):
-        swap_log = directory / f"{base:020d}{LOG_SUFFIX}{SWAP_SUFFIX}"
-        if not swap_log.exists():
-            continue
-        segment = LogSegment(directory, base, config, created_ms=0, active=False, file_suffix=SWAP_SUFFIX)
-        if segment.needs_recovery:
-            if not segment.indexes_missing:  # missing is expected: renamed to their final names already
-                log.warning(
-                    "%s; rebuilding the indexes of %s from its batches", segment.index_problem, segment.log_path
-                )
-            segment.make_active()
-            segment.recover()
-        end = segment.next_offset
-        segment.close()
-        log.info("%s: completing interrupted swap of offsets [%d, %d)", directory, base, end)
-        for path in directory.iterdir():
-            old = _base_of(path.name)
-            if old is not None and base <= old < end and path.suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
-                if path.name == f"{old:020d}{path.suffix}":
-                    path.unlink()
-        for suffix in (*INDEX_SUFFIXES, LOG_SUFFIX):  # the .log last, so a second crash here redoes this
-            swapped = directory / f"{base:020d}{suffix}{SWAP_SUFFIX}"
-            if swapped.exists():
-                os.replace(swapped, directory / f"{base:020d}{suffix}")
-    fsync_dir(directory)
+    return LogCleaner(offset_map_entries).clean(log, upper_bound_offset, now_ms=now_ms, force=force)
+
+
+def cleanable(log: Log, upper_bound_offset: int | None = None, now_ms: int | None = None) -> bool:
+    """Whether the policy includes compact and min.cleanable.dirty.ratio or max.compaction.lag.ms asks for a pass."""
+    return LogCleaner.is_cleanable(log, upper_bound_offset, now_ms)
+
+
+def dirty_ratio(log: Log, upper_bound_offset: int | None = None, now_ms: int | None = None) -> float:
+    """Bytes after the cleaner checkpoint that a pass could clean / bytes from the log start to there."""
+    return log_to_clean(log, upper_bound_offset, now_ms).dirty_ratio
 
 
 __all__ = [
-    "CLEANER_CHECKPOINT_FILE",
+    "clean",
+    "cleanable",
+    "dirty_ratio",
     "CleanerStats",
     "LogCleaner",
     "LogToClean",
@@ -883,5 +844,4 @@ __all__ = [
     "SkimpyOffsetMap",
     "blake2b_digest",
     "log_to_clean",
-    "recover_interrupted_swap",
 ]

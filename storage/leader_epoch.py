@@ -17,10 +17,10 @@ import logging
 from pathlib import Path
 
 from storage.checkpoint import write_atomically
+from storage.log_files import LEADER_EPOCH_CHECKPOINT_FILE
 
 log = logging.getLogger(__name__)
 
-LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 _VERSION = 0

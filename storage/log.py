@@ -8,16 +8,19 @@ As Kafka's ``UnifiedLog``/``LocalLog`` for ``<log.dir>/<topic>-<partition>/``:
 - reads return whole batches from the one holding the fetch offset;
 - the segment list is an immutable tuple replaced on change (copy-on-write), so a reader
   holding a snapshot never sees a half-updated list; writers serialise on a lock;
-- recovery on open: every segment's indexes are sanity-checked and one that fails is
-  rebuilt (one warning naming the file); a clean-shutdown marker skips the scan;
-  otherwise the segments from the recovery point on are scanned batch by batch and the
-  log is cut at the first invalid batch (later segments are deleted);
+- recovery on open is ``storage.log_loader``'s (Kafka's LogLoader): every segment's
+  indexes are sanity-checked and one that fails is rebuilt (one warning naming the
+  file); a clean-shutdown marker skips the scan; otherwise the segments from the
+  recovery point on are scanned batch by batch and the log is cut at the first invalid
+  batch (later segments are deleted); file names come from ``storage.log_files``;
 - retention deletes whole segments by time (largest timestamp, KIP-32), size and log
   start offset, renaming their files ``.deleted`` before removing them;
 - one owner per directory, enforced by an advisory file lock;
-- compaction (``cleanup.policy`` with ``compact``) is ``storage.cleaner``'s: :meth:`Log.clean`,
-  :meth:`Log.cleanable`, :meth:`Log.dirty_ratio`; the cleaner swaps segments in through
-  :meth:`Log.replace_segments`, and opening a log finishes or undoes an interrupted swap;
+- compaction (``cleanup.policy`` with ``compact``) is ``storage.cleaner``'s, which works on
+  a Log (``clean(log)``, ``cleanable(log)``, ``dirty_ratio(log)``); the log does not know
+  the cleaner: it exposes what a pass needs (its clock, a cleaning lock, its truncation
+  count, the last records of active producers) and :meth:`Log.replace_segments` to swap
+  cleaned segments in; opening a log finishes or undoes an interrupted swap;
 - idempotence and transactions (``storage.producer_state``): every batch with a producer
   id is checked before anything is written (epoch, sequence, duplicate of one of the
   producer's last five batches, transaction state) and the state updated after the
@@ -54,16 +57,6 @@ from storage.batch_header import (
     read_header,
 )
 from storage.checkpoint import fsync_dir, read_offset, write_offset
-from storage.cleaner import (
-    CLEANED_SUFFIX,
-    CLEANER_CHECKPOINT_FILE,
-    DEFAULT_OFFSET_MAP_ENTRIES,
-    SWAP_SUFFIX,
-    CleanerStats,
-    LogCleaner,
-    log_to_clean,
-    recover_interrupted_swap,
-)
 from storage.config import LONG_MAX, Config, log_config
 from storage.errors import (
     CorruptRecordError,
@@ -73,6 +66,15 @@ from storage.errors import (
     RecordListTooLargeError,
 )
 from storage.file_lock import FileLock
+from storage.log_files import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
+    CLEANER_CHECKPOINT_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    SWAP_SUFFIX,
+)
+from storage.log_loader import load_segments
 from storage.log_validator import decompressed_limit, validate_batches
 from storage.producer_state import (
     Analysis,
@@ -82,7 +84,7 @@ from storage.producer_state import (
     ProducerStateManager,
     read_marker,
 )
-from storage.segment import DELETED_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, LogSegment
+from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -90,10 +92,6 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 MAX_TIMESTAMP = -3  # ListOffsets (KIP-734): the record with the largest timestamp
-
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 
 
 class LogAppendInfo(NamedTuple):
@@ -189,88 +187,22 @@ class Log:
     # -- loading and recovery -------------------------------------------------------------
 
     def _load(self) -> None:
-        """Open the segments, check every index, recover what a crash may have torn (Kafka's LogLoader).
-
-        Every segment's indexes are sanity-checked, after clean and unclean shutdowns alike;
-        one that fails is rebuilt from the segment's batches with a warning naming the file.
-        After an unclean shutdown the segments from the one holding the recovery point on
-        are scanned batch by batch and cut at the first invalid batch.
-        """
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
-            # Gone for good before anything here changes a file: a crash while loading must
-            # be recovered from like any other.
-            marker.unlink()
-            fsync_dir(self.dir)
-        for path in self.dir.iterdir():
-            # Files of segments deleted before a restart, and temporaries of interrupted writes.
-            if path.name.endswith((DELETED_SUFFIX, ".tmp")):
-                path.unlink(missing_ok=True)
-        recover_interrupted_swap(self.dir, self.config)
-        bases = sorted(int(p.stem) for p in self.dir.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
-        for path in self.dir.iterdir():
-            if path.suffix in INDEX_SUFFIXES and path.stem.isdigit() and int(path.stem) not in bases:
-                path.unlink()  # an index without its log is useless
+        """Open the segments (:func:`storage.log_loader.load_segments`: every index checked,
+        a torn tail recovered), then rebuild the producer state and checkpoint."""
         now = self._time()
-        segments = [LogSegment(self.dir, b, self.config, created_ms=now, active=False) for b in bases]
-        start_checkpoint = read_offset(self.dir / LOG_START_OFFSET_FILE)
-        recovery_point = read_offset(self.dir / RECOVERY_POINT_FILE) or 0
-        first_to_scan = len(segments)
-        if not clean and segments:
-            first_to_scan = max(0, bisect.bisect_right(bases, recovery_point) - 1)
-            log.info("%s: unclean shutdown, recovering from offset %d", self.dir, recovery_point)
-        kept: list[LogSegment] = []
-        scanned: list[LogSegment] = []  # their .txnindex is rebuilt with the producer state
-        for n, segment in enumerate(segments):
-            unflushed = n >= first_to_scan
-            if unflushed or segment.needs_recovery:
-                if not unflushed:
-                    # A flushed segment whose index does not hold up: news worth one line.
-                    log.warning(
-                        "%s; rebuilding the indexes of %s from its batches", segment.index_problem, segment.log_path
-                    )
-                kept.append(segment)
-                scanned.append(segment)
-                if not self._recover_segment(segment, segments[n + 1] if n + 1 < len(segments) else None):
-                    # Its tail was lost, so everything after it is suspect (a follower refetches it).
-                    log.warning("%s: deleting %d segments after a corrupt batch", self.dir, len(segments) - n - 1)
-                    for later in segments[n + 1 :]:
-                        later.delete()
-                    break
-            else:
-                # Loaded as it is: never appended to again, so its indexes stay trimmed as found.
-                kept.append(segment)
-        if not kept:
-            kept.append(LogSegment(self.dir, max(start_checkpoint or 0, 0), self.config, created_ms=now))
-        kept[-1].make_active()
-        self._set_segments(tuple(kept))
+        loaded = load_segments(self.dir, self.config, now)
+        kept = loaded.segments
+        self._set_segments(kept)
         self._log_end_offset = kept[-1].next_offset
-        self._log_start_offset = max(start_checkpoint or 0, kept[0].base_offset)
+        self._log_start_offset = max(loaded.log_start_checkpoint or 0, kept[0].base_offset)
         self._recovery_point = self._log_end_offset
         self._last_flush_ms = now
         if self._log_start_offset > self._log_end_offset:
             self._truncate_fully_locked(self._log_start_offset)
         else:
-            self._rebuild_producer_state(self._log_end_offset, [s for s in scanned if s in kept])
+            self._rebuild_producer_state(self._log_end_offset, [s for s in loaded.recovered if s in kept])
         self._write_recovery_point()
         fsync_dir(self.dir)
-
-    @staticmethod
-    def _recover_segment(segment: LogSegment, following: LogSegment | None) -> bool:
-        """Rebuild ``segment``'s indexes from its batches, cut its invalid tail and make it durable.
-
-        Returns False when the segment no longer ends where ``following`` begins (its tail
-        was cut or lost): the caller drops every later segment.
-        """
-        segment.make_active()  # room to rebuild the indexes
-        truncated = segment.recover()
-        intact = following is None or (not truncated and segment.next_offset == following.base_offset)
-        if following is not None and intact:
-            # Its final time index entry and the trim, written before the flush makes them durable.
-            segment.on_becoming_inactive()
-        segment.flush()
-        return intact
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         # One attribute assignment: a reader sees the old or the new pair, never a mix.
@@ -944,30 +876,27 @@ class Log:
         if loaded or replayed > _REPLAY_WITHOUT_SNAPSHOT:
             self._take_producer_snapshot(end)
 
-    # -- compaction -----------------------------------------------------------------------
+    # -- what the cleaner uses (storage.cleaner works on a Log; the log does not know it) ---
 
-    def dirty_ratio(self, upper_bound_offset: int | None = None, now_ms: int | None = None) -> float:
-        """Bytes after the cleaner checkpoint that a pass could clean / bytes from the log start to there."""
-        return log_to_clean(self, upper_bound_offset, now_ms).dirty_ratio
+    def time_ms(self) -> int:
+        """The log's clock, in milliseconds (a test may give the log its own)."""
+        return self._time()
 
-    def cleanable(self, upper_bound_offset: int | None = None, now_ms: int | None = None) -> bool:
-        """Whether the policy includes compact and min.cleanable.dirty.ratio or max.compaction.lag.ms asks for a pass."""
-        return LogCleaner.is_cleanable(self, upper_bound_offset, now_ms)
+    @property
+    def cleaning_lock(self) -> threading.Lock:
+        """Held by a clean pass: one at a time per log."""
+        return self._cleaning
 
-    def clean(
-        self,
-        upper_bound_offset: int | None = None,
-        *,
-        now_ms: int | None = None,
-        offset_map_entries: int = DEFAULT_OFFSET_MAP_ENTRIES,
-        force: bool = False,
-    ) -> CleanerStats | None:
-        """Compact the log if :meth:`cleanable` (any dirty data with ``force``); None if nothing was done.
+    @property
+    def truncations(self) -> int:
+        """Truncations so far: a clean pass that started before one must not swap its result in."""
+        return self._truncations
 
-        Nothing at or past ``upper_bound_offset`` (the high watermark or last stable
-        offset; default the active segment) is cleaned. Runs alongside appends and reads.
-        """
-        return LogCleaner(offset_map_entries).clean(self, upper_bound_offset, now_ms=now_ms, force=force)
+    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset or -1, epoch) of every producer the log's state keeps
+        (Kafka's lastRecordsOfActiveProducers: the cleaner keeps the batches holding them)."""
+        with self._write_lock:
+            return {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self._producer_state.producers.items()}
 
     def replace_segments(
         self,

@@ -52,6 +52,7 @@ from storage.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from storage.log_files import SNAPSHOT_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,6 @@ class AppendOrigin(enum.Enum):
 
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
-SNAPSHOT_SUFFIX = ".snapshot"
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 INT32_MAX = 2**31 - 1
 _TXN_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK

@@ -32,27 +32,23 @@ from storage.batch_header import (
     scan_valid_prefix,
 )
 from storage.errors import KafkaStorageError
+from storage.log_files import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    filename_prefix,
+)
 from storage.offset_index import OffsetIndex
 from storage.time_index import TimeIndex
 from storage.txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-DELETED_SUFFIX = ".deleted"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-
 INT32_MAX = 2**31 - 1
 RECOVERY_CHUNK = 8 * 1024 * 1024  # bytes read per step when scanning a segment
 _READ_AHEAD = 4096  # bytes read per step when walking batch headers
-
-
-def filename_prefix(offset: int) -> str:
-    """The 20-digit zero-padded name Kafka gives a segment's files."""
-    return f"{offset:020d}"
 
 
 _IOV_MAX = 1024  # POSIX minimum of IOV_MAX; Linux's value

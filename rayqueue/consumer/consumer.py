@@ -17,6 +17,7 @@ from typing import Any
 
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
+from rayqueue.connection import ClusterHandle, connect
 from rayqueue.consumer.coordinator import ConsumerCoordinator
 from rayqueue.consumer.fetcher import ConsumerRecord, Fetcher
 from rayqueue.consumer.subscription_state import ConsumerRebalanceListener, SubscriptionState
@@ -60,9 +61,9 @@ class ConsumerRecords:
 class Consumer:
     """A Kafka-style consumer. Create with ``rayqueue.Consumer(cluster, **config)``."""
 
-    def __init__(self, cluster: Any = None, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        from rayqueue.cluster import connect
-
+    def __init__(
+        self, cluster: ClusterHandle | None = None, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         cfg = self.config
         self._cluster = cluster if cluster is not None else connect()
@@ -73,9 +74,7 @@ class Consumer:
         self._closed = False
         self._group: ConsumerCoordinator | None = None
         if cfg["group.id"] is not None:
-            self._group = ConsumerCoordinator(
-                self._subscriptions, getattr(self._cluster, "group_coordinator", None), cfg
-            )
+            self._group = ConsumerCoordinator(self._subscriptions, self._cluster.group_coordinator, cfg)
         elif cfg["group.instance.id"] is not None:
             raise InvalidConfigError("group.instance.id needs group.id")
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from storage import Log, RecordBatchBuilder, build_control_batch, iter_batches
 from storage.batch_header import read_header
-from storage.cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner, SkimpyOffsetMap
+from storage.cleaner import LogCleaner, SkimpyOffsetMap, clean, cleanable, dirty_ratio
 from storage.errors import InvalidRecordError
+from storage.log_files import CLEANER_CHECKPOINT_FILE
 from storage.producer_state import AppendOrigin
 from tests.storage.batches import abandon
 
@@ -86,7 +87,7 @@ def test_cleaning_keeps_exactly_the_latest_value_of_every_key(ops, batch_size, c
         end = log.log_end_offset
         log.roll()
         before = read_all(log)
-        stats = log.clean(force=True)
+        stats = clean(log, force=True)
         assert stats is not None and stats.completed and stats.end_offset == end
         want = latest(ops)
         # First pass: tombstones get their delete horizon and stay.
@@ -96,7 +97,7 @@ def test_cleaning_keeps_exactly_the_latest_value_of_every_key(ops, batch_size, c
         # A second pass (some new dirty data) removes the tombstones: delete.retention.ms=0.
         log.append(batch([(b"z", b"new")]))
         log.roll()
-        assert log.clean(force=True) is not None
+        assert clean(log, force=True) is not None
         live = sorted((o, k, v) for k, (o, v) in want.items() if v is not None) + [(end, b"z", b"new")]
         assert read_all(log) == live
         _check_every_offset_readable(log, [r[0] for r in live], end + 1)
@@ -116,16 +117,16 @@ def test_offsets_kept_with_holes_and_checkpoint_persists(tmp_path):
     for n in range(30):
         log.append(batch([(b"k%d" % (n % 3), b"v%d" % n)]))
     log.roll()
-    assert log.cleanable() and log.dirty_ratio() == 1.0
-    stats = log.clean()
+    assert cleanable(log) and dirty_ratio(log) == 1.0
+    stats = clean(log)
     assert stats is not None and stats.messages_read == 30 and stats.messages_written == 3
     assert [r[0] for r in read_all(log)] == [27, 28, 29]
     assert stats.ratio < 0.5 and stats.bytes_read > stats.bytes_written
     log.close()
     assert (tmp_path / "t-0" / CLEANER_CHECKPOINT_FILE).exists()
     with open_log(tmp_path / "t-0", clock) as reopened:
-        assert reopened.dirty_ratio() == 0.0 and not reopened.cleanable()
-        assert reopened.clean() is None
+        assert dirty_ratio(reopened) == 0.0 and not cleanable(reopened)
+        assert clean(reopened) is None
         assert [r[0] for r in read_all(reopened)] == [27, 28, 29]
 
 
@@ -138,7 +139,7 @@ def test_null_keys_are_refused_on_compacted_topics(tmp_path):
         log.append(batch([(b"k", b"v")]))
     with Log(tmp_path / "d-0", {"cleanup.policy": "delete"}) as log:
         log.append(batch([(None, b"fine")]))
-        assert log.clean(force=True) is None  # not compacted
+        assert clean(log, force=True) is None  # not compacted
 
 
 def test_retention_applies_only_with_delete_policy(tmp_path):
@@ -162,10 +163,10 @@ def test_never_cleans_past_the_upper_bound_or_the_active_segment(tmp_path):
             log.roll()
         log.append(batch([(b"k", b"active")]))
         # Bound 12: only the segments wholly below it ([0, 5) and [5, 10)) are cleaned.
-        stats = log.clean(12, force=True)
+        stats = clean(log, 12, force=True)
         assert stats is not None and stats.end_offset == 10
         assert [r[0] for r in read_all(log)] == [9, *range(10, 21)]
-        stats = log.clean(force=True)  # no bound: everything but the active segment
+        stats = clean(log, force=True)  # no bound: everything but the active segment
         assert stats is not None and stats.end_offset == 20
         assert [r[0] for r in read_all(log)] == [19, 20]
 
@@ -177,11 +178,11 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path):
             for n in range(4):
                 log.append(batch([(b"k", b"%d" % n)], ts=ts))
             log.roll()
-        stats = log.clean(force=True)
+        stats = clean(log, force=True)
         assert stats is not None and stats.end_offset == 8  # the third segment is too young
         assert [r[0] for r in read_all(log)] == [7, 8, 9, 10, 11]
         clock.now += DAY
-        assert log.clean(force=True) is not None
+        assert clean(log, force=True) is not None
         assert [r[0] for r in read_all(log)] == [11]
 
 
@@ -192,13 +193,13 @@ def test_max_compaction_lag_makes_a_barely_dirty_log_cleanable(tmp_path):
         for n in range(20):
             log.append(batch([(b"k%d" % n, b"x" * 40)], ts=clock.now - 10 * DAY))
         log.roll()
-        assert log.clean() is not None  # all dirty: ratio 1 > 0.9
+        assert clean(log) is not None  # all dirty: ratio 1 > 0.9
         log.append(batch([(b"k0", b"y")], ts=clock.now))
         log.roll()
-        assert 0 < log.dirty_ratio() < 0.9 and not log.cleanable()
+        assert 0 < dirty_ratio(log) < 0.9 and not cleanable(log)
         clock.now += 2 * DAY  # the dirty batch is now older than max.compaction.lag.ms
-        assert log.cleanable()
-        assert log.clean() is not None
+        assert cleanable(log)
+        assert clean(log) is not None
         assert (0, b"k0", b"x" * 40) not in read_all(log)
 
 
@@ -211,7 +212,7 @@ def test_clean_filthiest_picks_the_highest_dirty_ratio(tmp_path):
             log.append(batch([(b"k%d" % (n % dups), b"v" * 20)]))
         log.roll()
         logs.append(log)
-    logs[0].clean(force=True)
+    clean(logs[0], force=True)
     logs[0].append(batch([(b"k0", b"w" * 20)]))
     logs[0].roll()
     chosen = LogCleaner().clean_filthiest([(log, None) for log in logs])
@@ -304,7 +305,7 @@ def test_rebuilt_batches_keep_producer_metadata_offsets_and_codec(tmp_path):
         log.append(batch([(b"e", b"3")]))
         log.roll()
         original = _headers(log)
-        log.clean(force=True)
+        clean(log, force=True)
         cleaned = _headers(log)
         first = cleaned[0]
         assert (first.base_offset, first.last_offset, first.records_count) == (0, 2, 2)  # c at 2 removed
@@ -326,7 +327,7 @@ def test_empty_batch_kept_only_when_producer_state_needs_it(tmp_path):
         log.append(build_control_batch(True, 9, 1, timestamp=1000), origin=AppendOrigin.COORDINATOR)  # 5: a marker
         log.append(batch([(b"z", b"4")]))  # 6
         log.roll()
-        log.clean(force=True)
+        clean(log, force=True)
         hs = _headers(log)
         assert [(h.base_offset, h.records_count) for h in hs] == [(1, 0), (2, 2), (4, 1), (5, 1), (6, 1)]
         empty = hs[0]
@@ -343,7 +344,7 @@ def test_a_cleaned_segment_ends_where_the_replaced_ones_did(tmp_path):
         log.roll()
         log.append(batch([(b"k", b"last")]))
         log.roll()
-        log.clean(force=True)
+        clean(log, force=True)
         assert log.segments[0].next_offset == log.segments[1].base_offset == 6
 
 
@@ -400,7 +401,7 @@ def test_crash_at_each_swap_step_leaves_old_or_new(tmp_path, monkeypatch, step):
         assert not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
         reopened.append(batch([(b"k0", b"again")]))
         reopened.roll()
-        reopened.clean(force=True)
+        clean(reopened, force=True)
         assert {k: v for _, k, v in read_all(reopened)}[b"k0"] == b"again"
 
 
@@ -489,7 +490,7 @@ def test_concurrent_reader_appender_and_cleaner(tmp_path):
                 log.append(batch([(b"k%d" % (counter % 7), b"%d" % counter)]))
                 counter += 1
             log.roll()
-            log.clean(log.log_end_offset - 5, force=True)
+            clean(log, log.log_end_offset - 5, force=True)
     finally:
         stop.set()
         for t in threads:
@@ -516,11 +517,11 @@ def test_truncation_during_a_pass_stops_the_swap(tmp_path, monkeypatch):
             log.truncate_to(6)  # a follower truncating while the cleaner works
 
         monkeypatch.setattr(storage.cleaner._Pass, "_write_cleaned", truncating)
-        stats = log.clean(force=True)
+        stats = clean(log, force=True)
         assert stats is not None and not stats.completed and stats.segments_written == 0
         assert [r[0] for r in read_all(log)] == list(range(6))
         assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith((".cleaned", ".swap"))]
         monkeypatch.undo()
         log.roll()
-        assert log.clean(force=True).completed
+        assert clean(log, force=True).completed
         assert [r[0] for r in read_all(log)] == [5]

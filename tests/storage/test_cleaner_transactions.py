@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from storage import Log, RecordBatchBuilder, build_control_batch, iter_batches
 from storage.cleaner import LogCleaner, log_to_clean
+from storage.cleaner import clean as clean_log
 from storage.txn_index import AbortedTxn
 from tests.storage.batches import abandon
 
@@ -73,7 +74,7 @@ def clean(log: Log, clock: Clock) -> None:
     log.append(batch([(FILLER, b"x")]))
     log.roll()
     log.update_high_watermark(log.log_end_offset)
-    assert log.clean(force=True, now_ms=clock.now) is not None
+    assert clean_log(log, force=True, now_ms=clock.now) is not None
 
 
 def _workload(log: Log) -> dict[str, int]:
@@ -148,7 +149,7 @@ def test_cleaning_stops_at_the_first_unstable_offset(tmp_path):
         assert log.first_unstable_offset == open_at
         todo = log_to_clean(log, log.log_end_offset, clock.now)
         assert todo.first_uncleanable_offset == open_at  # the open transaction's segment
-        log.clean(force=True, now_ms=clock.now)
+        clean_log(log, force=True, now_ms=clock.now)
         assert [r[2] for r in records(log)] == [b"2", b"txn", b"3", b"4"]  # only the first segment was cleaned
         end_txn(log, P, commit=False)
         log.update_high_watermark(log.log_end_offset)

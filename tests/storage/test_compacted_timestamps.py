@@ -6,6 +6,7 @@ searchForTimestamp walks on to the next batch)."""
 from __future__ import annotations
 
 from storage import Log, RecordBatchBuilder
+from storage.cleaner import clean
 from storage.log import TimestampOffset
 
 CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
@@ -24,7 +25,7 @@ def test_a_producers_emptied_last_batch_is_not_an_answer(tmp_path):
         log.append(_batch([(b"a", b"2", 200)]))
         log.roll()
         log.append(_batch([(b"z", b"3", 300)]))
-        assert log.clean(force=True) is not None
+        assert clean(log, force=True) is not None
         first = log.segments[0]
         kept = list(first.headers_from(0))
         assert kept[0].records_count == 0  # emptied, kept for the producer's state
@@ -41,6 +42,6 @@ def test_a_log_append_time_batch_that_lost_its_first_record_answers_with_a_recor
         log.append(_batch([(b"a", b"3", 3)]))
         log.roll()
         log.append(_batch([(b"z", b"4", 4)]))
-        assert log.clean(force=True) is not None
+        assert clean(log, force=True) is not None
         assert [h.records_count for h in log.segments[0].headers_from(0)] == [1, 1]
         assert log.offset_for_timestamp(first - 1) == TimestampOffset(first, 1)  # offset 0 is gone

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import storage.log
 from storage import Log
-from storage.log import RECOVERY_POINT_FILE
+from storage.log_files import RECOVERY_POINT_FILE
 from tests.storage.batches import make_batch
 from tests.storage.power_loss import Disk
 

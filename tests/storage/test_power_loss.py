@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from storage import Log, RecordBatchBuilder, build_control_batch, iter_batches
 from storage.batch_header import CONTROL_MASK
+from storage.cleaner import clean as clean_log
 from storage.log import TimestampOffset
 from tests.storage.batches import abandon
 from tests.storage.power_loss import Disk
@@ -151,7 +152,7 @@ def _appending(
             n += _append(log, tracker, disk, n, keys=keys)
             clock.now += 10
             if clean and step % clean == clean - 1:
-                log.clean(force=True, now_ms=clock.now)
+                clean_log(log, force=True, now_ms=clock.now)
                 disk.tick("cleaned")
 
     _lives(directory, config, tracker, ends, life)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import Log
-from storage.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from storage.log_files import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tests.storage.batches import abandon, make_batch
 
 CONFIG = {"segment.bytes": 2000, "index.interval.bytes": 150}

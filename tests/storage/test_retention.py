@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage import Log
-from storage.segment import DELETED_SUFFIX
+from storage.log_files import DELETED_SUFFIX
 from tests.storage.batches import make_batch
 
 DAY = 24 * 3600 * 1000

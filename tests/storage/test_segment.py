@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from storage.batch_header import check_batches
 from storage.config import log_config
-from storage.segment import LogSegment, filename_prefix
+from storage.log_files import filename_prefix
+from storage.segment import LogSegment
 from tests.storage.batches import make_batch
 
 

@@ -1,0 +1,188 @@
+"""How a client reaches a running rayqueue cluster: Ray joined or started, and the handle.
+
+:class:`ClusterHandle` is what every client (Producer, Consumer, Admin, the Ray Data source)
+needs from a cluster: its Ray namespace, the controller and coordinator actors and the broker
+config. :func:`connect` finds them by name in a running Ray. This module imports no client,
+so every client can import it; ``rayqueue.cluster`` (``launch()``, ``Cluster.producer()`` ...)
+sits above the clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from actors.config import BROKER_CONFIG
+from actors.controller import CONTROLLER_NAME
+from actors.group_coordinator import GROUP_COORDINATOR_NAME
+from actors.protocol import MetadataRequest
+from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
+from actors.types import ClusterMetadata
+from rayqueue.metadata import call_controller
+from storage.config import Config
+from storage.errors import KafkaTimeoutError
+
+logger = logging.getLogger(__name__)
+
+# An embedded Ray on a small machine gets more logical CPUs than cores so that Spark
+# executors and Ray Data tasks never wait forever for a CPU slot (STACK.md).
+EMBEDDED_NUM_CPUS = 8
+# Every replica is an actor, and every actor a worker process of its own (num_cpus=0, mostly
+# waiting on I/O). Ray's raylet sends every driver a warning once its node holds 4x as many
+# worker processes as its "maximum startup concurrency", which defaults to the core count:
+# on a 2-core machine a 3-broker cluster with its internal topics passes 8 at once, and the
+# warning would print on every run. For the Ray it starts itself rayqueue lets 16 workers
+# start at once, so Ray warns past 64 worker processes (some 4.5 GB of actors), where it
+# means something on a small machine.
+EMBEDDED_WORKER_STARTUP_CONCURRENCY = 16
+# Ray's own logger for its token-authentication notices (Ray 2.60).
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Hide one logger's warnings for the duration (errors still show)."""
+    target = logging.getLogger(logger_name)
+    level = target.level
+    target.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        target.setLevel(level)
+
+
+def use_ray_token() -> bool:
+    """Use Ray's authentication token, if there is one, when joining a Ray cluster; True if on.
+
+    Ray 2.60's rule for a cluster found on this machine (``ray start --head``, and
+    ``ray.init(address="auto")``): with RAY_AUTH_MODE unset and a token in RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, token authentication is on. Ray applies it to
+    "auto" only, but ``ray start --head`` turns tokens on whenever the head has one, so a
+    driver given the head's address explicitly needs the same rule. An explicit
+    RAY_AUTH_MODE always wins.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return False
+    # Its notice ("enabled for this Ray cluster ... set RAY_AUTH_MODE=disabled to opt out")
+    # speaks to whoever starts a cluster, not to a client joining one.
+    with _quiet(_RAY_AUTH_LOGGER):
+        return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
+
+
+def _check_ray_reachable(address: str, token_on: bool) -> None:
+    """Ask the cluster's GCS once before ray.init, which retries an authentication failure
+    for 20 s (a line a second) and then names neither the cause nor the fix."""
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:
+        return
+    try:
+        GcsClient(address=address)
+    except ray.exceptions.AuthenticationError:
+        if token_on:
+            fix = "this machine's token is not the cluster's: use the head node's ~/.ray/auth_token"
+        elif os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+            fix = "unset RAY_AUTH_MODE (it is 'disabled') and copy the head node's ~/.ray/auth_token here"
+        else:
+            fix = "copy the head node's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN to `ray get-auth-token` run there"
+        raise ConnectionError(f"the Ray cluster at {address} uses token authentication; {fix}") from None
+    except ray.exceptions.RpcError as exc:
+        raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
+
+
+def join_ray(address: str) -> None:
+    """Connect this process to the running Ray cluster at ``address`` ("auto": the one on this
+    machine), with its authentication token found as Ray's own tools find it."""
+    token_on = use_ray_token()
+    if address != "auto" and "://" not in address:
+        _check_ray_reachable(address, token_on)
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+
+
+def start_embedded_ray(num_cpus: int | None = None) -> None:
+    """Start a Ray of this process's own, quietly: Ray's defaults (token authentication on,
+    unless RAY_AUTH_MODE says otherwise), its logs in its session directory, and a worker
+    start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY)."""
+    with _quiet(_RAY_AUTH_LOGGER):
+        # "local": never a Ray that `ray start` runs (or left behind in /tmp/ray) on this machine.
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or EMBEDDED_NUM_CPUS,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            _system_config={"worker_maximum_startup_concurrency": EMBEDDED_WORKER_STARTUP_CONCURRENCY},
+        )
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one;
+    True if started here."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        join_ray(address)
+        return False
+    start_embedded_ray(num_cpus)
+    return True
+
+
+class ClusterHandle:
+    """A running rayqueue cluster as its clients see it: namespace, controller, coordinators, config."""
+
+    def __init__(
+        self,
+        namespace: str,
+        controller: Any,
+        config: Config,
+        group_coordinator: Any = None,
+        transaction_coordinator: Any = None,
+    ) -> None:
+        self.namespace = namespace
+        self.controller = controller
+        self.config = config
+        self.group_coordinator = group_coordinator
+        self.transaction_coordinator = transaction_coordinator
+
+    def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
+        """A fresh metadata snapshot from the controller."""
+        return call_controller(self.controller.get_metadata, MetadataRequest(None if topics is None else tuple(topics)))
+
+    def describe(self) -> dict[str, Any]:
+        """Cluster id, controller epoch, brokers and counts."""
+        return call_controller(self.controller.describe_cluster)
+
+
+def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> ClusterHandle:
+    """Attach to the rayqueue cluster running in Ray namespace ``name``."""
+    ensure_ray(address)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=name)
+            break
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
+            time.sleep(0.2)
+    cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
+    try:
+        coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
+    except ValueError:
+        coordinator = None  # a cluster launched before groups existed; group calls will say so
+    try:
+        txn_coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=name)
+    except ValueError:
+        txn_coordinator = None  # a cluster launched before transactions existed
+    return ClusterHandle(name, controller, cfg, group_coordinator=coordinator, transaction_coordinator=txn_coordinator)
