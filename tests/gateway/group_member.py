@@ -3,7 +3,7 @@ can kill it the hard way).
 
 ``python -m tests.gateway.group_member LIB BOOTSTRAP GROUP TOPIC SESSION_MS [ASSIGNOR]`` joins
 the group with LIB's consumer (confluent-kafka, kafka-python, aiokafka), reads from the
-committed offsets (earliest without), commits after every record it read, and reports on
+committed offsets (earliest without), commits after every batch it read, and reports on
 stdout one line per event: ``A <p,p,...>`` whenever its assignment changes, ``R <p> <offset>``
 per record. It leaves the group when its stdin closes.
 """
@@ -56,12 +56,15 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, assig
     rep = _Reporter()
     consumer.subscribe([topic])
     while not _stop.is_set():
-        msg = consumer.poll(0.1)
+        msgs = [m for m in consumer.consume(100, 0.1) if not m.error()]
         rep.assignment(tp.partition for tp in consumer.assignment())
-        if msg is None or msg.error():
-            continue
-        say(f"R {msg.partition()} {msg.offset()}")
-        consumer.commit(message=msg, asynchronous=False)
+        for msg in msgs:
+            say(f"R {msg.partition()} {msg.offset()}")
+        if msgs:
+            try:
+                consumer.commit(asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
+                say(f"E {exc}")
     consumer.close()
 
 
@@ -90,7 +93,10 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, as
         for tp, records in polled.items():
             for r in records:
                 say(f"R {r.partition} {r.offset}")
-            consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "", -1)})
+            try:
+                consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "", -1)})
+            except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
+                say(f"E {exc}")
     consumer.close()
 
 
@@ -122,7 +128,10 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, assign
             for tp, records in polled.items():
                 for r in records:
                     say(f"R {r.partition} {r.offset}")
-                await consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "")})
+                try:
+                    await consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "")})
+                except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
+                    say(f"E {exc}")
         await consumer.stop()
 
     asyncio.run(main())

@@ -31,7 +31,7 @@ from tests.helpers import consume_all, wait_for
 
 PARTITIONS = 6
 PER_PARTITION = 10
-SESSION_MS = 3000
+SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms
 ROOT = Path(__file__).parents[2]
 _ids = itertools.count()
 
@@ -56,6 +56,7 @@ class Member:
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
             cwd=ROOT,
@@ -63,6 +64,7 @@ class Member:
         self.assignment: list[int] = []
         self.records: list[tuple[int, int]] = []
         self.exited = False
+        self.errors: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -75,8 +77,17 @@ class Member:
             elif line.startswith("R "):
                 _, p, o = line.split()
                 self.records.append((int(p), int(o)))
+            elif line.startswith("E "):
+                self.errors.append(line[2:])
             elif line == "X":
                 self.exited = True
+
+    def stderr(self) -> str:
+        """What the member wrote on stderr (read once it exited)."""
+        if self.proc.poll() is None:
+            self.kill()
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()[-3000:]
 
     def leave(self) -> None:
         """Close stdin: the member leaves the group and exits."""
@@ -136,7 +147,12 @@ def run_group(cluster, bootstrap, topic, members, libs: list[str]) -> str:
         members.append(Member(lib, bootstrap, group, topic))
     wait_for(lambda: assigned_once(members), timeout=60, what="every partition assigned to exactly one member")
     total = PARTITIONS * PER_PARTITION
-    wait_for(lambda: read_everything(members, total), timeout=60, what="every record read")
+    try:
+        wait_for(lambda: read_everything(members, total), timeout=60, what="every record read")
+    except AssertionError:
+        for m in members:
+            print(m.lib, m.assignment, sorted({p for p, _ in m.records}), len(m.records), m.proc.poll(), m.stderr())
+        raise
     everything = [r for m in members for r in m.records]
     assert len(everything) == len(set(everything)) == total, "a record was read twice"
     return group
