@@ -11,6 +11,15 @@ every member supports (each member votes for its most preferred one, as Kafka's
 user-supplied assignor object travels with the join) and hands each member its part in
 ``sync_group``. With a cooperative assignor the members keep consuming what they keep.
 
+Kafka clients (through the gateway) assign on the client, as Kafka's classic protocol
+has it: their joins carry opaque protocol metadata, the coordinator picks the protocol the
+same way, hands every member's metadata to the leader member in its join answer, and
+waits (CompletingRebalance) for the leader's SyncGroup to hand each member the opaque
+assignment the leader sent. A group is one kind or the other at a time: while it has
+members, a member of the other kind is refused (InconsistentGroupProtocolError, as Kafka
+refuses a different protocol type); once it is empty either kind may take it over, and
+the committed offsets are the same for both.
+
 Durability: offset commits and group metadata are records in the compacted internal
 topic ``__consumer_offsets`` (partition = ``abs(javaHashCode(group)) % partitions``, as
 Kafka). The encoding is compact JSON (documented at ``offset_key``/``group_key``): keys
@@ -28,6 +37,7 @@ the same with the markers it reads.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import numbers
@@ -52,6 +62,7 @@ from actors.protocol import (
     LeaveGroupRequest,
     MetadataRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -69,6 +80,7 @@ from actors.types import (
 from storage.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -147,6 +159,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 @dataclass
 class _Member:
     member_id: str
@@ -162,6 +178,8 @@ class _Member:
     session_deadline: float = 0.0
     poll_deadline: float = 0.0
     join_future: asyncio.Future | None = None
+    metadata: dict[str, bytes] | None = None  # a client-assigning member's, by protocol
+    member_assignment: bytes = b""  # the leader's opaque assignment for it
 
     def touch(self, poll_age_ms: int = 0) -> None:
         now = time.monotonic()
@@ -179,6 +197,8 @@ class _Member:
             "topics": list(self.topics),
             "pattern": self.pattern,
             "assignment": [[tp.topic, tp.partition] for tp in self.assignment],
+            "metadata": None if self.metadata is None else {k: _b64(v) for k, v in self.metadata.items()},
+            "member_assignment": _b64(self.member_assignment),
         }
 
     @classmethod
@@ -194,6 +214,9 @@ class _Member:
             d.get("pattern"),
         )
         m.assignment = [TopicPartition(t, p) for t, p in d.get("assignment", [])]
+        if d.get("metadata") is not None:
+            m.metadata = {k: base64.b64decode(v) for k, v in d["metadata"].items()}
+        m.member_assignment = base64.b64decode(d.get("member_assignment", ""))
         m.owned = list(m.assignment)
         m.touch()
         return m
@@ -215,6 +238,9 @@ class _Group:
     state_timestamp_ms: int = field(default_factory=_now_ms)
     rebalance_deadline: float = 0.0
     not_before: float = 0.0  # group.initial.rebalance.delay.ms for a group that was empty
+    client_assigned: bool = False  # its members are Kafka clients: the leader member assigns
+    sync_waiters: list[asyncio.Future] = field(default_factory=list)  # followers' SyncGroups
+    pending_ids: dict[str, float] = field(default_factory=dict)  # KIP-394 ids handed out -> expiry
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -225,6 +251,7 @@ class _Group:
             "leader": self.leader,
             "state_timestamp": self.state_timestamp_ms,
             "snapshot": self.snapshot,
+            "client_assigned": self.client_assigned,
             "members": [m.to_record() for m in self.members.values()],
         }
 
@@ -235,6 +262,7 @@ class _Group:
         self.leader = d.get("leader", "")
         self.state_timestamp_ms = d.get("state_timestamp", _now_ms())
         self.snapshot = dict(d.get("snapshot", {}))
+        self.client_assigned = bool(d.get("client_assigned", False))
         self.members = {}
         self.static = {}
         for md in d.get("members", []):
@@ -386,17 +414,33 @@ class GroupCoordinator(Coordinator):
         client_id, protocols, topics, pattern = request.client_id, request.protocols, request.topics, request.pattern
         session_timeout_ms, rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
         owned, assignors = request.owned_partitions, request.assignors
+        wire = request.metadata is not None
         self._check_loaded()
         _check_group_id(group_id)
         if not protocols:
             raise InconsistentGroupProtocolError("a member must support at least one assignor")
+        if wire and len(request.metadata) != len(protocols):
+            raise InvalidRequestError("one protocol metadata per protocol is required")
         if pattern is not None or any(t not in self._topic_counts for t in topics):
             await self._refresh_metadata()
         group = self._groups.setdefault(group_id, _Group(group_id))
+        if group.members and group.client_assigned != wire:
+            kinds = ("rayqueue consumers", "Kafka clients") if wire else ("Kafka clients", "rayqueue consumers")
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} has members that are {kinds[0]}; {kinds[1]} cannot join it until it is empty"
+            )
         if group.members and not self._common_protocols(group, extra=protocols):
             raise InconsistentGroupProtocolError(
                 f"no assignor of {protocols} is supported by every member of {group_id!r}"
             )
+        if wire and request.require_known_member_id and not member_id and not group_instance_id:
+            # KIP-394: name the member first, so that a client which times out and retries
+            # its join does not leave a phantom member behind.
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            group.pending_ids[new_id] = time.monotonic() + session_timeout_ms / 1000
+            return JoinGroupResult(-1, new_id, "", "", EAGER, member_id_required=True)
+        if not group.members:
+            group.client_assigned = wire
         topics_t = tuple(sorted(set(topics)))
         if group_instance_id:
             known = group.static.get(group_instance_id)
@@ -410,6 +454,11 @@ class GroupCoordinator(Coordinator):
                 unchanged = (
                     member.protocols == list(protocols) and member.topics == topics_t and member.pattern == pattern
                 )
+                if wire:
+                    # A client-assigning leader must see the members' metadata again.
+                    new_meta = dict(zip(protocols, request.metadata, strict=True))
+                    unchanged = unchanged and member.metadata == new_meta and group.leader != member_id
+                    unchanged = unchanged and group.state == GroupState.STABLE
                 if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = client_id
                     member.touch()
@@ -419,7 +468,7 @@ class GroupCoordinator(Coordinator):
                     )
             elif not known:
                 member_id = member_id or f"{group_instance_id}-{uuid.uuid4()}"
-        elif member_id and member_id not in group.members:
+        elif member_id and member_id not in group.members and group.pending_ids.pop(member_id, None) is None:
             raise UnknownMemberIdError(f"unknown member {member_id!r} of group {group_id!r}")
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
@@ -440,6 +489,7 @@ class GroupCoordinator(Coordinator):
         member.topics = topics_t
         member.pattern = pattern
         member.owned = list(owned or [])
+        member.metadata = dict(zip(protocols, request.metadata, strict=True)) if wire else None
         member.touch()
         group.assignors.update(assignors or {})
         if member.join_future is None or member.join_future.done():
@@ -467,7 +517,42 @@ class GroupCoordinator(Coordinator):
                 f"generation {generation_id} of {group_id!r} is not the current {group.generation}"
             )
         member.touch()
-        return SyncGroupResponse(tuple(member.assignment))
+        if group.client_assigned and group.state == GroupState.COMPLETING_REBALANCE:
+            if request.member_id == group.leader:
+                self._take_assignment(group, request)
+            else:
+                waiter = asyncio.get_running_loop().create_future()
+                group.sync_waiters.append(waiter)
+                timeout = max(m.rebalance_timeout_ms for m in group.members.values()) / 1000
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), timeout)
+                except TimeoutError:
+                    raise RebalanceInProgressError(f"the leader of {group_id!r} did not assign in time") from None
+                member.touch()
+        return SyncGroupResponse(tuple(member.assignment), member.member_assignment)
+
+    def _take_assignment(self, group: _Group, request: SyncGroupRequest) -> None:
+        """The leader member's SyncGroup: every member's opaque assignment; the group is stable."""
+        assignments = request.assignments or {}
+        decoded = request.assigned_partitions or {}
+        for mid, m in group.members.items():
+            m.member_assignment = bytes(assignments.get(mid, b""))
+            m.assignment = sorted(decoded.get(mid, ()))
+            m.owned = list(m.assignment)
+        group.state = GroupState.STABLE
+        waiters, group.sync_waiters = group.sync_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        logger.info(
+            "group %s: generation %d stable with %d members (%s, assigned by leader %s)",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol,
+            group.leader,
+        )
+        self._persist_group(group)
 
     async def heartbeat(self, request: HeartbeatRequest) -> None:
         """Keep the member alive (Kafka's Heartbeat); ``poll_age_ms`` is the time since its
@@ -613,7 +698,15 @@ class GroupCoordinator(Coordinator):
                 out.append(GroupDescription(gid, GroupState.DEAD, "", "", -1, "", ()))
                 continue
             members = tuple(
-                MemberDescription(m.member_id, m.instance_id, m.client_id, m.topics, tuple(m.assignment))
+                MemberDescription(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.topics,
+                    tuple(m.assignment),
+                    (m.metadata or {}).get(g.protocol, b""),
+                    m.member_assignment,
+                )
                 for m in g.members.values()
             )
             out.append(GroupDescription(gid, g.state, PROTOCOL_TYPE, g.protocol, g.generation, g.leader, members))
@@ -645,6 +738,34 @@ class GroupCoordinator(Coordinator):
             else:
                 await self._delete_group(group)
                 out[gid] = None
+        return out
+
+    async def delete_offsets(self, request: OffsetDeleteRequest) -> dict[TopicPartition, KafkaError | None]:
+        """Delete committed offsets of some partitions (Kafka's OffsetDelete); per partition
+        None or the error. GroupIdNotFoundError for a group that has none; a partition whose
+        topic a member subscribes to keeps its offset (GroupSubscribedToTopicError)."""
+        require(request, OffsetDeleteRequest)
+        self._check_loaded()
+        _check_group_id(request.group_id)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"group {request.group_id!r} does not exist")
+        subscribed = {t for m in group.members.values() for t in m.topics}
+        subscribed.update(tp.topic for m in group.members.values() for tp in m.assignment)
+        out: dict[TopicPartition, KafkaError | None] = {}
+        gone = []
+        for tp in request.partitions:
+            if tp.topic in subscribed:
+                out[tp] = GroupSubscribedToTopicError(f"a member of {request.group_id!r} subscribes to {tp.topic!r}")
+            else:
+                out[tp] = None
+                if tp in group.offsets:
+                    gone.append(tp)
+        if gone:
+            await self._append(group.group_id, [(offset_key(group.group_id, tp), None) for tp in gone])
+            for tp in gone:
+                group.offsets.pop(tp, None)
+            self._drop_if_unused(group)
         return out
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
@@ -691,6 +812,10 @@ class GroupCoordinator(Coordinator):
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
         group.rebalance_deadline = now + timeout
         group.not_before = now + min(self._initial_delay_s, timeout) if was_empty else 0.0
+        waiters, group.sync_waiters = group.sync_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; rejoin"))
         logger.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation, reason)
 
     def _maybe_complete_join(self, group: _Group) -> None:
@@ -710,6 +835,9 @@ class GroupCoordinator(Coordinator):
         members = group.members
         if group.leader not in members:
             group.leader = next(iter(members))
+        if group.client_assigned:
+            self._complete_client_join(group)
+            return
         try:
             protocol = self._select_protocol(group)
             assignor = lookup_assignor(protocol, group.assignors)
@@ -750,6 +878,49 @@ class GroupCoordinator(Coordinator):
             protocol,
         )
         self._persist_group(group)
+
+    def _complete_client_join(self, group: _Group) -> None:
+        """A rebalance of Kafka clients completed: the leader gets every member's metadata
+        for the chosen protocol and will assign in its SyncGroup."""
+        members = group.members
+        try:
+            protocol = self._select_protocol(group)
+        except KafkaError as error:
+            for m in members.values():
+                if m.join_future is not None and not m.join_future.done():
+                    m.join_future.set_exception(error)
+                m.join_future = None
+            group.state = GroupState.STABLE
+            return
+        group.protocol = protocol
+        try:
+            group.rebalance_protocol = protocol_of(lookup_assignor(protocol, {}))
+        except Exception:  # noqa: BLE001 - an assignor rayqueue does not have: informational only
+            group.rebalance_protocol = EAGER
+        group.state = GroupState.COMPLETING_REBALANCE
+        everyone = tuple((mid, m.instance_id, (m.metadata or {}).get(protocol, b"")) for mid, m in members.items())
+        for mid, m in members.items():
+            m.touch()
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(
+                    JoinGroupResult(
+                        group.generation,
+                        mid,
+                        protocol,
+                        group.leader,
+                        group.rebalance_protocol,
+                        members=everyone if mid == group.leader else (),
+                    )
+                )
+            m.join_future = None
+        logger.info(
+            "group %s: generation %d joined by %d members; leader %s assigns (%s)",
+            group.group_id,
+            group.generation,
+            len(members),
+            group.leader,
+            protocol,
+        )
 
     def _common_protocols(self, group: _Group, extra: list[str] | None = None) -> list[str]:
         lists = [m.protocols for m in group.members.values()] + ([extra] if extra else [])
@@ -824,6 +995,9 @@ class GroupCoordinator(Coordinator):
     def _tick(self) -> None:
         now = time.monotonic()
         for group in list(self._groups.values()):
+            for pending_id, expiry in list(group.pending_ids.items()):
+                if now > expiry:
+                    del group.pending_ids[pending_id]
             for mid, m in list(group.members.items()):
                 if m.join_future is not None:
                     continue  # waiting in a join: the join call itself is the sign of life
@@ -844,7 +1018,10 @@ class GroupCoordinator(Coordinator):
     async def _check_subscriptions(self) -> None:
         """Rebalance stable groups whose subscribed topics changed partition count, or whose
         regex now matches other topics."""
-        active = [g for g in self._groups.values() if g.state == GroupState.STABLE and g.members]
+        # Kafka clients' groups are watched by their leader member, as in Kafka's classic protocol.
+        active = [
+            g for g in self._groups.values() if g.state == GroupState.STABLE and g.members and not g.client_assigned
+        ]
         if not active:
             return
         await self._refresh_metadata()

@@ -638,6 +638,13 @@ class JoinGroupRequest(_Message):
     order; ``assignors`` carries user-supplied assignor objects by name. ``topics`` or a
     ``pattern`` is the subscription; ``owned_partitions`` what the member holds now (the
     cooperative protocol keeps it).
+
+    A Kafka client (through the gateway) assigns on the client instead: ``metadata`` holds
+    its opaque protocol metadata, one per entry of ``protocols``, and the group's leader
+    member gets every member's and sends the assignment in SyncGroup. ``topics`` is then
+    what the gateway read of the subscription (for DescribeGroups). With
+    ``require_known_member_id`` (JoinGroup v4+, KIP-394) a new member without a
+    ``group_instance_id`` is first given its id and asked to join again with it.
     """
 
     group_id: str
@@ -651,23 +658,34 @@ class JoinGroupRequest(_Message):
     pattern: str | None = None
     owned_partitions: tuple[TopicPartition, ...] = ()
     assignors: Mapping[str, Any] | None = None
+    metadata: tuple[bytes, ...] | None = None
+    protocol_type: str = "consumer"
+    require_known_member_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupRequest(_Message):
-    """Kafka's SyncGroup: this member's assignment for ``generation_id``."""
+    """Kafka's SyncGroup: this member's assignment for ``generation_id``.
+
+    In a group of client-assigning members (Kafka clients) the leader sends
+    ``assignments`` (member id -> opaque assignment) and, where the gateway could read them
+    (protocol type "consumer"), ``assigned_partitions`` for DescribeGroups and lag."""
 
     group_id: str
     member_id: str
     group_instance_id: str | None
     generation_id: int
+    assignments: Mapping[str, bytes] | None = None
+    assigned_partitions: Mapping[str, tuple[TopicPartition, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupResponse(_Message):
-    """The member's assignment (Kafka's SyncGroupResponse, decoded)."""
+    """The member's assignment (Kafka's SyncGroupResponse, decoded; ``member_assignment``
+    is the leader's opaque bytes in a client-assigned group)."""
 
     assignment: tuple[TopicPartition, ...]
+    member_assignment: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -739,6 +757,16 @@ class DeleteGroupsRequest(_Message):
     """Kafka's DeleteGroups; answered per group with None or its error."""
 
     groups_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest(_Message):
+    """Kafka's OffsetDelete: drop a group's committed offsets of ``partitions``; answered per
+    partition with None or its error (GroupSubscribedToTopicError while a member of the
+    group subscribes to the partition's topic)."""
+
+    group_id: str
+    partitions: tuple[TopicPartition, ...]
 
 
 @dataclass(frozen=True, slots=True)

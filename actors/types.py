@@ -115,6 +115,10 @@ class JoinGroupResult:
     protocol: str
     leader_id: str
     rebalance_protocol: str  # "eager" or "cooperative"
+    # Client-assigned groups: the leader gets every member's (id, instance id, metadata).
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+    # KIP-394: the member was given ``member_id`` and must join again with it.
+    member_id_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,8 @@ class MemberDescription:
     client_id: str
     subscription: tuple[str, ...]
     assignment: tuple[TopicPartition, ...]
+    metadata: bytes = b""  # a client-assigning member's opaque protocol metadata
+    member_assignment: bytes = b""  # and its opaque assignment
 
 
 @dataclass(frozen=True, slots=True)

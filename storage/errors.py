@@ -323,6 +323,12 @@ class GroupIdNotFoundError(KafkaError):
     code, retriable = 69, False
 
 
+class GroupSubscribedToTopicError(KafkaError):
+    """GROUP_SUBSCRIBED_TO_TOPIC: The consumer group is actively subscribed to the topic."""
+
+    code, retriable = 86, False
+
+
 class FencedLeaderEpochError(KafkaError):
     """FENCED_LEADER_EPOCH: The request's leader epoch is older than the replica's."""
 

@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.controller import CONTROLLER_NAME
 from actors.gateway.broker_view import BrokerView, listed_brokers
-from actors.gateway.handlers import admin, fetch, metadata, offsets, produce, transactions
+from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
@@ -31,8 +31,8 @@ from actors.types import ClusterMetadata
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
-# The API families served; part 2 adds groups (and transactions grows).
-FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, transactions.APIS)
+# The API families served.
+FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, groups.APIS, transactions.APIS)
 
 
 def gateway_actor_name(broker_id: int) -> str:

@@ -71,8 +71,10 @@ def test_api_versions_advertises_what_is_served_and_answers_a_newer_version_in_v
         answer = wire.call(build_request(API_VERSIONS, 3, client_software_name="wire", client_software_version="1"))
         assert answer.error_code == 0
         assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == served
-        # Groups and transactions (part 2) are not advertised: clients do not try them.
-        assert not {10, 11, 12, 13, 14, 24, 26} & served.keys()
+        # Groups and transactions (part 2) are advertised; KIP-848's ConsumerGroupHeartbeat
+        # (68) and v4 of AddPartitionsToTxn (KIP-890, brokers') are not served.
+        assert {10, 11, 12, 13, 14, 24, 26} <= served.keys() and 68 not in served
+        assert served[24] == (0, 3)
         # A version above the served one: UNSUPPORTED_VERSION in a v0 body, with the ranges,
         # so the client retries with one it finds there (Kafka's own fallback).
         newest = served[API_VERSIONS][1]
@@ -165,18 +167,17 @@ def test_idempotent_produce_through_the_gateway(cluster, new_topic):
         assert gap.error_code == OUT_OF_ORDER_SEQUENCE and gap.base_offset == -1
         follow = wire.call(produce_request(topic, batch([b"d"], 3))).responses[0].partition_responses[0]
         assert (follow.error_code, follow.base_offset) == (0, 3)
-        # A transactional id is part 2's (FindCoordinator and EndTxn are not served yet).
-        refused = wire.call(
-            build_request(
-                INIT_PRODUCER_ID,
-                4,
-                transactional_id="txn",
-                transaction_timeout=datetime.timedelta(seconds=60),
-                producer_id=-1,
-                producer_epoch=-1,
-            )  # fmt: skip
-        )
-        assert refused.error_code == INVALID_REQUEST and refused.producer_id == -1
+        # A transactional id: its producer id, the epoch bumped by each InitProducerId
+        # (which fences the older instance).
+        tid = f"txn-{topic}"
+        as_txn = build_request(
+            INIT_PRODUCER_ID, 4, transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1,
+        )  # fmt: skip
+        first_txn, second_txn = wire.call(as_txn), wire.call(as_txn)
+        assert first_txn.error_code == second_txn.error_code == 0 and first_txn.producer_id >= 0
+        assert second_txn.producer_id == first_txn.producer_id
+        assert second_txn.producer_epoch == first_txn.producer_epoch + 1
     assert read_values(cluster, topic, 4) == [b"a", b"b", b"c", b"d"]
     assert end_offset(cluster, topic) == 4
 

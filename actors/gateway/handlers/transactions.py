@@ -1,25 +1,46 @@
-"""Producer ids for Kafka clients, from the transaction coordinator.
+"""Producer ids and transactions for Kafka clients, on the transaction coordinator actor.
 
 InitProducerId without a transactional id: a fresh producer id at epoch 0 for an
 idempotent producer (the Java client turns idempotence on by default), handed out from
-the same blocks as rayqueue's own producers get. With a transactional id it is part 2's
-(transactions through the gateway are not served yet: FindCoordinator, AddPartitionsToTxn
-and EndTxn are not advertised, so clients do not get this far).
+the same blocks as rayqueue's own producers get; with one, the transactional id's
+producer id with a bumped epoch, which fences older instances. AddPartitionsToTxn
+(v0-v3, the client's form; v4's broker batch is not served), AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit are the coordinators' calls of the same names, so a Kafka client's
+transaction is the transaction rayqueue's own producers and ``rayqueue transactions``
+see. DescribeTransactions and ListTransactions read the coordinator's state.
 """
 
 from __future__ import annotations
 
+import datetime
+import time
 from typing import Any
 
+from kio.static.primitive import i32Timedelta
+
 from actors.gateway.broker_view import BrokerView
-from actors.gateway.codec import ZERO_MS, error_code
+from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of
 from actors.gateway.server import Api, RequestContext
-from actors.protocol import InitProducerIdRequest
-from actors.types import ProducerIdAndEpoch
-from storage.errors import InvalidRequestError
+from actors.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
+from actors.types import OffsetAndMetadata, ProducerIdAndEpoch, TopicPartition, TransactionDescription
+from storage.errors import TransactionalIdNotFoundError
 
 INIT_PRODUCER_ID_KEY = 22
+ADD_PARTITIONS_TO_TXN_KEY = 24
+ADD_OFFSETS_TO_TXN_KEY = 25
+END_TXN_KEY = 26
+TXN_OFFSET_COMMIT_KEY = 28
+DESCRIBE_TRANSACTIONS_KEY = 65
+LIST_TRANSACTIONS_KEY = 66
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 # -- actor calls (one function each) --------------------------------------------------------
@@ -29,30 +50,259 @@ async def _init_producer_id(coordinator: Any, request: InitProducerIdRequest) ->
     return await coordinator.init_producer_id.remote(request)
 
 
+async def _add_partitions(coordinator: Any, request: AddPartitionsToTxnRequest) -> None:
+    await coordinator.add_partitions_to_txn.remote(request)
+
+
+async def _add_offsets(coordinator: Any, request: AddOffsetsToTxnRequest) -> None:
+    await coordinator.add_offsets_to_txn.remote(request)
+
+
+async def _end_txn(coordinator: Any, request: EndTxnRequest) -> None:
+    await coordinator.end_txn.remote(request)
+
+
+async def _txn_offset_commit(group_coordinator: Any, request: TxnOffsetCommitRequest) -> None:
+    await group_coordinator.txn_offset_commit.remote(request)
+
+
+async def _describe(coordinator: Any, request: DescribeTransactionsRequest) -> list[TransactionDescription]:
+    return await coordinator.describe_transactions.remote(request)
+
+
+def _code(exc: BaseException) -> int:
+    return error_code_of(exc, unavailable=COORDINATOR_UNAVAILABLE)
+
+
 # -- the request ------------------------------------------------------------------------------
 
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    """InitProducerId v0-v5, idempotent producers only."""
+    """InitProducerId v0-v5: idempotent producers, and transactional ones (fencing)."""
     view: BrokerView = ctx.state
     code, pid, epoch = NONE, -1, -1
-    if request.transactional_id:
-        code = InvalidRequestError.code
-    else:
-        try:
-            asked = InitProducerIdRequest(
-                None,
-                int(request.transaction_timeout.total_seconds() * 1000),
-                int(getattr(request, "producer_id", -1)),
-                int(getattr(request, "producer_epoch", -1)),
-            )
-            result = await _init_producer_id(view.transaction_coordinator, asked)
-            pid, epoch = result.producer_id, result.epoch
-        except Exception as exc:  # noqa: BLE001 - answered as its error code
-            code = error_code_of(exc, unavailable=COORDINATOR_UNAVAILABLE)
+    try:
+        asked = InitProducerIdRequest(
+            request.transactional_id or None,
+            int(request.transaction_timeout.total_seconds() * 1000),
+            int(getattr(request, "producer_id", -1)),
+            int(getattr(request, "producer_epoch", -1)),
+        )
+        result = await _init_producer_id(view.transaction_coordinator, asked)
+        pid, epoch = result.producer_id, result.epoch
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = error_code_of(exc, unavailable=COORDINATOR_UNAVAILABLE)
     return ctx.schema.response_of(
         throttle_time=ZERO_MS, error_code=error_code(code), producer_id=pid, producer_epoch=epoch
     )
 
 
-APIS = (Api(INIT_PRODUCER_ID_KEY, 0, 5, handle_init_producer_id),)
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    """AddPartitionsToTxn v0-v3: every partition gets the one answer of the call."""
+    view: BrokerView = ctx.state
+    topics = request.v3_and_below_topics
+    code = NONE
+    try:
+        await _add_partitions(
+            view.transaction_coordinator,
+            AddPartitionsToTxnRequest(
+                request.v3_and_below_transactional_id,
+                int(request.v3_and_below_producer_id),
+                int(request.v3_and_below_producer_epoch),
+                tuple(TopicPartition(t.name, int(p)) for t in topics for p in t.partitions),
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    resp = ctx.schema.response
+    topic_cls = nested(resp, "results_by_topic_v3_and_below")
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        results_by_topic_v3_and_below=tuple(
+            make(
+                resp,
+                "results_by_topic_v3_and_below",
+                name=t.name,
+                results_by_partition=tuple(
+                    make(topic_cls, "results_by_partition", partition_index=p, partition_error_code=error_code(code))
+                    for p in t.partitions
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    """AddOffsetsToTxn v0-v3."""
+    view: BrokerView = ctx.state
+    code = NONE
+    try:
+        await _add_offsets(
+            view.transaction_coordinator,
+            AddOffsetsToTxnRequest(
+                request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=error_code(code))
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    """EndTxn v0-v3: returns once every marker is written."""
+    view: BrokerView = ctx.state
+    code = NONE
+    try:
+        await _end_txn(
+            view.transaction_coordinator,
+            EndTxnRequest(
+                request.transactional_id, int(request.producer_id), int(request.producer_epoch), bool(request.committed)
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=error_code(code))
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """TxnOffsetCommit v0-v3 (KIP-447's member and generation from v3), on the group coordinator."""
+    view: BrokerView = ctx.state
+    offsets = {
+        TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
+            int(p.committed_offset), p.committed_metadata or "", -1, int(getattr(p, "committed_leader_epoch", -1))
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    code = NONE
+    try:
+        await _txn_offset_commit(
+            view.group_coordinator,
+            TxnOffsetCommitRequest(
+                request.transactional_id,
+                int(request.producer_id),
+                int(request.producer_epoch),
+                request.group_id,
+                offsets,
+                getattr(request, "member_id", ""),
+                getattr(request, "group_instance_id", None),
+                int(getattr(request, "generation_id", -1)),
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - every partition gets the error
+        code = _code(exc)
+    resp = ctx.schema.response
+    topic_cls = nested(resp, "topics")
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        topics=tuple(
+            make(
+                resp,
+                "topics",
+                name=t.name,
+                partitions=tuple(
+                    make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    """DescribeTransactions v0 (unknown ids: TRANSACTIONAL_ID_NOT_FOUND, as Kafka answers)."""
+    view: BrokerView = ctx.state
+    asked = tuple(request.transactional_ids)
+    resp = ctx.schema.response
+    state_cls = nested(resp, "transaction_states")
+    try:
+        found = {
+            d.transactional_id: d
+            for d in await _describe(view.transaction_coordinator, DescribeTransactionsRequest(asked))
+        }
+        failed = NONE
+    except Exception as exc:  # noqa: BLE001 - every id gets the error
+        found, failed = {}, _code(exc)
+    states = []
+    for tid in asked:
+        d = found.get(tid)
+        if d is None or d.state == "Dead" or failed:
+            code = failed or TransactionalIdNotFoundError.code
+            states.append(
+                make(
+                    resp,
+                    "transaction_states",
+                    error_code=error_code(code),
+                    transactional_id=tid,
+                    transaction_state="",
+                    transaction_timeout=i32Timedelta.parse(datetime.timedelta(0)),
+                    transaction_start_time=_EPOCH,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for tp in d.partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        states.append(
+            make(
+                resp,
+                "transaction_states",
+                error_code=error_code(NONE),
+                transactional_id=tid,
+                transaction_state=str(d.state),
+                transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=d.timeout_ms)),
+                transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=max(d.start_ms, 0)),
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                topics=tuple(make(state_cls, "topics", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+        )
+    return ctx.schema.response_of(throttle_time=ZERO_MS, transaction_states=tuple(states))
+
+
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    """ListTransactions v0-v1 (filters by state, producer id and, v1, duration)."""
+    view: BrokerView = ctx.state
+    states = {s.lower() for s in request.state_filters}
+    pids = set(request.producer_id_filters)
+    min_ms = int(getattr(request, "duration_filter", -1))
+    now_ms = int(time.time() * 1000)
+    code, described = NONE, []
+    try:
+        described = await _describe(view.transaction_coordinator, DescribeTransactionsRequest(None))
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    resp = ctx.schema.response
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(code),
+        unknown_state_filters=(),
+        transaction_states=tuple(
+            make(
+                resp,
+                "transaction_states",
+                transactional_id=d.transactional_id,
+                producer_id=d.producer_id,
+                transaction_state=str(d.state),
+            )
+            for d in described
+            if (not states or str(d.state).lower() in states)
+            and (not pids or d.producer_id in pids)
+            and (min_ms < 0 or (d.start_ms >= 0 and now_ms - d.start_ms >= min_ms))
+        ),
+    )
+
+
+APIS = (
+    Api(INIT_PRODUCER_ID_KEY, 0, 5, handle_init_producer_id),
+    Api(ADD_PARTITIONS_TO_TXN_KEY, 0, 3, handle_add_partitions_to_txn),
+    Api(ADD_OFFSETS_TO_TXN_KEY, 0, 3, handle_add_offsets_to_txn),
+    Api(END_TXN_KEY, 0, 3, handle_end_txn),
+    Api(TXN_OFFSET_COMMIT_KEY, 0, 3, handle_txn_offset_commit),
+    Api(DESCRIBE_TRANSACTIONS_KEY, 0, 0, handle_describe_transactions),
+    Api(LIST_TRANSACTIONS_KEY, 0, 1, handle_list_transactions),
+)

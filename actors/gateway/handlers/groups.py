@@ -1,0 +1,628 @@
+"""Consumer groups for Kafka clients, on rayqueue's group coordinator actor.
+
+FindCoordinator (single key, and KIP-699's batched form) names, as Kafka does, the broker
+leading the key's partition of ``__consumer_offsets`` (group ids) or
+``__transaction_state`` (transactional ids), so clients spread over the gateways; every
+gateway serves every group request all the same, by calling the one coordinator actor
+(one Ray actor call per request, as a native consumer's). Before the internal topic
+exists the receiving gateway names itself.
+
+The classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) maps onto the
+coordinator's client-assigned groups: a Kafka client's protocol metadata travels opaque,
+the leader member gets every member's and sends the assignment back in SyncGroup. What
+the gateway reads of the "consumer" protocol's subscription and assignment (topics,
+partitions; kio's ConsumerProtocolSubscription/Assignment) only feeds DescribeGroups and
+``rayqueue groups describe``. Offsets (OffsetCommit, OffsetFetch with KIP-709's
+multi-group form, OffsetDelete) are the same ``__consumer_offsets`` records as native
+commits; DescribeGroups, ListGroups and DeleteGroups are the coordinator's.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections import defaultdict
+from typing import Any
+
+from kio.serial import entity_reader
+
+from actors.gateway.broker_view import BrokerView, listed_brokers
+from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested
+from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
+from actors.gateway.server import Api, RequestContext
+from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.protocol import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC
+from actors.types import BrokerMetadata, GroupDescription, JoinGroupResult, OffsetAndMetadata, TopicPartition
+from storage.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    KafkaError,
+    MemberIdRequiredError,
+    UnstableOffsetCommitError,
+)
+
+FIND_COORDINATOR_KEY = 10
+OFFSET_COMMIT_KEY = 8
+OFFSET_FETCH_KEY = 9
+JOIN_GROUP_KEY = 11
+HEARTBEAT_KEY = 12
+LEAVE_GROUP_KEY = 13
+SYNC_GROUP_KEY = 14
+DESCRIBE_GROUPS_KEY = 15
+LIST_GROUPS_KEY = 16
+DELETE_GROUPS_KEY = 42
+OFFSET_DELETE_KEY = 47
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+CONSUMER_PROTOCOL = "consumer"
+_LATEST_CONSUMER_PROTOCOL = 3  # newest ConsumerProtocol version kio has; newer ones read as it
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+def _code(exc: BaseException) -> int:
+    return error_code_of(exc, unavailable=COORDINATOR_UNAVAILABLE)
+
+
+# -- actor calls (one function each) --------------------------------------------------------
+
+
+async def _join_group(coordinator: Any, request: JoinGroupRequest) -> JoinGroupResult:
+    return await coordinator.join_group.remote(request)
+
+
+async def _sync_group(coordinator: Any, request: SyncGroupRequest) -> SyncGroupResponse:
+    return await coordinator.sync_group.remote(request)
+
+
+async def _heartbeat(coordinator: Any, request: HeartbeatRequest) -> None:
+    await coordinator.heartbeat.remote(request)
+
+
+async def _leave_group(coordinator: Any, request: LeaveGroupRequest) -> None:
+    await coordinator.leave_group.remote(request)
+
+
+async def _commit_offsets(coordinator: Any, request: OffsetCommitRequest) -> None:
+    await coordinator.commit_offsets.remote(request)
+
+
+async def _fetch_offsets(coordinator: Any, request: OffsetFetchRequest) -> dict[TopicPartition, OffsetAndMetadata]:
+    return await coordinator.fetch_offsets.remote(request)
+
+
+async def _delete_offsets(coordinator: Any, request: OffsetDeleteRequest) -> dict[TopicPartition, Any]:
+    return await coordinator.delete_offsets.remote(request)
+
+
+async def _describe_groups(coordinator: Any, request: DescribeGroupsRequest) -> list[GroupDescription]:
+    return await coordinator.describe_groups.remote(request)
+
+
+async def _list_groups(coordinator: Any) -> list[tuple[str, str, str]]:
+    return await coordinator.list_groups.remote()
+
+
+async def _delete_groups(coordinator: Any, request: DeleteGroupsRequest) -> dict[str, KafkaError | None]:
+    return await coordinator.delete_groups.remote(request)
+
+
+# -- the consumer protocol's embedded messages ------------------------------------------------
+
+
+@functools.cache
+def _consumer_protocol(kind: str, version: int) -> Any:
+    module = importlib.import_module(f"kio.schema.consumer_protocol_{kind}.v{version}.data")
+    cls = next(v for k, v in vars(module).items() if k == f"ConsumerProtocol{kind.capitalize()}")
+    return entity_reader(cls)
+
+
+def _read_consumer_protocol(kind: str, data: bytes) -> Any | None:
+    """A ConsumerProtocolSubscription/Assignment (int16 version, then the body), or None
+    when ``data`` is not one (another protocol type's, or garbage)."""
+    if len(data) < 2:
+        return None
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < 0:
+        return None
+    try:
+        value, _ = _consumer_protocol(kind, min(version, _LATEST_CONSUMER_PROTOCOL))(bytes(data), 2)
+    except Exception:  # noqa: BLE001 - not the consumer protocol: stays opaque
+        return None
+    return value
+
+
+def subscription_of(metadata: bytes) -> tuple[tuple[str, ...], tuple[TopicPartition, ...]]:
+    """(topics, owned partitions) of a consumer protocol subscription; empty when unreadable."""
+    sub = _read_consumer_protocol("subscription", metadata)
+    if sub is None:
+        return (), ()
+    owned = tuple(TopicPartition(t.topic, int(p)) for t in getattr(sub, "owned_partitions", ()) for p in t.partitions)
+    return tuple(sub.topics), owned
+
+
+def assignment_of(data: bytes) -> tuple[TopicPartition, ...] | None:
+    """The partitions of a consumer protocol assignment; None when unreadable."""
+    assignment = _read_consumer_protocol("assignment", data)
+    if assignment is None:
+        return None
+    return tuple(TopicPartition(t.topic, int(p)) for t in assignment.assigned_partitions for p in t.partitions)
+
+
+# -- FindCoordinator --------------------------------------------------------------------------
+
+
+async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
+    """The broker whose gateway a client should take the key's requests to."""
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        raise InvalidRequestError(f"unknown coordinator key type {key_type}")
+    if not key:
+        raise InvalidRequestError("an empty coordinator key")
+    topic = OFFSETS_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC
+    snapshot = await view.cluster([topic])
+    brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+    partitions = snapshot.partitions_for(topic)
+    if partitions:
+        leader = partitions[offsets_partition_for(key, len(partitions))].leader
+        if leader in brokers:
+            return brokers[leader]
+    if view.broker_id in brokers:
+        return brokers[view.broker_id]
+    raise CoordinatorNotAvailableError("no gateway is registered yet")
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """FindCoordinator v0-v4 (v4: KIP-699's batch of keys)."""
+    view: BrokerView = ctx.state
+    key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
+    batched = has_field(ctx.schema.request, "coordinator_keys")
+    keys = list(request.coordinator_keys) if batched else [request.key]
+    answers = []
+    for key in keys:
+        try:
+            broker = await _coordinator_of(view, key, key_type)
+            answers.append((key, NONE, None, broker.broker_id, broker.host, broker.port))
+        except Exception as exc:  # noqa: BLE001 - answered as its error code
+            answers.append((key, _code(exc), error_message_of(exc), -1, "", -1))
+    resp = ctx.schema.response
+    if batched:
+        return ctx.schema.response_of(
+            throttle_time=ZERO_MS,
+            coordinators=tuple(
+                make(resp, "coordinators", key=k, node_id=n, host=h, port=p, error_code=error_code(c), error_message=m)
+                for k, c, m, n, h, p in answers
+            ),
+        )
+    _, code, message, node, host, port = answers[0]
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS, error_code=error_code(code), error_message=message, node_id=node, host=host, port=port
+    )
+
+
+# -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    """JoinGroup v0-v9: client-assigned membership (KIP-394's member id handshake from v4,
+    static members from v5)."""
+    view: BrokerView = ctx.state
+    protocols = tuple(p.name for p in request.protocols)
+    metadata = tuple(bytes(p.metadata) for p in request.protocols)
+    topics: tuple[str, ...] = ()
+    owned: tuple[TopicPartition, ...] = ()
+    if request.protocol_type == CONSUMER_PROTOCOL and metadata:
+        topics, owned = subscription_of(metadata[0])
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(request.rebalance_timeout) if has_field(type(request), "rebalance_timeout") else session_ms
+    values: dict[str, Any] = {
+        "throttle_time": ZERO_MS,
+        "generation_id": -1,
+        "protocol_type": request.protocol_type,
+        "protocol_name": "",
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": request.member_id,
+        "members": (),
+    }
+    code = NONE
+    try:
+        result = await _join_group(
+            view.group_coordinator,
+            JoinGroupRequest(
+                request.group_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                ctx.client_id or "",
+                session_ms,
+                rebalance_ms,
+                protocols,
+                topics,
+                owned_partitions=owned,
+                metadata=metadata,
+                protocol_type=request.protocol_type,
+                require_known_member_id=ctx.version >= 4,
+            ),
+        )
+        values["member_id"] = result.member_id
+        if result.member_id_required:
+            code = MemberIdRequiredError.code
+        else:
+            resp = ctx.schema.response
+            values.update(
+                generation_id=result.generation_id,
+                protocol_name=result.protocol,
+                leader=result.leader_id,
+                members=tuple(
+                    make(resp, "members", member_id=mid, group_instance_id=iid, metadata=meta)
+                    for mid, iid, meta in result.members
+                ),
+            )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    return ctx.schema.response_of(error_code=error_code(code), **values)
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    """SyncGroup v0-v5: the leader's assignments in, each member's own out."""
+    view: BrokerView = ctx.state
+    assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+    decoded = {}
+    for mid, data in assignments.items():
+        tps = assignment_of(data)
+        if tps is not None:
+            decoded[mid] = tps
+    code, data = NONE, b""
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    try:
+        answer = await _sync_group(
+            view.group_coordinator,
+            SyncGroupRequest(
+                request.group_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                int(request.generation_id),
+                assignments if assignments else None,
+                decoded or None,
+            ),
+        )
+        data = answer.member_assignment
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(code),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignment=data,
+    )
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    """Heartbeat v0-v4."""
+    view: BrokerView = ctx.state
+    code = NONE
+    try:
+        await _heartbeat(
+            view.group_coordinator,
+            HeartbeatRequest(
+                request.group_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                int(request.generation_id),
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=error_code(code))
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    """LeaveGroup v0-v5 (v3+: a batch of members, static ones by instance id)."""
+    view: BrokerView = ctx.state
+    batched = has_field(type(request), "members")
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
+    codes = []
+    for member_id, instance_id in leaving:
+        try:
+            await _leave_group(view.group_coordinator, LeaveGroupRequest(request.group_id, member_id, instance_id))
+            codes.append(NONE)
+        except Exception as exc:  # noqa: BLE001 - answered as its error code
+            codes.append(_code(exc))
+    if not batched:
+        return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=error_code(codes[0]))
+    resp = ctx.schema.response
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(NONE),
+        members=tuple(
+            make(resp, "members", member_id=mid, group_instance_id=iid, error_code=error_code(c))
+            for (mid, iid), c in zip(leaving, codes, strict=True)
+        ),
+    )
+
+
+# -- offsets ----------------------------------------------------------------------------------
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """OffsetCommit v2-v8 (one call to the coordinator for the whole request)."""
+    view: BrokerView = ctx.state
+    offsets = {}
+    for t in request.topics:
+        for p in t.partitions:
+            offsets[TopicPartition(t.name, int(p.partition_index))] = OffsetAndMetadata(
+                int(p.committed_offset),
+                p.committed_metadata or "",
+                -1,
+                int(getattr(p, "committed_leader_epoch", -1)),
+            )
+    code = NONE
+    try:
+        await _commit_offsets(
+            view.group_coordinator,
+            OffsetCommitRequest(
+                request.group_id,
+                offsets,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                int(request.generation_id_or_member_epoch),
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - every partition gets the error
+        code = _code(exc)
+    resp = ctx.schema.response
+    topic_cls = nested(resp, "topics")
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        topics=tuple(
+            make(
+                resp,
+                "topics",
+                name=t.name,
+                partitions=tuple(
+                    make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+async def _fetch_group(
+    view: BrokerView, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
+) -> tuple[int, dict[str, list[tuple[int, OffsetAndMetadata | None, int]]]]:
+    """(group error, topic -> [(partition, committed or None, error)]) of one group."""
+    partitions = None if asked is None else tuple(TopicPartition(t, p) for t, ps in asked for p in ps)
+    out: dict[str, list[tuple[int, OffsetAndMetadata | None, int]]] = defaultdict(list)
+    try:
+        committed = await _fetch_offsets(
+            view.group_coordinator, OffsetFetchRequest(group_id, partitions, require_stable)
+        )
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+        if asked is None or code != UnstableOffsetCommitError.code:
+            return code, {}
+        # KIP-447: a pending transactional commit is the partitions' error, retried by the client.
+        for t, ps in asked:
+            out[t].extend((p, None, code) for p in ps)
+        return NONE, out
+    if asked is None:
+        for tp, om in sorted(committed.items()):
+            out[tp.topic].append((tp.partition, om, NONE))
+    else:
+        for t, ps in asked:
+            out[t].extend((p, committed.get(TopicPartition(t, p)), NONE) for p in ps)
+    return NONE, out
+
+
+def _fetched_topics(resp_cls: type, field: str, topics: dict[str, list[tuple[int, Any, int]]]) -> tuple:
+    topic_cls = nested(resp_cls, field)
+    return tuple(
+        make(
+            resp_cls,
+            field,
+            name=name,
+            partitions=tuple(
+                make(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p,
+                    committed_offset=om.offset if om is not None else -1,
+                    committed_leader_epoch=om.leader_epoch if om is not None else -1,
+                    metadata=om.metadata if om is not None else "",
+                    error_code=error_code(code),
+                )
+                for p, om, code in parts
+            ),
+        )
+        for name, parts in topics.items()
+    )
+
+
+def _asked(topics: Any) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    """OffsetFetch v1-v8 (v8: several groups at once, KIP-709)."""
+    view: BrokerView = ctx.state
+    require_stable = bool(getattr(request, "require_stable", False))
+    resp = ctx.schema.response
+    if has_field(type(request), "groups"):
+        groups = []
+        for g in request.groups:
+            code, topics = await _fetch_group(view, g.group_id, _asked(g.topics), require_stable)
+            groups.append(
+                make(
+                    resp,
+                    "groups",
+                    group_id=g.group_id,
+                    topics=_fetched_topics(nested(resp, "groups"), "topics", topics),
+                    error_code=error_code(code),
+                )
+            )
+        return ctx.schema.response_of(throttle_time=ZERO_MS, groups=tuple(groups))
+    code, topics = await _fetch_group(view, request.group_id, _asked(request.topics), require_stable)
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS, error_code=error_code(code), topics=_fetched_topics(resp, "topics", topics)
+    )
+
+
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    """OffsetDelete v0."""
+    view: BrokerView = ctx.state
+    asked = [TopicPartition(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    code, results = NONE, {}
+    try:
+        results = await _delete_offsets(view.group_coordinator, OffsetDeleteRequest(request.group_id, tuple(asked)))
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    resp = ctx.schema.response
+    topic_cls = nested(resp, "topics")
+
+    def part_code(tp: TopicPartition) -> int:
+        error = results.get(tp)
+        return error.code if isinstance(error, KafkaError) else NONE
+
+    return ctx.schema.response_of(
+        error_code=error_code(code),
+        throttle_time=ZERO_MS,
+        topics=tuple(
+            make(
+                resp,
+                "topics",
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        topic_cls,
+                        "partitions",
+                        partition_index=p.partition_index,
+                        error_code=error_code(part_code(TopicPartition(t.name, int(p.partition_index)))),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+# -- DescribeGroups, ListGroups, DeleteGroups -------------------------------------------------
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    """DescribeGroups v0-v5 (unknown groups are Dead, as Kafka answers)."""
+    view: BrokerView = ctx.state
+    resp = ctx.schema.response
+    group_cls = nested(resp, "groups")
+    try:
+        described = await _describe_groups(view.group_coordinator, DescribeGroupsRequest(tuple(request.groups)))
+    except Exception as exc:  # noqa: BLE001 - every group gets the error
+        code = error_code(_code(exc))
+        return ctx.schema.response_of(
+            throttle_time=ZERO_MS,
+            groups=tuple(
+                make(resp, "groups", error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="")
+                for g in request.groups
+            ),
+        )
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        groups=tuple(
+            make(
+                resp,
+                "groups",
+                error_code=error_code(NONE),
+                group_id=d.group_id,
+                group_state=str(d.state),
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol,
+                authorized_operations=-(2**31),
+                members=tuple(
+                    make(
+                        group_cls,
+                        "members",
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host="",
+                        member_metadata=m.metadata,
+                        member_assignment=m.member_assignment,
+                    )
+                    for m in d.members
+                ),
+            )
+            for d in described
+        ),
+    )
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    """ListGroups v0-v4 (v4: KIP-518's state filter)."""
+    view: BrokerView = ctx.state
+    wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    code, groups = NONE, []
+    try:
+        groups = await _list_groups(view.group_coordinator)
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        code = _code(exc)
+    resp = ctx.schema.response
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(code),
+        groups=tuple(
+            make(resp, "groups", group_id=gid, protocol_type=ptype, group_state=str(state))
+            for gid, state, ptype in groups
+            if not wanted or str(state).lower() in wanted
+        ),
+    )
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    """DeleteGroups v0-v2."""
+    view: BrokerView = ctx.state
+    names = tuple(request.groups_names)
+    try:
+        results = await _delete_groups(view.group_coordinator, DeleteGroupsRequest(names))
+        codes = {g: (e.code if isinstance(e, KafkaError) else NONE) for g, e in results.items()}
+    except Exception as exc:  # noqa: BLE001 - every group gets the error
+        codes = dict.fromkeys(names, _code(exc))
+    resp = ctx.schema.response
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        results=tuple(make(resp, "results", group_id=g, error_code=error_code(codes.get(g, NONE))) for g in names),
+    )
+
+
+APIS = (
+    Api(FIND_COORDINATOR_KEY, 0, 4, handle_find_coordinator),
+    Api(JOIN_GROUP_KEY, 0, 9, handle_join_group),
+    Api(SYNC_GROUP_KEY, 0, 5, handle_sync_group),
+    Api(HEARTBEAT_KEY, 0, 4, handle_heartbeat),
+    Api(LEAVE_GROUP_KEY, 0, 5, handle_leave_group),
+    Api(OFFSET_COMMIT_KEY, 2, 8, handle_offset_commit),
+    Api(OFFSET_FETCH_KEY, 1, 8, handle_offset_fetch),
+    Api(OFFSET_DELETE_KEY, 0, 0, handle_offset_delete),
+    Api(DESCRIBE_GROUPS_KEY, 0, 5, handle_describe_groups),
+    Api(LIST_GROUPS_KEY, 0, 4, handle_list_groups),
+    Api(DELETE_GROUPS_KEY, 0, 2, handle_delete_groups),
+)
