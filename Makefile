@@ -5,7 +5,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint bench setup clean
 
-$(STAMP): pyproject.toml
+# The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
+# a changed .pyx reinstalls, which rebuilds them.
+TWIN_SOURCES := $(wildcard storage/_compiled/*.pyx rayqueue/*/_compiled/*.pyx)
+
+$(STAMP): pyproject.toml setup.py $(TWIN_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
@@ -27,8 +31,10 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_storage.py
 	$(VENV)/bin/python scripts/bench_produce_fetch.py
+	$(VENV)/bin/python scripts/bench_cleaner.py
 	$(VENV)/bin/python scripts/bench_replication.py
 	$(VENV)/bin/python scripts/bench_transactions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -f storage/_compiled/*.c storage/_compiled/*.so rayqueue/*/_compiled/*.c rayqueue/*/_compiled/*.so
