@@ -13,6 +13,9 @@ from storage.errors import CorruptRecordError, InvalidRecordError, InvalidReques
 from storage.record_batch import RecordBatch, RecordBatchBuilder
 from tests.storage.batches import log_bytes
 
+# Every test here runs over both twins of the record codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 P = 42  # a producer id
 
 
