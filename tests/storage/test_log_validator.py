@@ -247,3 +247,18 @@ def test_a_decompression_bomb_is_refused_before_it_takes_the_memory(log):
         tracemalloc.stop()
     assert peak < 200 << 20, peak
     assert state(log) == before
+
+
+@pytest.mark.parametrize("n", [2, 60])
+def test_a_record_timestamp_past_int64_is_a_corrupt_record(log, n):
+    """baseTimestamp near the int64 limit plus a record's timestampDelta: no such time exists.
+    Refused as CORRUPT_MESSAGE (the header fix used to fail with struct.error, killing the call)."""
+    builder = RecordBatchBuilder()
+    for i in range(n):
+        builder.append(b"v", key=b"k", timestamp=1000 * i)
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, bh.BASE_TIMESTAMP_OFFSET, 2**63 - 10)
+    before = state(log)
+    with pytest.raises(CorruptRecordError, match="timestamp"):
+        log.append(refresh_crc(data))
+    assert state(log) == before
