@@ -90,17 +90,25 @@ def load(pure_module: str, compiled_module: str) -> ModuleType | None:
 def bind(namespace: dict[str, object], compiled: ModuleType | None, names: tuple[str, ...]) -> None:
     """Rebind ``names`` in a pure module's ``namespace`` to the compiled twin's, when there is one.
 
-    The pure objects stay recorded in :data:`TWINS` (the tests run both twins through it).
+    A name may be ``Class.attribute`` (a method whose twin is a compiled function). A twin
+    that needs some of the pure module's own objects lists them in its ``PURE_NAMES``; they
+    are handed to it here, so that it never imports its pure module back. The pure objects
+    stay recorded in :data:`TWINS` (the tests run both twins through it).
     """
     module = str(namespace["__name__"])
+    if compiled is not None:
+        for name in getattr(compiled, "PURE_NAMES", ()):
+            setattr(compiled, name, namespace[name])
     for name in names:
-        pure = namespace[name]
-        if compiled is None:
-            TWINS[(module, name)] = (pure, pure)
-            continue
-        twin = getattr(compiled, name)
+        owner_name, _, attribute = name.rpartition(".")
+        owner = namespace[owner_name] if owner_name else None
+        pure = getattr(owner, attribute) if owner is not None else namespace[name]
+        twin = pure if compiled is None else getattr(compiled, name.replace(".", "_"))
         TWINS[(module, name)] = (pure, twin)
-        namespace[name] = twin
+        if owner is not None:
+            setattr(owner, attribute, twin)
+        else:
+            namespace[name] = twin
 
 
 __all__ = ["ACTIVE", "ENV_SWITCH", "NO_EXTENSIONS", "TWINS", "ExtensionsWarning", "bind", "load"]

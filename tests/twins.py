@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import sys
 
+# Every module that has a twin, imported now so that its twins are registered before a
+# fixture swaps them (a module imported later would bind the process's default twin).
+import storage.cleaner  # noqa: F401
+import storage.log  # noqa: F401
+import storage.record_batch  # noqa: F401
+import storage.segment  # noqa: F401
 from storage import extensions
 
 PROJECT_PACKAGES = ("storage", "actors", "rayqueue", "tests", "scripts")
@@ -30,6 +36,14 @@ def use(kind: str) -> int:
         wanted[id(pure)] = target
         wanted[id(compiled)] = target
     changed = 0
+    for (module_name, name), (pure, compiled) in extensions.TWINS.items():
+        owner_name, _, attribute = name.rpartition(".")
+        if owner_name:  # a method: set on its class, which every importer shares
+            owner = getattr(sys.modules[module_name], owner_name)
+            target = pure if kind == "pure" else compiled
+            if owner.__dict__.get(attribute) is not target:
+                setattr(owner, attribute, target)
+                changed += 1
     for name, module in list(sys.modules.items()):
         if module is None or name.split(".", 1)[0] not in PROJECT_PACKAGES:
             continue
