@@ -17,6 +17,9 @@ from setuptools.command.build_ext import build_ext
 # One extension per pure module it mirrors: <package>/_compiled/<name>.pyx twins <package>/<name>.py.
 TWINS = [
     "storage/_compiled/record_batch.pyx",
+    "storage/_compiled/log.pyx",
+    "storage/_compiled/segment.pyx",
+    "storage/_compiled/cleaner.pyx",
 ]
 
 

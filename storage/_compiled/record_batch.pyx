@@ -145,18 +145,6 @@ cdef inline Py_ssize_t write_varint(uint8_t* out, int64_t value) noexcept:
 # ---------------------------------------------------------------------------------------
 
 
-cdef struct RecordFields:
-    int64_t tsd          # timestampDelta
-    int64_t od           # offsetDelta
-    Py_ssize_t kpos      # key bytes start; klen -1 for a null key
-    int64_t klen
-    Py_ssize_t vpos
-    int64_t vlen
-    Py_ssize_t hpos      # first header (just past the header count)
-    int64_t hcount
-    Py_ssize_t end       # just past the record
-
-
 cdef int parse_record(const uint8_t* buf, Py_ssize_t* pos, Py_ssize_t end, RecordFields* f) except -1:
     """Parse the record at pos[0], which must end at or before ``end``; advance pos past it.
 
@@ -246,10 +234,6 @@ cdef inline object sum_int(int64_t a, int64_t b):
 
 cdef class _Buffer:
     """A read-only view of any bytes-like object, released with the object."""
-
-    cdef Py_buffer view
-    cdef const uint8_t* ptr
-    cdef Py_ssize_t size
 
     def __cinit__(self, obj):
         PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
@@ -415,35 +399,42 @@ def _iter_records(record_type, data, Py_ssize_t pos, Py_ssize_t end, header):
     return it
 
 
-def _walk_records(data, Py_ssize_t start, Py_ssize_t end, header):
-    """Twin of record_batch._walk_records: (largest timestamp, keyless records, deltas 0..n-1)."""
-    cdef tuple h = header_tuple(header)
-    cdef _Buffer b = _Buffer(data)
-    cdef const uint8_t* buf = b.ptr
-    cdef Py_ssize_t count = h[H_RECORDS_COUNT]
+cdef int walk_region(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                     Walk* out) except -1:
+    """The leader's walk over the ``count`` (> 0) records tiling buf[start:end]: every record
+    parsed as the readers parse it (header keys decoded too), nothing built."""
     cdef Py_ssize_t pos = start
     cdef Py_ssize_t i
-    cdef Py_ssize_t null_keys = 0
-    cdef bint in_order = True
-    cdef int64_t max_tsd = 0
     cdef RecordFields f
-    if start < 0 or end > b.size or start > end:
-        raise CorruptRecordError(f"records span {start}..{end} is outside the buffer")
     if count <= 0 or count > (end - start) // MIN_RECORD_SIZE:
         raise CorruptRecordError(f"{count} records cannot fit in {end - start} bytes")
+    out.max_tsd = 0
+    out.null_keys = 0
+    out.in_order = True
     for i in range(count):
         parse_record(buf, &pos, end, &f)
-        if i == 0 or f.tsd > max_tsd:
-            max_tsd = f.tsd
+        if i == 0 or f.tsd > out.max_tsd:
+            out.max_tsd = f.tsd
         if f.klen < 0:
-            null_keys += 1
+            out.null_keys += 1
         if f.od != i:
-            in_order = False
+            out.in_order = False
         if f.hcount:
             headers_of(buf, &f)  # the keys must be utf-8, as the readers require
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records")
-    return sum_int(h[H_BASE_TIMESTAMP], max_tsd), null_keys, in_order
+    return 0
+
+
+def _walk_records(data, Py_ssize_t start, Py_ssize_t end, header):
+    """Twin of record_batch._walk_records: (largest timestamp, keyless records, deltas 0..n-1)."""
+    cdef tuple h = header_tuple(header)
+    cdef _Buffer b = _Buffer(data)
+    cdef Walk w
+    if start < 0 or end > b.size or start > end:
+        raise CorruptRecordError(f"records span {start}..{end} is outside the buffer")
+    walk_region(b.ptr, start, end, h[H_RECORDS_COUNT], &w)
+    return sum_int(h[H_BASE_TIMESTAMP], w.max_tsd), w.null_keys, w.in_order
 
 
 def _parse_columns(data, arr, list spans):

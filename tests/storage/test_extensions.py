@@ -101,3 +101,17 @@ def test_the_twin_fixture_swaps_every_importer(twin: str) -> None:
     if twin == "compiled":
         assert pure is not compiled and twins.compiled_available()
     assert RecordBatchBuilder is expected
+
+
+def test_the_twin_fixture_swaps_methods_and_classes(twin: str) -> None:
+    """Methods with a compiled twin (Log.append, LogSegment.append) and the offset map follow the fixture."""
+    import storage.cleaner
+    import storage.log
+    import storage.segment
+
+    which = 0 if twin == "pure" else 1
+    assert storage.log.Log.append is extensions.TWINS[("storage.log", "Log.append")][which]
+    assert storage.segment.LogSegment.append is extensions.TWINS[("storage.segment", "LogSegment.append")][which]
+    assert storage.cleaner.SkimpyOffsetMap is extensions.TWINS[("storage.cleaner", "SkimpyOffsetMap")][which]
+    if twin == "pure":
+        assert storage.log.Log.append.__module__ == "storage.log"
