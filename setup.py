@@ -22,6 +22,10 @@ TWINS = [
     "storage/_compiled/cleaner.pyx",
 ]
 
+# The offset map's MD5 comes from OpenSSL's libcrypto (headers: libssl-dev), the library
+# behind hashlib.md5; without it that one twin is left out and its pure module runs.
+LIBRARIES = {"storage/_compiled/cleaner.pyx": ["crypto"]}
+
 
 class OptionalBuildExt(build_ext):
     """build_ext that warns instead of failing: the pure-Python twins work without it."""
@@ -56,6 +60,7 @@ def _extensions() -> list[Extension]:
             path[: -len(".pyx")].replace("/", "."),
             [path],
             extra_compile_args=["-O3", "-Wno-unused-function"],
+            libraries=LIBRARIES.get(path, []),
         )
         for path in TWINS
         if Path(path).exists()

@@ -112,9 +112,10 @@ HashFn = Callable[[bytes], bytes]
 CheckFn = Callable[[bytes], int]
 
 
-def blake2b_digest(key: bytes) -> bytes:
-    """The map's key digest: 16 bytes of BLAKE2b (Kafka's SkimpyOffsetMap uses MD5)."""
-    return hashlib.blake2b(key, digest_size=16).digest()
+def md5_digest(key: bytes) -> bytes:
+    """The map's key digest: MD5, as Kafka's SkimpyOffsetMap (16 bytes; hashlib's is OpenSSL's,
+    which the compiled twin calls directly)."""
+    return hashlib.md5(key, usedforsecurity=False).digest()
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,8 +148,10 @@ class SkimpyOffsetMap:
       of the clean section only) gets -1 as well: kept;
     * only when both the digest and the check value collide are the two keys taken for
       one, as in Kafka: the newer offset wins for both, and the other key's latest record,
-      if older, is dropped. With BLAKE2b-128 and a per-process SipHash key this needs
-      about 2**-192 luck (and no crafted MD5 collision helps an attacker).
+      if older, is dropped. With MD5 and a per-process SipHash key this needs about
+      2**-192 luck; a crafted MD5 collision (MD5 is broken for that) only marks its entry
+      collided, so the cleaner keeps more, and the SipHash key is not known outside the
+      process.
     """
 
     __slots__ = ("max_entries", "_hash", "_check", "_entries", "_collided", "latest_offset", "puts")
@@ -162,7 +165,7 @@ class SkimpyOffsetMap:
         if max_entries < 1:
             raise ValueError("the offset map needs room for at least one entry")
         self.max_entries = max_entries
-        self._hash: HashFn = hash_fn or blake2b_digest
+        self._hash: HashFn = hash_fn or md5_digest
         self._check: CheckFn = check_fn or hash
         self._entries: dict[bytes, int] = {}  # digest -> offset << 64 | check value
         self._collided: set[bytes] = set()
@@ -853,10 +856,11 @@ __all__ = [
     "LogToClean",
     "OffsetMapFullError",
     "SkimpyOffsetMap",
-    "blake2b_digest",
+    "md5_digest",
     "log_to_clean",
 ]
 
 
-# The compiled twin (storage/_compiled/cleaner.pyx), when built: the offset map, its digests in C.
+# The compiled twin (storage/_compiled/cleaner.pyx), when built: the offset map, its MD5 digests
+# from OpenSSL's libcrypto directly.
 bind(globals(), load(__name__, "storage._compiled.cleaner"), ("SkimpyOffsetMap",))

@@ -1,22 +1,38 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled twin of ``storage/cleaner.py``'s offset map (the reference: read it first).
 
-``SkimpyOffsetMap`` with the same digests (16 bytes of BLAKE2b from ``hashlib``, or the
-given ``hash_fn``), the same check values (Python's ``hash``, or ``check_fn``) and the same
-collision rules, held in an open-addressing table of C structs instead of a dict of Python
-ints; ``put_many``/``get_many`` take a batch's key column in one call.
+``SkimpyOffsetMap`` with the same digests (MD5, as Kafka's, from OpenSSL's libcrypto: the
+library behind ``hashlib.md5``; or the given ``hash_fn``), the same check values (Python's
+``hash``, or ``check_fn``) and the same collision rules, held in an open-addressing table of
+C structs instead of a dict of Python ints; ``put_many``/``get_many`` take a batch's key
+column in one call.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 
-import hashlib
+cdef extern from "openssl/evp.h":
+    ctypedef struct EVP_MD
+    ctypedef struct EVP_MD_CTX
+    EVP_MD* EVP_MD_fetch(void* libctx, const char* algorithm, const char* properties)
+    EVP_MD_CTX* EVP_MD_CTX_new()
+    int EVP_DigestInit_ex(EVP_MD_CTX* ctx, const EVP_MD* md, void* engine)
+    int EVP_DigestUpdate(EVP_MD_CTX* ctx, const void* data, size_t count)
+    int EVP_DigestFinal_ex(EVP_MD_CTX* ctx, unsigned char* md, unsigned int* size)
 
 # Handed over by storage.extensions.bind from storage/cleaner.py (never imported back).
-PURE_NAMES = ("OffsetMapFullError", "DEFAULT_OFFSET_MAP_ENTRIES", "blake2b_digest")
-OffsetMapFullError = DEFAULT_OFFSET_MAP_ENTRIES = blake2b_digest = None
+PURE_NAMES = ("OffsetMapFullError", "DEFAULT_OFFSET_MAP_ENTRIES", "md5_digest")
+OffsetMapFullError = DEFAULT_OFFSET_MAP_ENTRIES = md5_digest = None
+
+# MD5 fetched once (a fetch per digest would cost more than the digest) and one context
+# reused: the map runs on one thread at a time (one clean pass per log, under its lock).
+cdef const EVP_MD* _MD5 = EVP_MD_fetch(NULL, b"MD5", NULL)
+cdef EVP_MD_CTX* _CTX = EVP_MD_CTX_new()
+if _MD5 == NULL or _CTX == NULL:
+    raise ImportError("OpenSSL's libcrypto has no MD5 here")
 
 cdef enum:
     DIGEST_SIZE = 16
@@ -30,9 +46,21 @@ cdef struct Slot:
     uint64_t check
     uint8_t state
 
-# A BLAKE2b-128 hasher to copy per key: cheaper than the constructor's keyword parsing.
-_BLAKE2B_16 = hashlib.blake2b(digest_size=DIGEST_SIZE)
 _MASK64 = 2**64 - 1
+
+
+cdef int md5(object key, uint8_t* out) except -1:
+    """The MD5 digest of ``key`` (any bytes-like object), as hashlib.md5(key).digest()."""
+    cdef Py_buffer view
+    cdef unsigned int size = 0
+    PyObject_GetBuffer(key, &view, PyBUF_SIMPLE)
+    try:
+        if (EVP_DigestInit_ex(_CTX, _MD5, NULL) != 1 or EVP_DigestUpdate(_CTX, view.buf, view.len) != 1
+                or EVP_DigestFinal_ex(_CTX, out, &size) != 1 or size != DIGEST_SIZE):
+            raise RuntimeError("OpenSSL could not compute an MD5 digest")
+    finally:
+        PyBuffer_Release(&view)
+    return 0
 
 
 cdef inline uint64_t mix(const uint8_t* digest) noexcept:
@@ -68,7 +96,7 @@ cdef class SkimpyOffsetMap:
         if max_entries < 1:
             raise ValueError("the offset map needs room for at least one entry")
         self.max_entries = max_entries
-        self._default_hash = hash_fn is None or hash_fn is blake2b_digest
+        self._default_hash = hash_fn is None or hash_fn is md5_digest
         self._default_check = check_fn is None or check_fn is hash
         self._hash = hash_fn
         self._check = check_fn
@@ -120,14 +148,12 @@ cdef class SkimpyOffsetMap:
     cdef int _digest(self, object key, uint8_t* out, uint64_t* check) except -1:
         """The key's digest (into ``out``) and its check value, as the pure map computes them."""
         if self._default_hash:
-            h = _BLAKE2B_16.copy()
-            h.update(key)
-            digest = h.digest()
+            md5(key, out)
         else:
             digest = self._hash(key)
             if not PyBytes_CheckExact(digest) or PyBytes_GET_SIZE(digest) != DIGEST_SIZE:
                 raise ValueError(f"hash_fn must return {DIGEST_SIZE} bytes, not {digest!r}")
-        memcpy(out, PyBytes_AS_STRING(digest), DIGEST_SIZE)
+            memcpy(out, PyBytes_AS_STRING(digest), DIGEST_SIZE)
         if self._default_check:
             check[0] = <uint64_t>hash(key)
         else:

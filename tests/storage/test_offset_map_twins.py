@@ -75,3 +75,22 @@ def test_the_compiled_map_grows_past_its_first_table() -> None:
 def test_a_digest_of_the_wrong_size_is_refused() -> None:
     with pytest.raises(ValueError, match="16 bytes"):
         COMPILED(10, hash_fn=lambda key: b"short").put(b"k", 1)
+
+
+def test_keys_are_one_entry_only_when_digest_and_check_value_agree() -> None:
+    """The default digest is Kafka's MD5 (the compiled twin calls libcrypto, hashlib's
+    library): with every check value equal, keys stay apart by digest alone; with one digest
+    as well they are one entry, in both twins."""
+    import hashlib
+
+    from storage.cleaner import md5_digest
+
+    assert md5_digest(b"k") == hashlib.md5(b"k").digest()
+    keys = [b"", b"k", b"\x00" * 1000]
+    for cls in (PURE, COMPILED):
+        by_digest = cls(10, check_fn=lambda key: 1)
+        by_digest.put_many(keys, [1, 2, 3])
+        assert len(by_digest) == 3 and by_digest.get_many(keys) == [1, 2, 3]
+        same = cls(10, hash_fn=lambda key: hashlib.md5(b"one").digest(), check_fn=lambda key: 1)
+        same.put_many(keys, [1, 2, 3])
+        assert len(same) == 1 and same.get_many(keys) == [3, 3, 3]
