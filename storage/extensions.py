@@ -111,4 +111,59 @@ def bind(namespace: dict[str, object], compiled: ModuleType | None, names: tuple
             namespace[name] = twin
 
 
-__all__ = ["ACTIVE", "ENV_SWITCH", "NO_EXTENSIONS", "TWINS", "ExtensionsWarning", "bind", "load"]
+def compiled_available() -> bool:
+    """Whether every pure module imported so far found its compiled twin."""
+    return bool(ACTIVE) and all(kind == "compiled" for kind in ACTIVE.values())
+
+
+def use(kind: str, packages: tuple[str, ...] = ("storage", "actors", "rayqueue", "tests", "scripts")) -> int:
+    """Switch this process to the ``kind`` ("pure" or "compiled") twins of every module imported
+    so far, for benchmarks and tests that run both in one process; return how many bindings
+    changed.
+
+    Methods are set on their class; other names in every loaded module of ``packages`` (and
+    ``__main__``) that hold one twin are pointed at the other. Objects already made stay what
+    they are (a builder made before the switch keeps its class).
+    """
+    if kind not in ("pure", "compiled"):
+        raise ValueError(f"kind must be 'pure' or 'compiled', not {kind!r}")
+    if kind == "compiled" and not compiled_available():
+        raise RuntimeError(f"the compiled twins are not all in use: {ACTIVE}")
+    import sys
+
+    wanted: dict[int, object] = {}
+    changed = 0
+    for (module_name, name), (pure, compiled) in TWINS.items():
+        target = pure if kind == "pure" else compiled
+        wanted[id(pure)] = wanted[id(compiled)] = target
+        owner_name, _, attribute = name.rpartition(".")
+        if owner_name:  # a method: set on its class, which every importer shares
+            owner = getattr(sys.modules[module_name], owner_name)
+            if owner.__dict__.get(attribute) is not target:
+                setattr(owner, attribute, target)
+                changed += 1
+    for name, module in list(sys.modules.items()):
+        if module is None or (name.split(".", 1)[0] not in packages and name != "__main__"):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if namespace is None:
+            continue
+        for attr, value in list(namespace.items()):
+            target = wanted.get(id(value))
+            if target is not None and target is not value:
+                namespace[attr] = target
+                changed += 1
+    return changed
+
+
+__all__ = [
+    "ACTIVE",
+    "ENV_SWITCH",
+    "NO_EXTENSIONS",
+    "TWINS",
+    "ExtensionsWarning",
+    "bind",
+    "compiled_available",
+    "load",
+    "use",
+]
