@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench setup clean
+.PHONY: demo test test-fast lint bench setup twins clean
 
 # The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
 # a changed .pyx reinstalls, which rebuilds them.
@@ -16,6 +16,13 @@ $(STAMP): pyproject.toml setup.py $(TWIN_SOURCES)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Rebuild the compiled twins in place without reinstalling anything (a worktree run with
+# PYTHONPATH, or after editing a .pyx): the editable build runs in pip's isolated build
+# environment, and its install lands in a scratch prefix under build/. PY picks the Python.
+PY ?= $(VENV)/bin/python
+twins:
+	$(PY) -m pip install --quiet --no-deps -e . --prefix build/twins-prefix
 
 demo: $(STAMP)
 	$(VENV)/bin/python scripts/demo.py

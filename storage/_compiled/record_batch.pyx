@@ -22,7 +22,6 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 import struct
-import time
 
 import crc32c as _crc32c
 import numpy as np
