@@ -507,6 +507,45 @@ def _parse_columns(data, arr, list spans):
 # ---------------------------------------------------------------------------------------
 
 
+cdef inline Py_ssize_t record_body(int64_t tsd, int64_t delta, Py_ssize_t klen, Py_ssize_t vlen,
+                                   Py_ssize_t hlen) noexcept:
+    """A record's bytes after its length varint: attributes, deltas, key, value, headers
+    (``hlen`` bytes of encoded headers, or -1 for none: one zero count byte)."""
+    cdef Py_ssize_t body = 1 + varint_size(tsd) + varint_size(delta)
+    body += 1 if klen < 0 else varint_size(klen) + klen
+    body += 1 if vlen < 0 else varint_size(vlen) + vlen
+    return body + (hlen if hlen >= 0 else 1)
+
+
+cdef inline Py_ssize_t write_field(uint8_t* out, const char* data, Py_ssize_t length) noexcept:
+    """A key or value: its length varint (-1, one byte, for null) and its bytes."""
+    cdef Py_ssize_t n
+    if length < 0:
+        out[0] = 1
+        return 1
+    n = write_varint(out, length)
+    if length:
+        memcpy(out + n, data, length)
+    return n + length
+
+
+cdef inline void write_record(uint8_t* out, Py_ssize_t body, int64_t tsd, int64_t delta, const char* key,
+                              Py_ssize_t klen, const char* value, Py_ssize_t vlen, const char* headers,
+                              Py_ssize_t hlen) noexcept:
+    """One record (of record_body's ``body``) at ``out``, as record_batch.RecordBatchBuilder.append lays it out."""
+    cdef Py_ssize_t p = write_varint(out, body)
+    out[p] = 0  # attributes: no bits defined for records
+    p += 1
+    p += write_varint(out + p, tsd)
+    p += write_varint(out + p, delta)
+    p += write_field(out + p, key, klen)
+    p += write_field(out + p, value, vlen)
+    if hlen < 0:
+        out[p] = 0  # no headers
+    else:
+        memcpy(out + p, headers, hlen)
+
+
 cdef object as_bytes(object value, str what):
     """record_batch._as_bytes: bytes or None as they are, other buffers copied, else TypeError."""
     if value is None or PyBytes_CheckExact(value):
@@ -756,8 +795,7 @@ cdef class RecordBatchBuilder:
         cdef long long ts, first, tsd
         cdef int overflow = 0
         cdef int64_t delta = self._next_delta
-        cdef Py_ssize_t vlen = -1, klen = -1, hlen = 0, body, size, p
-        cdef uint8_t* out
+        cdef Py_ssize_t vlen = -1, klen = -1, hlen = -1, body, size
         if value is not None and not PyBytes_CheckExact(value):
             value = as_bytes(value, "value")
         if timestamp is None:
@@ -784,38 +822,16 @@ cdef class RecordBatchBuilder:
             hlen = PyBytes_GET_SIZE(hdr)
         if value is not None:
             vlen = PyBytes_GET_SIZE(value)
-        # ``body`` counts the record's bytes after its length varint, field by field.
-        body = 1 + varint_size(tsd) + varint_size(delta)
-        body += 1 if klen < 0 else varint_size(klen) + klen
-        body += 1 if vlen < 0 else varint_size(vlen) + vlen
-        body += hlen if hdr is not None else 1
+        body = record_body(tsd, delta, klen, vlen, hlen)
         size = varint_size(body) + body
         self._check_room(size)
         self._reserve(size)
-        out = self._buf + self._size
-        p = write_varint(out, body)
-        out[p] = 0  # attributes
-        p += 1
-        p += write_varint(out + p, tsd)
-        p += write_varint(out + p, delta)
-        if klen < 0:
-            out[p] = 1  # varint -1: null
-            p += 1
-        else:
-            p += write_varint(out + p, klen)
-            memcpy(out + p, PyBytes_AS_STRING(key), klen)
-            p += klen
-        if vlen < 0:
-            out[p] = 1
-            p += 1
-        else:
-            p += write_varint(out + p, vlen)
-            memcpy(out + p, PyBytes_AS_STRING(value), vlen)
-            p += vlen
-        if hdr is None:
-            out[p] = 0
-        else:
-            memcpy(out + p, PyBytes_AS_STRING(hdr), hlen)
+        write_record(
+            self._buf + self._size, body, tsd, delta,
+            PyBytes_AS_STRING(key) if klen >= 0 else NULL, klen,
+            PyBytes_AS_STRING(value) if vlen >= 0 else NULL, vlen,
+            PyBytes_AS_STRING(hdr) if hlen >= 0 else NULL, hlen,
+        )
         self._first_ts = first
         self._has_first = True
         self._size += size
@@ -834,14 +850,13 @@ cdef class RecordBatchBuilder:
         cdef _Column vcol = column_of(values, "values")
         cdef _Column kcol = None
         cdef Py_ssize_t n = vcol.n
-        cdef Py_ssize_t i, body, size, p, at
+        cdef Py_ssize_t i, body, size, at
         cdef Py_ssize_t vlen = -1, klen = -1
         cdef const uint8_t* vptr = NULL
         cdef const uint8_t* kptr = NULL
         cdef int64_t first, tsd, delta, scalar_ts = 0
         cdef int64_t[::1] ts
         cdef bint scalar
-        cdef uint8_t* out
         if n == 0:
             return self._next_delta
         if keys is not None:
@@ -876,35 +891,11 @@ cdef class RecordBatchBuilder:
             # int64 arithmetic wraps, as the reference's numpy columns do.
             tsd = <int64_t>(<uint64_t>(scalar_ts if scalar else ts[i]) - <uint64_t>first)
             delta = self._next_delta + i
-            body = 2 + varint_size(tsd) + varint_size(delta)  # attributes, header count
-            body += 1 if klen < 0 else varint_size(klen) + klen
-            body += 1 if vlen < 0 else varint_size(vlen) + vlen
+            body = record_body(tsd, delta, klen, vlen, -1)
             size = varint_size(body) + body
             if at + size > self._cap:
                 self._reserve(at - self._size + size)
-            out = self._buf + at
-            p = write_varint(out, body)
-            out[p] = 0
-            p += 1
-            p += write_varint(out + p, tsd)
-            p += write_varint(out + p, delta)
-            if klen < 0:
-                out[p] = 1
-                p += 1
-            else:
-                p += write_varint(out + p, klen)
-                if klen:
-                    memcpy(out + p, kptr, klen)
-                p += klen
-            if vlen < 0:
-                out[p] = 1
-                p += 1
-            else:
-                p += write_varint(out + p, vlen)
-                if vlen:
-                    memcpy(out + p, vptr, vlen)
-                p += vlen
-            out[p] = 0
+            write_record(self._buf + at, body, tsd, delta, <const char*>kptr, klen, <const char*>vptr, vlen, NULL, -1)
             at += size
         self._check_room(at - self._size)
         first_delta = self._next_delta
