@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_cleaner.py
 	$(VENV)/bin/python scripts/bench_replication.py
 	$(VENV)/bin/python scripts/bench_transactions.py
+	$(VENV)/bin/python scripts/bench_gateway.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

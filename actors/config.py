@@ -110,6 +110,33 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey(
             "rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1
         ),
+        # The Kafka wire protocol gateway (actors/gateway): one listener per broker; with
+        # several brokers on one host each takes the next port. Empty: no gateways.
+        ConfigKey(
+            "listeners",
+            "list",
+            (),
+            "Where each broker's Kafka protocol gateway listens, e.g. PLAINTEXT://127.0.0.1:9092 (port 0: any free port).",
+        ),
+        ConfigKey(
+            "advertised.listeners",
+            "list",
+            (),
+            "The addresses Metadata gives Kafka clients (default: the listeners, the node's IP for a wildcard host).",
+        ),
+        ConfigKey("socket.request.max.bytes", "int", 104857600, "The largest Kafka request a gateway accepts.", min=1),
+        ConfigKey("connections.max.idle.ms", "long", 600000, "A gateway closes connections idle this long.", min=1),
+        ConfigKey("max.connections", "int", 2147483647, "Connections one gateway accepts at a time.", min=1),
+        ConfigKey(
+            "fetch.max.bytes", "int", 57671680, "The most bytes a gateway returns for one Fetch request.", min=1024
+        ),
+        ConfigKey(
+            "rayqueue.gateway.max.inflight.requests",
+            "int",
+            100,
+            "Requests of one connection a gateway works on at once; it stops reading that connection beyond.",
+            min=1,
+        ),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
     ],
 )

@@ -28,7 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +176,17 @@ def assign_replicas(
     return out
 
 
+def _planned_topic(name: str, assignment: list[list[int]], overrides: dict[str, Any]) -> TopicMetadata:
+    """The topic a validate-only CreateTopics would create: its assignment and configs, no
+    leaders (nothing runs) and no topic id (none is drawn)."""
+    return TopicMetadata(
+        name,
+        tuple(PartitionMetadata(name, p, NO_LEADER, -1, tuple(r), tuple(r)) for p, r in enumerate(assignment)),
+        name in INTERNAL_TOPICS,
+        dict(overrides),
+    )
+
+
 def _altered(
     overrides: dict[str, Any], effective: dict[str, Any], changes: tuple[AlterableConfig, ...]
 ) -> dict[str, Any]:
@@ -260,9 +271,20 @@ class ClusterState:
         elif kind == "controller_epoch":
             self.controller_epoch = record["epoch"]
         elif kind == "broker":
+            known = self.brokers.get(record["broker_id"])
             self.brokers[record["broker_id"]] = BrokerMetadata(
-                record["broker_id"], record["node_id"], record["data_dir"], record.get("alive", True)
+                record["broker_id"],
+                record["node_id"],
+                record["data_dir"],
+                record.get("alive", True),
+                # A broker stopped or moved keeps its listener until its gateway registers again.
+                known.host if known is not None else "",
+                known.port if known is not None else -1,
             )
+        elif kind == "listener":
+            # Kafka's RegisterBrokerRecord endpoints: where the broker's gateway is reached.
+            known = self.brokers[record["broker_id"]]
+            self.brokers[record["broker_id"]] = replace(known, host=record["host"], port=record["port"])
         elif kind == "topic":
             self.topics[record["name"]] = _Topic(record["name"], record["configs"], topic_id=record.get("topic_id", ""))
         elif kind == "topic_id":
@@ -343,6 +365,9 @@ class Controller:
                 known = self._state.brokers.get(broker_id)
                 if known is None or known.node_id != node or not known.alive:
                     self._write_broker(broker_id, node, data_dir, alive=True)
+                if known is not None and known.host:
+                    # A launch starts gateways anew (or none): forget the last run's listeners.
+                    self._write({"type": "listener", "broker_id": broker_id, "host": "", "port": -1})
             self._started = False
         await self._ensure_started()
         return await self.get_metadata(MetadataRequest())
@@ -415,7 +440,8 @@ class Controller:
         ``num_partitions`` / ``replication_factor`` of -1 (or None) take num.partitions /
         default.replication.factor (KIP-464); 0 and other negatives are refused, as is a
         replication factor above the number of live brokers. With ``assignments`` both must
-        be left at -1.
+        be left at -1. With ``validate_only`` every check runs and nothing is written: the
+        answer is the topic as it would be, with no leaders and no topic id yet.
         """
         require(request, CreateTopicsRequest)
         name, num_partitions, replication_factor = request.name, request.num_partitions, request.replication_factor
@@ -452,6 +478,8 @@ class Controller:
                 _check_partitions_per_request(partitions)
                 assignment = assign_replicas(partitions, rf, live)
             self._check_topic_config(overrides)
+            if request.validate_only:
+                return _planned_topic(name, assignment, overrides)
             self._write({"type": "topic", "name": name, "configs": overrides, "topic_id": new_topic_id()})
             for p, replicas in enumerate(assignment):
                 self._write_partition(name, p, _Partition(replicas, NO_LEADER, -1, list(replicas)))
@@ -485,7 +513,7 @@ class Controller:
 
     async def create_partitions(self, request: CreatePartitionsRequest) -> TopicMetadata:
         """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
-        shrinks one)."""
+        shrinks one). With ``validate_only`` every check runs and the topic stays as it is."""
         require(request, CreatePartitionsRequest)
         name, total = request.name, request.count
         assignment = [list(r) for r in request.assignments] if request.assignments is not None else None
@@ -515,6 +543,8 @@ class Controller:
                     raise InvalidReplicaAssignmentError(
                         f"topic {name!r} has replication factor {rf}; the new partitions have {len(assignment[0])}"
                     )
+            if request.validate_only:
+                return self._topic_metadata(topic)
             for i, replicas in enumerate(assignment):
                 self._write_partition(name, current + i, _Partition(list(replicas), NO_LEADER, -1, list(replicas)))
             await asyncio.gather(
@@ -553,7 +583,7 @@ class Controller:
         SET, DELETE (back to the default), and APPEND / SUBTRACT on list configs. Every key
         and value is checked before anything changes: one bad entry refuses the whole request
         (INVALID_CONFIG) and leaves the topic's configs as they were. Returns the topic's
-        overrides after it."""
+        overrides after it (with ``validate_only``: the ones it would leave; nothing changes)."""
         require(request, IncrementalAlterConfigsRequest)
         name = request.resource_name
         await self._ensure_started()
@@ -561,6 +591,8 @@ class Controller:
             topic = self._require_topic(name)
             merged = _altered(topic.configs, self._effective_config(topic), request.configs)
             self._check_topic_config(merged)
+            if request.validate_only:
+                return merged
             self._write({"type": "topic_config", "name": name, "configs": merged})
             effective = self._effective_config(topic)
             for (t, _, _), handle in list(self._handles.items()):
@@ -572,6 +604,16 @@ class Controller:
                     if (name, p, part.leader) not in self._handles:
                         await self._elect_if_needed(name, p, bump=False)
             return merged
+
+    async def register_listener(self, broker_id: int, host: str, port: int) -> None:
+        """Record where broker ``broker_id``'s Kafka protocol gateway is reached (its
+        advertised listener), as a Kafka broker registers its endpoints; Metadata answers
+        name it. Durable, so a restarted controller still knows it."""
+        async with self._mutex():
+            broker = self._require_broker(broker_id)
+            if (broker.host, broker.port) != (host, port):
+                self._write({"type": "listener", "broker_id": broker_id, "host": host, "port": port})
+        logger.info("broker %d's gateway listens at %s:%d", broker_id, host, port)
 
     # -- producer ids ---------------------------------------------------------------------
 

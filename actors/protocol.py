@@ -130,7 +130,7 @@ class GroupState(enum.StrEnum):
 class TransactionState(enum.StrEnum):
     """A transactional id's state at the transaction coordinator (Kafka's coordinator
     TransactionState, named as DescribeTransactions shows it). The producer's own states are
-    another machine: ``rayqueue.transaction_manager.TransactionState`` (Kafka's
+    another machine: ``rayqueue.producer.transaction_manager.TransactionState`` (Kafka's
     TransactionManager.State)."""
 
     EMPTY = "Empty"
@@ -534,7 +534,9 @@ class CreateTopicsRequest(_Message):
 
     ``num_partitions`` and ``replication_factor`` -1 take the broker's num.partitions and
     default.replication.factor (KIP-464); ``assignments`` (broker ids per partition, in
-    partition order) replaces both.
+    partition order) replaces both. ``validate_only`` (the request's, in Kafka) checks
+    everything and creates nothing; the answer is the topic as it would be, without
+    leaders or topic id.
     """
 
     name: str
@@ -542,6 +544,7 @@ class CreateTopicsRequest(_Message):
     replication_factor: int = -1
     assignments: tuple[tuple[int, ...], ...] | None = None
     configs: Mapping[str, Any] = field(default_factory=dict)
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,11 +557,13 @@ class DeleteTopicsRequest(_Message):
 @dataclass(frozen=True, slots=True)
 class CreatePartitionsRequest(_Message):
     """One topic of Kafka's CreatePartitions: grow it to ``count`` partitions (the new ones
-    on ``assignments`` when given); answered with TopicMetadata."""
+    on ``assignments`` when given); answered with TopicMetadata. ``validate_only`` checks
+    and changes nothing (the answer is the topic as it is)."""
 
     name: str
     count: int
     assignments: tuple[tuple[int, ...], ...] | None = None
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,10 +587,12 @@ class AlterableConfig(_Message):
 @dataclass(frozen=True, slots=True)
 class IncrementalAlterConfigsRequest(_Message):
     """One topic resource of Kafka's IncrementalAlterConfigs, applied as one change;
-    answered with the topic's config overrides after it."""
+    answered with the topic's config overrides after it (with ``validate_only``: checked,
+    not applied, and answered with the overrides it would leave)."""
 
     resource_name: str
     configs: tuple[AlterableConfig, ...]
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,12 +29,15 @@ class OffsetAndTimestamp:
 
 @dataclass(frozen=True, slots=True)
 class BrokerMetadata:
-    """A logical broker: its id, the Ray node it is bound to and its data directory."""
+    """A logical broker: its id, the Ray node it is bound to and its data directory, and
+    where its Kafka protocol gateway is reached (``host`` empty when it runs none)."""
 
     broker_id: int
     node_id: str
     data_dir: str
     alive: bool = True
+    host: str = ""
+    port: int = -1
 
 
 @dataclass(frozen=True, slots=True)

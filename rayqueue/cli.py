@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 # a person typing `rayqueue status` wants to hear quickly that nothing runs there.
 CONNECT_TIMEOUT_S = 10.0
 DEFAULT_CONFIG = Path("configs/local.toml")
+# Where `rayqueue start` listens for Kafka clients unless told otherwise (Kafka's own port).
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 
 app = typer.Typer(
     help="rayqueue: a Kafka-style distributed commit log on Ray.",
@@ -212,6 +214,14 @@ def start(
     override: Annotated[
         list[str] | None, typer.Option("--override", "-o", help="Broker config KEY=VALUE over the file (repeatable).")
     ] = None,
+    listeners: Annotated[
+        str | None,
+        typer.Option(
+            "--listeners",
+            help=f"Kafka protocol listeners of the brokers' gateways (default: the config's, else {DEFAULT_LISTENERS};"
+            " consecutive ports per broker; port 0: free ports; '' for none).",
+        ),
+    ] = None,
 ) -> None:
     """Launch a rayqueue cluster.
 
@@ -231,6 +241,10 @@ def start(
         overrides["log.dirs"] = str(Path(log_dirs).expanduser().resolve())
     if name is not None:
         overrides["rayqueue.namespace"] = name
+    if listeners is not None:
+        overrides["listeners"] = listeners
+    elif "listeners" not in overrides and not values.get("listeners"):
+        overrides["listeners"] = DEFAULT_LISTENERS
 
     _quiet_ray()
     embedded = not address
@@ -258,6 +272,8 @@ def start(
             f"[bold]{cluster.namespace}[/]: {len(info['brokers'])} brokers, {info['topics']} topics, "
             f"data in {info['data_root']}"
         )
+        if cluster.bootstrap_servers:
+            out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
         if not (embedded or foreground):
             out.print("The actors are detached and keep running; stop them with `rayqueue stop`.")
             sys.stdout.flush()

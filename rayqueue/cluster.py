@@ -10,6 +10,7 @@ A :class:`Cluster` is a :class:`rayqueue.connection.ClusterHandle` that also mak
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, load_toml
 from actors.controller import CONTROLLER_NAME, Controller
+from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
 from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
 from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
 from rayqueue import connection
@@ -36,6 +38,8 @@ from rayqueue.consumer import Consumer
 from rayqueue.producer import Producer
 from storage.config import Config
 from storage.errors import InvalidConfigError
+
+logger = logging.getLogger(__name__)
 
 
 class Cluster(ClusterHandle):
@@ -64,6 +68,12 @@ class Cluster(ClusterHandle):
             transaction_coordinator=handle.transaction_coordinator,
         )
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of the brokers' Kafka protocol gateways, for Kafka clients'
+        ``bootstrap.servers`` (empty when the cluster was launched without ``listeners``)."""
+        return bootstrap_servers(self.metadata([]))
+
     def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Producer:
         """A Producer bound to this cluster."""
         return Producer(self, config, **kwargs)
@@ -78,8 +88,12 @@ class Cluster(ClusterHandle):
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
-        # The coordinators first, so that they write nothing more to their internal topics
-        # (markers, offsets) while the replicas close.
+        # The gateways first (no more client requests), then the coordinators, so that they
+        # write nothing more to their internal topics (markers, offsets) while the replicas close.
+        try:
+            stop_gateways(self.namespace, [b.broker_id for b in self.metadata([]).brokers])
+        except Exception:  # noqa: BLE001 - a controller gone already: nothing to look up
+            logger.warning("could not stop the gateways", exc_info=True)
         for coordinator in (self.transaction_coordinator, self.group_coordinator):
             if coordinator is not None:
                 ray.kill(coordinator, no_restart=True)
@@ -124,8 +138,10 @@ def launch(
     ``config`` is a TOML file (Kafka's broker keys; see configs/local.toml) or a dict;
     keyword overrides use Kafka's keys in Python form (``log_dirs=...``,
     ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
-    created (unless ``create_topics`` is false). Raises InvalidConfigError if a cluster
-    already runs in the namespace.
+    created (unless ``create_topics`` is false). With ``listeners`` (e.g.
+    ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker gets a Kafka protocol
+    gateway; ``cluster.bootstrap_servers`` names them. Raises InvalidConfigError if a
+    cluster already runs in the namespace.
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
@@ -150,6 +166,8 @@ def launch(
     txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
     ray.get(txn_coordinator.start.remote(), timeout=timeout_s)
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
+    if cfg["listeners"]:  # Kafka's own clients reach the brokers through these
+        start_gateways(namespace, dict(cfg), cluster.metadata([]), timeout_s)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()

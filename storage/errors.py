@@ -401,6 +401,24 @@ class TransactionalIdNotFoundError(KafkaError):
     code, retriable = 105, False
 
 
+class UnsupportedVersionError(KafkaError):
+    """UNSUPPORTED_VERSION: The API version of a request is not served."""
+
+    code, retriable = 35, False
+
+
+class FetchSessionIdNotFoundError(KafkaError):
+    """FETCH_SESSION_ID_NOT_FOUND: The fetch session is unknown (the gateway keeps none)."""
+
+    code, retriable = 70, True
+
+
+class UnknownTopicIdError(KafkaError):
+    """UNKNOWN_TOPIC_ID: No topic has this topic id (KIP-516)."""
+
+    code, retriable = 100, True
+
+
 class UnknownServerError(KafkaError):
     """UNKNOWN_SERVER_ERROR: An unexpected error on the broker."""
 

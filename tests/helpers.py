@@ -43,7 +43,7 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
 
 
 class LostCall:
-    """What ``Producer._produce`` returns for a call whose answer is lost: a ref look-alike
+    """What ``Sender.produce`` returns for a call whose answer is lost: a ref look-alike
     whose future fails on ``fail()`` or resolves on ``answer()`` (the sender only uses
     ``future()``)."""
 

@@ -22,6 +22,8 @@ from actors.protocol import (
     AlterConfigOp,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
     DeleteRecordsRequest,
     DescribeConfigsRequest,
     FetchRequest,
@@ -121,7 +123,7 @@ def test_producer_without_idempotence_keeps_partition_order(cluster, new_topic):
     through Ray's object store still land in send order."""
     topic = new_topic()
     producer = cluster.producer(acks=1, linger_ms=0, batch_size=200_000)
-    assert not producer._idempotent
+    assert not producer.config["enable.idempotence"]
     n = 100_000
     filler = b"x" * 300
     for i in range(n):
@@ -317,6 +319,42 @@ def test_describe_and_alter_configs_through_the_controller(cluster, new_topic):
     assert ray.get(controller.describe_configs.remote(DescribeConfigsRequest(topic, ("retention.ms",)))) == {
         "retention.ms": (604800000, "DEFAULT_CONFIG")
     }  # nothing of the refused request applied
+
+
+def test_validate_only_checks_everything_and_changes_nothing(cluster, admin, new_topic):
+    """Kafka's validate_only on CreateTopics, CreatePartitions and IncrementalAlterConfigs:
+    the same checks as the real request, and nothing written."""
+    controller = cluster.controller
+    name = f"validate-only-{time.monotonic_ns()}"
+    planned = ray.get(
+        controller.create_topic.remote(
+            CreateTopicsRequest(name, 3, 2, configs={"retention.ms": 5000}, validate_only=True)
+        )
+    )
+    assert [len(p.replicas) for p in planned.partitions] == [2, 2, 2]
+    assert all(p.leader == -1 for p in planned.partitions) and planned.topic_id == ""
+    assert planned.configs == {"retention.ms": 5000}
+    assert name not in admin.list_topics()
+    with pytest.raises(InvalidConfigError):
+        ray.get(
+            controller.create_topic.remote(CreateTopicsRequest(name, 1, 1, configs={"no.such": 1}, validate_only=True))
+        )
+    with pytest.raises(InvalidPartitionsError):
+        ray.get(controller.create_topic.remote(CreateTopicsRequest(name, 0, 1, validate_only=True)))
+    topic = new_topic(partitions=1)
+    with pytest.raises(TopicAlreadyExistsError):
+        ray.get(controller.create_topic.remote(CreateTopicsRequest(topic, 1, 1, validate_only=True)))
+    grown = ray.get(controller.create_partitions.remote(CreatePartitionsRequest(topic, 4, validate_only=True)))
+    assert len(grown.partitions) == 1 and len(admin.describe_topics([topic])[topic].partitions) == 1
+    with pytest.raises(InvalidPartitionsError):
+        ray.get(controller.create_partitions.remote(CreatePartitionsRequest(topic, 1, validate_only=True)))
+    change = (AlterableConfig("retention.ms", AlterConfigOp.SET, 7000),)
+    alter = IncrementalAlterConfigsRequest(topic, change, validate_only=True)
+    assert ray.get(controller.alter_configs.remote(alter)) == {"retention.ms": 7000}
+    assert admin.describe_configs(topic)["retention.ms"] == (604800000, "DEFAULT_CONFIG")
+    bad = IncrementalAlterConfigsRequest(topic, (AlterableConfig("retention.ms", AlterConfigOp.SET, "x"),), True)
+    with pytest.raises(InvalidConfigError):
+        ray.get(controller.alter_configs.remote(bad))
 
 
 def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):

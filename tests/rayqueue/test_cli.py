@@ -7,11 +7,13 @@ real process with its own embedded Ray and stops it with SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -317,7 +319,9 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
     stderr = open(tmp_path / "stderr.txt", "wb")  # a file, so a chatty stderr can never block the child
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayqueue.cli", "start", "--foreground", "--config", "configs/local.toml"]
-        + ["-o", f"log.dirs={data}", "-o", "rayqueue.num.brokers=2", "--name", "rayqueue-cli-start-test"],
+        + ["-o", f"log.dirs={data}", "-o", "rayqueue.num.brokers=2", "--name", "rayqueue-cli-start-test"]
+        # Free ports: the default 127.0.0.1:9092 may be taken on a shared machine.
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -337,6 +341,16 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
             except queue.Empty:
                 pass
         assert "2 brokers" in seen[-1] and str(data) in seen[-1]
+        # The next line names the gateways for Kafka clients, which answer there.
+        while not any("bootstrap.servers=" in line for line in seen):
+            assert time.monotonic() < deadline, seen
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1.0))
+        servers = next(line for line in seen if "bootstrap.servers=" in line).split("bootstrap.servers=")[1].strip()
+        assert len(servers.split(",")) == 2
+        if shutil.which("kcat"):
+            listed = subprocess.run(["kcat", "-b", servers, "-L"], capture_output=True, text=True, timeout=60)
+            assert " 2 brokers:" in listed.stdout, listed.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, (tmp_path / "stderr.txt").read_text()
     finally:

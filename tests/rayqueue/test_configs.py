@@ -66,6 +66,7 @@ def test_launch_accepts_the_config(cluster, tmp_path, name):
         info = handle.describe()
         assert len(info["brokers"]) == load_toml(path)["rayqueue.num.brokers"]
         assert handle.namespace == namespace
+        assert handle.bootstrap_servers == ""  # no listeners set: no gateways (the files leave them commented)
     finally:
         handle.shutdown(delete_data=True)
 

@@ -18,6 +18,7 @@ from rayqueue.errors import (
     as_kafka_error,
     is_retriable,
 )
+from tests.helpers import wait_for
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -38,6 +39,15 @@ def caught(ref: ray.ObjectRef) -> BaseException:
     return info.value
 
 
+def refused_call(actor) -> BaseException | None:
+    """What a call to ``actor`` raises, or None when it is still answered."""
+    try:
+        ray.get(actor.pid.remote(), timeout=60)
+    except Exception as exc:  # noqa: BLE001 - whatever Ray raises is the input here
+        return exc
+    return None
+
+
 def test_ray_errors_become_the_kafka_errors_they_stand_for(ray_session):
     actor = Raiser.remote()
     leader_moved = caught(actor.kafka.remote(True))
@@ -50,7 +60,8 @@ def test_ray_errors_become_the_kafka_errors_they_stand_for(ray_session):
     other = caught(actor.other.remote())
     assert type(as_kafka_error(other)) is ValueError and not is_retriable(other)
     ray.kill(actor, no_restart=True)
-    dead = caught(actor.pid.remote())
+    # The kill is asynchronous: a call made right after it may still be answered.
+    dead = wait_for(lambda: refused_call(actor), timeout=60, what="the killed actor to refuse calls")
     assert isinstance(dead, ray.exceptions.RayActorError)
     assert type(as_kafka_error(dead)) is NetworkError and is_retriable(dead)
     coordinator = as_kafka_error(dead, CoordinatorNotAvailableError, "group coordinator")
@@ -65,6 +76,6 @@ def test_client_side_errors_live_in_rayqueue_errors_and_pickle(cls):
     assert cls.__name__ in errors.__all__ and not cls.retriable
     again = pickle.loads(pickle.dumps(cls("message")))
     assert type(again) is cls and again.args == ("message",)
-    from rayqueue.transaction_manager import TransactionAbortedError as old_path
+    from rayqueue.producer.transaction_manager import TransactionAbortedError as reexported
 
-    assert old_path is TransactionAbortedError
+    assert reexported is TransactionAbortedError

@@ -11,7 +11,7 @@ import ray
 from actors.protocol import FetchRequest
 from rayqueue.config import producer_config
 from rayqueue.errors import InvalidConfigError, InvalidRecordError, KafkaTimeoutError, NetworkError
-from rayqueue.transaction_manager import increment_sequence
+from rayqueue.producer.transaction_manager import increment_sequence
 from storage.record_batch import iter_batches
 from tests.helpers import LostCall, wait_for
 
@@ -127,7 +127,7 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     exactly once, in the order sent, and each future has the record's real offset."""
     topic = new_topic()
     producer = cluster.producer(batch_size=300, linger_ms=1)
-    real = producer._produce
+    real = producer._sender.produce
     rng = random.Random(7)
     lost = []
 
@@ -139,7 +139,7 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
             raise NetworkError("injected: the answer of this produce call was lost")  # ... answer gone
         return ref
 
-    producer._produce = lossy
+    producer._sender.produce = lossy
     values = [b"r%05d" % i for i in range(3000)]
     if bulk:
         results = []
@@ -166,7 +166,7 @@ def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
     producer = cluster.producer(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=1500)
     producer.send(topic, b"warm", partition=0).get(30)  # the leader knows this producer
     epoch = producer._txn.epoch
-    real = producer._produce
+    real = producer._sender.produce
     stalled = LostCall()
     late: list = []
 
@@ -176,7 +176,7 @@ def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
         late.append((leader, data, order))
         return stalled
 
-    producer._produce = first_call_stalls
+    producer._sender.produce = first_call_stalls
     expired = producer.send(topic, b"late", partition=0)
     with pytest.raises(KafkaTimeoutError, match="since batch creation"):
         expired.get(30)
@@ -208,7 +208,7 @@ def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topi
     producer = cluster.producer(linger_ms=0)
     # The leader knows the producer (for an unknown one it accepts any sequence, as Kafka).
     producer.send(topic, b"warm", partition=0).get(30)
-    real = producer._produce
+    real = producer._sender.produce
     calls: list = []
     first = LostCall()
 
@@ -222,7 +222,7 @@ def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topi
             ref.future().add_done_callback(lambda _: first.fail(NetworkError("injected: request lost")))
         return ref
 
-    producer._produce = scripted
+    producer._sender.produce = scripted
     one = producer.send_many(topic, [b"a0", b"a1", b"a2"], partition=0)
     wait_for(lambda: calls, timeout=30, what="the first produce call")
     two = producer.send_many(topic, [b"b0", b"b1"], partition=0)
@@ -239,7 +239,7 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
     epoch and restarts at sequence 0, so later batches are accepted."""
     topic = new_topic()
     producer = cluster.producer(linger_ms=0)
-    real = producer._produce
+    real = producer._sender.produce
     calls = []
 
     def failing(leader, data, *order):
@@ -248,7 +248,7 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
             raise InvalidRecordError("injected: rejected for good")
         return real(leader, data, *order)
 
-    producer._produce = failing
+    producer._sender.produce = failing
     assert producer.send(topic, b"first", partition=0).get(30).offset == 0
     with pytest.raises(InvalidRecordError):
         producer.send(topic, b"rejected", partition=0).get(30)
@@ -263,7 +263,7 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
 def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_topic):
     topic = new_topic(partitions=2)
     producer = cluster.producer(batch_size=500, linger_ms=1)
-    real = producer._produce
+    real = producer._sender.produce
     rng = random.Random(3)
     lock = threading.Lock()
 
@@ -276,7 +276,7 @@ def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_to
             raise NetworkError("injected: lost answer")
         return ref
 
-    producer._produce = lossy
+    producer._sender.produce = lossy
 
     def work(t: int) -> None:
         for i in range(500):

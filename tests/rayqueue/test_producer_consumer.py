@@ -146,11 +146,11 @@ def test_record_metadata_timestamp_is_create_time_or_the_logs_append_time(cluste
 
 def test_a_callback_runs_once_whether_it_comes_before_or_after_completion():
     """add_callback races the sender completing the batch: each callback runs exactly once."""
-    from rayqueue.producer import FutureRecordMetadata, _BatchResult
+    from rayqueue.producer.futures import FutureRecordMetadata, ProduceRequestResult
 
     tp = TopicPartition("t", 0)
     for round_ in range(300):
-        result = _BatchResult(tp)
+        result = ProduceRequestResult(tp)
         calls: list = []
         completer = threading.Thread(target=result.done, args=(10, -1, None))
         completer.start()
@@ -174,13 +174,13 @@ def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
         acks=1, linger_ms=0, max_in_flight_requests_per_connection=1, request_timeout_ms=1000, delivery_timeout_ms=1500
     )
     hung: list[LostCall] = []
-    real = producer._produce
+    real = producer._sender.produce
 
     def every_call_hangs(leader, data, *order):
         hung.append(LostCall())
         return hung[-1]
 
-    producer._produce = every_call_hangs
+    producer._sender.produce = every_call_hangs
     first = producer.send(topic, b"first")
     wait_for(lambda: hung, timeout=30, what="the first produce call")
     second = producer.send(topic, b"second")  # waits for the first (one call in flight)
@@ -190,7 +190,7 @@ def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
     assert len(hung) <= 2  # each batch went out once at most
     for call in hung:
         call.fail(NetworkError("injected: the answer came too late"))  # dropped
-    producer._produce = real
+    producer._sender.produce = real
     assert producer.send(topic, b"third").get(30).offset == 0  # nothing was appended; the producer goes on
     producer.close()
 

@@ -16,7 +16,7 @@ from rayqueue.errors import (
     KafkaTimeoutError,
     ProducerFencedError,
 )
-from rayqueue.transaction_manager import TransactionAbortedError, coordinator_call
+from rayqueue.producer.transaction_manager import TransactionAbortedError, coordinator_call
 from tests.helpers import wait_for
 from tests.rayqueue.test_idempotent_producer import raw_batches
 
@@ -247,7 +247,7 @@ def test_a_failed_send_makes_commit_raise_until_aborted(cluster, new_topic, txn_
     topic = new_topic()
     producer = txn_producer(linger_ms=0)
     producer.init_transactions()
-    real = producer._produce
+    real = producer._sender.produce
     calls = []
 
     def failing(leader, data, *order):
@@ -256,7 +256,7 @@ def test_a_failed_send_makes_commit_raise_until_aborted(cluster, new_topic, txn_
             raise InvalidRecordError("injected: rejected for good")
         return real(leader, data, *order)
 
-    producer._produce = failing
+    producer._sender.produce = failing
     producer.begin_transaction()
     producer.send(topic, b"ok").get(30)
     bad = producer.send(topic, b"bad")

@@ -4,9 +4,9 @@ It holds the producer id and epoch (from the transaction coordinator), the next 
 number of every partition, and for a transactional producer the transaction state machine
 (Kafka's states and transitions), the partitions and groups already added to the current
 transaction, and the error that put it in an abortable or fatal state. Coordinator calls
-ride through retriable errors and coordinator restarts. The Producer drives it: its sender
-thread asks for sequences and partition additions, its user-facing calls for the
-transitions.
+ride through retriable errors and coordinator restarts. The producer drives it: the
+accumulator asks for sequences, the sender for producer ids and partition additions, the
+Producer's user-facing calls for the transitions.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import ray
 
 from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
+from rayqueue.connection import ClusterHandle
 from rayqueue.errors import (
     CoordinatorNotAvailableError,
     IllegalStateError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
@@ -121,7 +123,7 @@ class TransactionManager:
 
     def __init__(
         self,
-        cluster: Any,
+        cluster: ClusterHandle,
         transactional_id: str | None,
         transaction_timeout_ms: int,
         retry_backoff_s: float,
@@ -361,6 +363,15 @@ class TransactionManager:
                 error = ProducerFencedError(f"producer epoch {self.epoch} is stale: {error}")
             self.last_error = error
             self.state = S.FATAL_ERROR
+
+    def handle_failed_call(self, exc: BaseException, fatal: bool = False) -> None:
+        """A coordinator call of the transaction failed: fencing and an invalid state (or
+        ``fatal``) end the producer, anything else makes the transaction abortable."""
+        error = as_kafka_error(exc)
+        if fatal or isinstance(error, (ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError)):
+            self.on_fatal(error)
+        else:
+            self.on_error(error)
 
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
         """Record partitions the coordinator added to the current transaction."""

@@ -1,0 +1,210 @@
+"""The Gateway actor: one per broker, on the broker's node, serving Kafka's protocol.
+
+It owns a ``KafkaServer`` on the broker's listener and a ``BrokerView``; every request is
+translated by the handler modules into calls to the replicas and coordinators. Named
+``gateway|<broker id>`` in the cluster's namespace, detached, restarted by Ray if its
+process dies (it then listens and registers again). ``start_gateways`` / ``stop_gateways``
+are what the cluster launch and shutdown call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.controller import CONTROLLER_NAME
+from actors.gateway.broker_view import BrokerView, listed_brokers
+from actors.gateway.handlers import admin, fetch, metadata, offsets, produce, transactions
+from actors.gateway.listeners import BrokerListener, broker_listeners
+from actors.gateway.server import KafkaServer, Limits
+from actors.gateway.versions import served_apis
+from actors.group_coordinator import GROUP_COORDINATOR_NAME
+from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
+from actors.types import ClusterMetadata
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 10.0
+# The API families served; part 2 adds groups (and transactions grows).
+FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, transactions.APIS)
+
+
+def gateway_actor_name(broker_id: int) -> str:
+    """The Ray actor name of a broker's gateway."""
+    return f"gateway|{broker_id}"
+
+
+def limits_of(config: dict[str, Any]) -> Limits:
+    """The connection limits a broker configuration sets."""
+    return Limits(
+        max_request_bytes=config["socket.request.max.bytes"],
+        idle_ms=config["connections.max.idle.ms"],
+        max_connections=config["max.connections"],
+        max_inflight=config["rayqueue.gateway.max.inflight.requests"],
+    )
+
+
+def _named(name: str, namespace: str) -> Any:
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+class Gateway:
+    """A broker's Kafka protocol endpoint (see the module docstring)."""
+
+    def __init__(self, namespace: str, config: dict[str, Any], listener: BrokerListener) -> None:
+        self._namespace = namespace
+        self._config = dict(config)
+        self._listener = listener
+        self._server: KafkaServer | None = None
+        self._address: tuple[str, int] | None = None
+        self._starting: asyncio.Lock | None = None
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is not None:
+            # Listen without waiting to be asked: after a restart by Ray nobody asks (the
+            # launch's own call finds it started, or starting).
+            context.current_actor.keep_started.remote()
+
+    async def start(self) -> tuple[str, int]:
+        """Listen and register the advertised address with the controller (idempotent);
+        returns that address."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()  # created in the actor's event loop
+        async with self._starting:
+            if self._address is None:
+                self._address = await self._start()
+            return self._address
+
+    async def keep_started(self) -> None:
+        """``start``, retried until it succeeds (a restarted gateway whose port is still held
+        by its predecessor's socket, or whose controller is restarting, tries again)."""
+        while True:
+            try:
+                await self.start()
+                return
+            except Exception:  # noqa: BLE001 - logged, then retried
+                logger.warning(
+                    "gateway of broker %d could not start; retrying", self._listener.broker_id, exc_info=True
+                )
+                await asyncio.sleep(1.0)
+
+    async def _start(self) -> tuple[str, int]:
+        listener = self._listener
+        view = BrokerView(
+            listener.broker_id,
+            self._namespace,
+            self._config,
+            _named(CONTROLLER_NAME, self._namespace),
+            _named(TRANSACTION_COORDINATOR_NAME, self._namespace),
+            _named(GROUP_COORDINATOR_NAME, self._namespace),
+        )
+        server = KafkaServer(served_apis(FAMILIES), view, limits_of(self._config), name=f"gateway-{listener.broker_id}")
+        _, port = await server.start(listener.bind_host, listener.bind_port)
+        try:
+            address = (listener.advertised_host, listener.advertised_port or port)
+            await view.register(*address)
+        except BaseException:
+            await server.close()
+            raise
+        self._server = server
+        logger.info("broker %d: Kafka clients reach this gateway at %s:%d", listener.broker_id, *address)
+        return address
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection."""
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+            self._address = None
+
+    async def stats(self) -> dict[str, Any]:
+        """Process, address, open connections, requests served (and by API key and
+        version), connections closed for bad input."""
+        server = self._server
+        return {
+            "broker_id": self._listener.broker_id,
+            "pid": os.getpid(),
+            "address": self._address,
+            "connections": len(server.connections) if server else 0,
+            "requests": server.requests if server else 0,
+            "closed_for_errors": server.closed_for_errors if server else 0,
+            "served": dict(server.served) if server else {},
+            "read_ahead_hits": server.state.read_ahead_hits if server else 0,
+        }
+
+    async def ping(self) -> int:
+        """Liveness probe; returns the broker id."""
+        return self._listener.broker_id
+
+
+def start_gateways(namespace: str, config: dict[str, Any], meta: ClusterMetadata, timeout_s: float) -> str:
+    """Start one gateway per broker on the broker's node when ``listeners`` is set; returns
+    the bootstrap servers (``host:port,...``), empty without listeners."""
+    node_ips = {n["NodeID"]: n.get("NodeManagerAddress", "127.0.0.1") for n in ray.nodes() if n.get("Alive")}
+    brokers = {b.broker_id: b for b in meta.brokers}
+    plan = broker_listeners(
+        config["listeners"],
+        config["advertised.listeners"],
+        [(b.broker_id, node_ips.get(b.node_id, "127.0.0.1")) for b in brokers.values()],
+    )
+    if not plan:
+        return ""
+    handles = []
+    for listener in plan:
+        name = gateway_actor_name(listener.broker_id)
+        stale = _named(name, namespace)
+        if stale is not None:  # left by a cluster that died without shutting down
+            ray.kill(stale, no_restart=True)
+            _wait_name_free(name, namespace)
+        handles.append(
+            ray.remote(Gateway)
+            .options(
+                name=name,
+                namespace=namespace,
+                lifetime="detached",
+                num_cpus=0,
+                max_concurrency=1000,
+                max_restarts=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(brokers[listener.broker_id].node_id, soft=False),
+            )
+            .remote(namespace, dict(config), listener)
+        )
+    try:
+        addresses = ray.get([h.start.remote() for h in handles], timeout=timeout_s)
+    except Exception:
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
+        raise
+    return ",".join(f"{host}:{port}" for host, port in addresses)
+
+
+def _wait_name_free(name: str, namespace: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _named(name, namespace) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def stop_gateways(namespace: str, broker_ids: list[int]) -> None:
+    """Stop and remove the gateways of ``broker_ids`` (those that run)."""
+    handles = [h for h in (_named(gateway_actor_name(b), namespace) for b in broker_ids) if h is not None]
+    if not handles:
+        return
+    try:
+        ray.get([h.stop.remote() for h in handles], timeout=STOP_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - killed below all the same
+        logger.warning("a gateway did not stop cleanly", exc_info=True)
+    for handle in handles:
+        ray.kill(handle, no_restart=True)
+
+
+def bootstrap_servers(meta: ClusterMetadata) -> str:
+    """``host:port,...`` of the brokers' gateways, for Kafka clients' bootstrap.servers."""
+    return ",".join(f"{b.host}:{b.port}" for b in listed_brokers(meta.brokers))

@@ -1,0 +1,218 @@
+"""The gateway's view of its broker and of the cluster, shared by every handler.
+
+``BrokerView`` holds the broker id, the handles of the controller and the coordinators,
+and a cache of topic metadata from the controller, from which it finds the leader replica
+of a partition when that leader is on this broker (a Kafka broker serves only the
+partitions it leads: any other answer is NOT_LEADER_OR_FOLLOWER, and the client asks for
+metadata again). The replica itself has the last word: it fences stale epochs and refuses
+when it no longer leads.
+
+A Metadata request always asks the controller (so a client refreshing after an error sees
+the newest leaders); the cache serves the data path and is refreshed when a replica says
+it no longer leads, or when a partition seems to be led elsewhere (at most every
+``REFRESH_BACKOFF_S`` per topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+import uuid
+from typing import Any
+
+import ray
+
+from actors.protocol import MetadataRequest
+from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+from storage.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+logger = logging.getLogger(__name__)
+
+REFRESH_BACKOFF_S = 0.2  # a topic's cached metadata is asked for again at most this often
+MAX_AGE_S = 30.0  # cached topic metadata older than this is asked for again
+CONTROLLER_RETRY_S = 10.0  # how long a controller that is restarting is waited for
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID | None:
+    """rayqueue's topic id (Kafka's Uuid.toString(): URL-safe base64) as a UUID."""
+    if not topic_id:
+        return None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+# -- actor calls (one function each) --------------------------------------------------------------
+
+
+async def _get_metadata(controller: Any, request: MetadataRequest) -> ClusterMetadata:
+    """controller.get_metadata, riding through a controller restart for a while."""
+    deadline = time.monotonic() + CONTROLLER_RETRY_S
+    while True:
+        try:
+            return await controller.get_metadata.remote(request)
+        except ray.exceptions.RayActorError:  # its ActorUnavailableError too
+            if time.monotonic() > deadline:
+                raise RequestTimedOutError("the controller did not answer") from None
+            await asyncio.sleep(0.2)
+
+
+async def _register_listener(controller: Any, broker_id: int, host: str, port: int) -> None:
+    await controller.register_listener.remote(broker_id, host, port)
+
+
+# -- the broker's view ----------------------------------------------------------------------
+
+
+class BrokerView:
+    """One gateway's broker: ids, actor handles, and cached topic metadata."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        namespace: str,
+        config: dict[str, Any],
+        controller: Any,
+        transaction_coordinator: Any = None,
+        group_coordinator: Any = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.namespace = namespace
+        self.config = config
+        self.controller = controller
+        self.transaction_coordinator = transaction_coordinator
+        self.group_coordinator = group_coordinator
+        self.cluster_id = ""
+        self.read_ahead_hits = 0  # Fetch answers taken from a read-ahead (fetch.py)
+        self._topics: dict[str, TopicMetadata] = {}
+        self._fetched_at: dict[str, float] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._refreshing: dict[str, asyncio.Future] = {}
+
+    async def register(self, host: str, port: int) -> None:
+        """Tell the controller where this broker's gateway is reached."""
+        await _register_listener(self.controller, self.broker_id, host, port)
+
+    async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
+        """Fresh metadata from the controller (``None``: every topic); refreshes the cache."""
+        request = MetadataRequest(None if topics is None else tuple(topics), auto_create)
+        snapshot = await _get_metadata(self.controller, request)
+        self._remember(snapshot, topics)
+        return snapshot
+
+    def _remember(self, snapshot: ClusterMetadata, asked: list[str] | None) -> None:
+        now = time.monotonic()
+        self.cluster_id = snapshot.cluster_id
+        for name, meta in snapshot.topics.items():
+            old = self._topics.get(name)
+            if old is not None and old.topic_id != meta.topic_id:
+                self._by_id.pop(topic_uuid(old.topic_id), None)  # type: ignore[arg-type]
+            self._topics[name] = meta
+            self._fetched_at[name] = now
+            tid = topic_uuid(meta.topic_id)
+            if tid is not None:
+                self._by_id[tid] = name
+        gone = (set(self._topics) if asked is None else set(asked)) - snapshot.topics.keys()
+        for name in gone:
+            self.invalidate(name)
+
+    async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
+        """A topic's metadata from the cache (asked for when missing, stale, or ``refresh``
+        and not asked for in the last REFRESH_BACKOFF_S); None when it does not exist."""
+        now = time.monotonic()
+        fetched = self._fetched_at.get(name)
+        fresh_enough = fetched is not None and now - fetched < (REFRESH_BACKOFF_S if refresh else MAX_AGE_S)
+        if name in self._topics and fresh_enough:
+            return self._topics[name]
+        if fetched is not None and now - fetched < REFRESH_BACKOFF_S and name not in self._topics:
+            return None  # asked a moment ago: it does not exist
+        pending = self._refreshing.get(name)
+        if pending is None:
+            pending = asyncio.ensure_future(self._refresh(name))
+            self._refreshing[name] = pending
+        await asyncio.shield(pending)
+        return self._topics.get(name)
+
+    async def _refresh(self, name: str) -> None:
+        try:
+            await self.cluster([name])
+            self._fetched_at[name] = time.monotonic()
+        finally:
+            self._refreshing.pop(name, None)
+
+    async def leader(self, topic: str, partition: int) -> PartitionMetadata:
+        """The partition's metadata when its leader is this broker's replica, with a live
+        handle; else UnknownTopicOrPartition, LeaderNotAvailable or NotLeaderOrFollower."""
+        refresh = False
+        while True:
+            meta = await self.topic(topic, refresh)
+            if meta is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+            if not 0 <= partition < len(meta.partitions):
+                if not refresh:  # partitions may have been added since
+                    refresh = True
+                    continue
+                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition}")
+            part = meta.partitions[partition]
+            if part.leader == self.broker_id and part.leader_handle is not None:
+                return part
+            if not refresh:
+                refresh = True
+                continue
+            if part.leader < 0:
+                raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} is led by broker {part.leader}, not {self.broker_id}")
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str:
+        """The name of a cached topic id; UnknownTopicIdError when none is cached."""
+        name = self._by_id.get(topic_id) if topic_id is not None else None
+        if name is None:
+            raise UnknownTopicIdError(f"unknown topic id {topic_id}")
+        return name
+
+    async def resolve_ids(self, topic_ids: list[uuid.UUID | None]) -> None:
+        """Make sure the given topic ids are cached (one controller call when some are not)."""
+        if any(t is not None and t not in self._by_id for t in topic_ids):
+            await self.cluster(None)
+
+    def uuid_of(self, name: str) -> uuid.UUID | None:
+        """A cached topic's id as a UUID."""
+        meta = self._topics.get(name)
+        return topic_uuid(meta.topic_id) if meta is not None else None
+
+    def invalidate(self, topic: str) -> None:
+        """Forget ``topic``: its next use asks the controller."""
+        meta = self._topics.pop(topic, None)
+        self._fetched_at.pop(topic, None)
+        if meta is not None:
+            self._by_id.pop(topic_uuid(meta.topic_id), None)  # type: ignore[arg-type]
+
+    def on_partition_error(self, topic: str, code: int) -> None:
+        """A partition's call failed with ``code``: forget what may be stale."""
+        if code in _STALE_METADATA:
+            self.invalidate(topic)
+
+
+_STALE_METADATA = frozenset(
+    {
+        NotLeaderOrFollowerError.code,
+        LeaderNotAvailableError.code,
+        UnknownTopicOrPartitionError.code,
+        FencedLeaderEpochError.code,
+        UnknownLeaderEpochError.code,
+    }
+)
+
+
+def listed_brokers(brokers: tuple[BrokerMetadata, ...]) -> list[BrokerMetadata]:
+    """The brokers Metadata names: live ones whose gateway has registered a listener."""
+    return sorted((b for b in brokers if b.alive and b.host and b.port > 0), key=lambda b: b.broker_id)

@@ -1,0 +1,125 @@
+"""Metadata: the brokers are the gateways, with leaders, replicas, ISR, leader epochs and
+topic ids from the controller; topics a producer names are auto-created as Kafka does."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from actors.controller import INTERNAL_TOPICS, validate_topic_name
+from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
+from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
+from actors.gateway.errors import NONE, error_code_of
+from actors.gateway.server import Api, RequestContext
+from actors.types import PartitionMetadata
+from storage.errors import InvalidTopicError, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
+
+METADATA_KEY = 3
+
+
+# -- the Metadata request --------------------------------------------------------------------
+
+
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    """Metadata v0-v13: brokers (the gateways), controller, cluster id, topics."""
+    view: BrokerView = ctx.state
+    version = ctx.version
+    resp_cls = ctx.schema.response
+    requested: list[str] | None
+    errors: dict[str, int] = {}
+    unknown_ids: list[uuid.UUID] = []
+    if request.topics is None or (version == 0 and not request.topics):
+        requested = None
+    else:
+        requested = []
+        ids = [getattr(t, "topic_id", None) for t in request.topics if getattr(t, "name", None) is None]
+        if ids:
+            await view.resolve_ids(ids)
+        for t in request.topics:
+            name = getattr(t, "name", None)
+            if name is None:
+                try:
+                    name = view.topic_name(t.topic_id)
+                except UnknownTopicIdError:
+                    unknown_ids.append(t.topic_id)
+                    continue
+            requested.append(name)
+    auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    creatable = []
+    for name in requested or ():
+        try:
+            validate_topic_name(name)
+            creatable.append(name)
+        except InvalidTopicError:
+            errors[name] = InvalidTopicError.code
+    try:
+        snapshot = await view.cluster(None if requested is None else creatable, auto_create and bool(creatable))
+    except Exception as exc:  # noqa: BLE001 - an auto-create that failed: answer without it
+        if not (auto_create and creatable):
+            raise
+        code = error_code_of(exc)
+        snapshot = await view.cluster(creatable, False)
+        for name in creatable:
+            if name not in snapshot.topics:
+                errors[name] = code
+    brokers = listed_brokers(snapshot.brokers)
+    reachable = {b.broker_id for b in brokers}
+    topic_cls = nested(resp_cls, "topics")
+    names = sorted(snapshot.topics) if requested is None else requested
+    topics = []
+    for name in names:
+        meta = snapshot.topics.get(name)
+        if meta is None:
+            code = errors.get(name, UnknownTopicOrPartitionError.code)
+            topics.append(_topic(topic_cls, name, code, None, False, ()))
+            continue
+        partitions = tuple(_partition(topic_cls, p, reachable) for p in meta.partitions)
+        topics.append(_topic(topic_cls, name, NONE, topic_uuid(meta.topic_id), name in INTERNAL_TOPICS, partitions))
+    for topic_id in unknown_ids:
+        topics.append(_topic(topic_cls, None, UnknownTopicIdError.code, topic_id, False, ()))
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        brokers=tuple(
+            make(resp_cls, "brokers", node_id=b.broker_id, host=b.host, port=b.port, rack=None) for b in brokers
+        ),
+        cluster_id=snapshot.cluster_id,
+        controller_id=brokers[0].broker_id if brokers else -1,
+        topics=tuple(topics),
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        error_code=error_code(NONE),
+    )
+
+
+def _topic(
+    topic_cls: type, name: str | None, code: int, topic_id: uuid.UUID | None, internal: bool, partitions: tuple
+) -> Any:
+    return build(
+        topic_cls,
+        {
+            "error_code": error_code(code),
+            "name": name,
+            "topic_id": topic_id,
+            "is_internal": internal,
+            "partitions": partitions,
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        },
+    )
+
+
+def _partition(topic_cls: type, p: PartitionMetadata, reachable: set[int]) -> Any:
+    leader = p.leader if p.leader in reachable else -1
+    code = NONE if leader >= 0 else LeaderNotAvailableError.code
+    return make(
+        topic_cls,
+        "partitions",
+        error_code=error_code(code),
+        partition_index=p.partition,
+        leader_id=leader,
+        leader_epoch=p.leader_epoch,
+        replica_nodes=p.replicas,
+        isr_nodes=p.isr,
+        offline_replicas=p.offline_replicas,
+    )
+
+
+APIS = (Api(METADATA_KEY, 0, 13, handle_metadata),)
