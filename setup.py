@@ -20,6 +20,8 @@ TWINS = [
     "storage/_compiled/log.pyx",
     "storage/_compiled/segment.pyx",
     "storage/_compiled/cleaner.pyx",
+    "rayqueue/producer/_compiled/producer.pyx",
+    "rayqueue/producer/_compiled/accumulator.pyx",
 ]
 
 # The offset map's MD5 comes from OpenSSL's libcrypto (headers: libssl-dev), the library

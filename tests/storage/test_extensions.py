@@ -19,7 +19,7 @@ from tests import twins
 
 ROOT = Path(__file__).resolve().parents[2]
 # Importing these loads every module that has a compiled twin.
-IMPORTS = "import storage, storage.log, storage.cleaner"
+IMPORTS = "import storage, storage.log, storage.cleaner, rayqueue.producer"
 REPORT = "import json, warnings, storage.extensions as e; print(json.dumps(e.ACTIVE))"
 
 
@@ -41,7 +41,7 @@ def test_the_switch_forces_the_pure_twins_silently() -> None:
     done = run(f"{IMPORTS}; {REPORT}", RAYQUEUE_NO_EXTENSIONS="1")
     active = json.loads(done.stdout)
     assert active and set(active.values()) == {"pure"}, active
-    assert "storage.record_batch" in active
+    assert {"storage.record_batch", "storage.log", "storage.cleaner", "rayqueue.producer.producer"} <= set(active)
     assert "ExtensionsWarning" not in done.stderr
 
 
