@@ -3,15 +3,26 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench setup clean
+.PHONY: demo test test-fast lint bench setup twins clean
 
-$(STAMP): pyproject.toml
+# The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
+# a changed .pyx reinstalls, which rebuilds them.
+TWIN_SOURCES := $(wildcard storage/_compiled/*.pyx rayqueue/*/_compiled/*.pyx)
+
+$(STAMP): pyproject.toml setup.py $(TWIN_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Rebuild the compiled twins in place without reinstalling anything (a worktree run with
+# PYTHONPATH, or after editing a .pyx): the editable build runs in pip's isolated build
+# environment, and its install lands in a scratch prefix under build/. PY picks the Python.
+PY ?= $(VENV)/bin/python
+twins:
+	$(PY) -m pip install --quiet --no-deps -e . --prefix build/twins-prefix
 
 demo: $(STAMP)
 	$(VENV)/bin/python scripts/demo.py
@@ -27,9 +38,11 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_storage.py
 	$(VENV)/bin/python scripts/bench_produce_fetch.py
+	$(VENV)/bin/python scripts/bench_cleaner.py
 	$(VENV)/bin/python scripts/bench_replication.py
 	$(VENV)/bin/python scripts/bench_transactions.py
 	$(VENV)/bin/python scripts/bench_gateway.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -f storage/_compiled/*.c storage/_compiled/*.so rayqueue/*/_compiled/*.c rayqueue/*/_compiled/*.so

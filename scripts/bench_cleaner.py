@@ -1,35 +1,42 @@
-"""Log cleaner throughput: MB/s of log cleaned, against a plain read + decode of the same log.
+"""Log cleaner throughput, compiled and pure-Python twins side by side, against a plain read +
+decode of the same log.
 
     .venv/bin/python scripts/bench_cleaner.py [--mb 150] [--keys 10000] [--value-bytes 100]
 
 Builds a compacted log of ``--mb`` MB (batches of 100 records with keys drawn from
-``--keys`` distinct keys and ``--value-bytes`` values), reads it all back with a
-``Log.read`` loop decoding every batch (``decode_columns``), then cleans it once and
-prints both rates and their ratio.
+``--keys`` distinct keys and ``--value-bytes`` values) once, then for each twin of the
+storage hot paths (``storage.extensions.use``): reads it all back with a ``Log.read`` loop
+decoding every batch (``decode_columns``), and cleans a fresh copy of it once. Prints both
+rates and their ratio per twin. Times are CPU time of this process (the machine is shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from storage import Log, RecordBatchBuilder, decode_columns
-from storage.cleaner import clean
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import storage.record_batch as record_batch  # noqa: E402
+from storage import Log, extensions  # noqa: E402
+from storage.cleaner import clean  # noqa: E402
+
+CONFIG = {"cleanup.policy": "compact", "segment.bytes": 64 * 1024 * 1024, "min.cleanable.dirty.ratio": 0}
 
 
 def build(directory: Path, mb: int, keys: int, value_bytes: int) -> Log:
-    log = Log(
-        directory, {"cleanup.policy": "compact", "segment.bytes": 64 * 1024 * 1024, "min.cleanable.dirty.ratio": 0}
-    )
+    log = Log(directory, CONFIG)
     rng = random.Random(7)
     value = b"v" * value_bytes
     key_names = [b"key-%08d" % n for n in range(keys)]
     while log.size_in_bytes < mb * 1_000_000:
         ks = [key_names[rng.randrange(keys)] for _ in range(100)]
-        log.append(RecordBatchBuilder.from_columns([value] * 100, ks, 1_000).build())
+        log.append(record_batch.RecordBatchBuilder.from_columns([value] * 100, ks, 1_000).build())
     log.roll()
     return log
 
@@ -38,10 +45,28 @@ def read_all(log: Log) -> tuple[int, int]:
     offset, records, size = log.log_start_offset, 0, 0
     while offset < log.log_end_offset:
         info = log.read(offset, 1024 * 1024)
-        records += len(decode_columns(info.records).offset)
+        records += len(record_batch.decode_columns(info.records).offset)
         size += len(info.records)
         offset = info.next_offset
     return records, size
+
+
+def measure(original: Path, copy: Path) -> tuple[float, float, object]:
+    """(read + decode MB/s, clean MB/s, CleanerStats) of the twin in use, on a fresh copy of the log."""
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(original, copy)
+    log = Log(copy, CONFIG)
+    try:
+        started = time.process_time()
+        _, read_bytes = read_all(log)
+        read_rate = read_bytes / 1e6 / (time.process_time() - started)
+        started = time.process_time()
+        stats = clean(log)
+        assert stats is not None
+        clean_rate = stats.bytes_read / 1e6 / (time.process_time() - started)
+        return read_rate, clean_rate, stats
+    finally:
+        log.close()
 
 
 def main() -> None:
@@ -50,25 +75,30 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     args = parser.parse_args()
+    kinds = ["compiled", "pure"] if extensions.compiled_available() else ["pure"]
     with tempfile.TemporaryDirectory() as tmp:
-        log = build(Path(tmp) / "bench-0", args.mb, args.keys, args.value_bytes)
-        size = log.size_in_bytes
-        print(f"log: {size / 1e6:.1f} MB, {log.log_end_offset} records, {len(log.segments)} segments")
-        started = time.perf_counter()
-        records, read_bytes = read_all(log)
-        read_s = time.perf_counter() - started
-        read_rate = read_bytes / 1e6 / read_s
-        print(f"read + decode: {read_rate:8.1f} MB/s  ({records / read_s / 1e6:.2f} M records/s)")
-        stats = clean(log)
-        assert stats is not None
+        original = Path(tmp) / "bench-0"
+        log = build(original, args.mb, args.keys, args.value_bytes)
         print(
-            f"clean:         {stats.mb_per_s:8.1f} MB/s  ({stats.messages_read / stats.duration_s / 1e6:.2f} M records/s; "
-            f"{stats.bytes_read / 1e6:.1f} -> {stats.bytes_written / 1e6:.2f} MB, "
-            f"{stats.messages_read} -> {stats.messages_written} records, map {stats.map_entries} keys, "
-            f"{stats.duration_s:.2f} s)"
+            f"log cleaner: {log.size_in_bytes / 1e6:.1f} MB, {log.log_end_offset} records, "
+            f"{len(log.segments)} segments, {args.keys} keys (CPU time of this process)"
         )
-        print(f"clean / read ratio: {stats.mb_per_s / read_rate:.3f}")
         log.close()
+        print(f"{'twin':>9} | {'read + decode MB/s':>18} | {'clean MB/s':>10} {'records/s':>11} | {'clean / read':>12}")
+        for kind in kinds:
+            extensions.use(kind)
+            # pyarrow imports pandas on its first column (about 0.2 s): not part of either rate.
+            record_batch.decode_columns(record_batch.RecordBatchBuilder.from_columns([b"v"], [b"k"], 0).build())
+            read_rate, clean_rate, stats = measure(original, Path(tmp) / f"{kind}-0")
+            records = stats.messages_read / max(stats.bytes_read / 1e6 / clean_rate, 1e-9)
+            print(
+                f"{kind:>9} | {read_rate:18.1f} | {clean_rate:10.1f} {records:11,.0f} | {clean_rate / read_rate:12.3f}"
+            )
+        print(
+            f"(one pass: {stats.bytes_read / 1e6:.1f} -> {stats.bytes_written / 1e6:.2f} MB, "
+            f"{stats.messages_read} -> {stats.messages_written} records, map {stats.map_entries} keys)"
+        )
+        extensions.use(kinds[0])
 
 
 if __name__ == "__main__":

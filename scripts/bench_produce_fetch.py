@@ -12,14 +12,21 @@ each round as well), and as a ratio to
 Then the memory (USS) of one idle replica actor and how many partitions the embedded
 default could host on this machine.
 
-Run: ``.venv/bin/python scripts/bench_produce_fetch.py [--records N]``.
+Each twin of the hot paths (compiled and pure Python) runs in a process and a Ray of its
+own (the pure one with RAYQUEUE_NO_EXTENSIONS=1, which Ray's workers inherit), each with the
+ceilings of its own run; the two are printed side by side.
+
+Run: ``.venv/bin/python scripts/bench_produce_fetch.py [--records N] [--twin both|compiled|pure]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
@@ -154,57 +161,107 @@ def measure_round(cluster: rayqueue.Cluster, admin: Any, size: int, n: int, tag:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="records per 100-byte run")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every figure; the best of each is kept")
-    args = parser.parse_args()
+ROWS = (
+    ("send() one at a time", "send", "ceiling_send", "queue_put"),
+    ("send_many() bulk", "bulk", "ceiling_send", "queue_put"),
+    ("consumer iterating", "consume", "ceiling_receive", "queue_get"),
+    ("  with 4 MB fetches", "consume_4mb", "ceiling_receive", "queue_get"),
+)
+
+
+def run(records: int, rounds: int) -> dict[str, Any]:
+    """Every figure with the twin this process runs (clients here, brokers in Ray's workers)."""
+    from storage import extensions
+
     root = tempfile.mkdtemp(prefix="rayqueue-bench-")
     start_ray()
     cluster = rayqueue.launch(log_dirs=root)
     admin = cluster.admin()
-    rows = []
+    out: dict[str, Any] = {"twin": "compiled" if extensions.compiled_available() else "pure", "sizes": {}}
     try:
-        for size, n in ((100, args.records), (1024, args.records // 5)):
+        for size, n in ((100, records), (1024, records // 5)):
             # Every figure, baselines included, is measured once per round and the best
             # round of each kept: this 2-core machine's speed swings from minute to minute.
             best: dict[str, float] = {}
-            for r in range(args.rounds):
+            for r in range(rounds):
                 for key, rate in measure_round(cluster, admin, size, n, str(r)).items():
                     best[key] = max(best.get(key, 0.0), rate)
-            for name, key, ceiling, queue in (
-                ("send() one at a time", "send", "ceiling_send", "queue_put"),
-                ("send_many() bulk", "bulk", "ceiling_send", "queue_put"),
-                ("consumer iterating", "consume", "ceiling_receive", "queue_get"),
-                ("  with 4 MB fetches", "consume_4mb", "ceiling_receive", "queue_get"),
-            ):
-                rate = best[key]
-                rows.append(
-                    (size, name, rate, rate * size / 1e6, rate * size / 1e6 / best[ceiling], rate / best[queue])
-                )
-            print(
-                f"[{size} B] Ray transport ceiling: send {best['ceiling_send']:.0f} MB/s, "
-                f"receive {best['ceiling_receive']:.0f} MB/s; ray.util.queue.Queue: put {best['queue_put']:,.0f}/s, "
-                f"get {best['queue_get']:,.0f}/s ({n * size / 1e6:.0f} MB moved; best of {args.rounds} rounds)"
-            )
-        print()
-        print(f"{'value':>6} {'path':<22} {'records/s':>12} {'MB/s':>8} {'vs Ray ceiling':>15} {'vs Ray Queue':>13}")
-        for size, name, rate, mbs, vs_ceiling, vs_queue in rows:
-            print(f"{size:>5}B {name:<22} {rate:>12,.0f} {mbs:>8.1f} {vs_ceiling:>14.2f}x {vs_queue:>12.1f}x")
+            out["sizes"][size] = {"n": n, **best}
         admin.create_topic("bench-idle", 1)
-        uss = replica_uss_mb(cluster, "bench-idle")
-        available = psutil.virtual_memory().available / 1e6
-        reserve = 4000  # for Ray's own processes, Spark and the clients
-        print()
-        print(f"idle replica actor USS: {uss:.0f} MB")
-        print(
-            f"partitions the embedded default can host here (RF=1, {available / 1000:.1f} GB available, "
-            f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / uss)}"
-        )
+        out["uss"] = replica_uss_mb(cluster, "bench-idle")
     finally:
         cluster.shutdown(delete_data=True)
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def run_twin(twin: str, records: int, rounds: int) -> dict[str, Any]:
+    """``run`` in a fresh process (and Ray) with the ``twin`` twins throughout: the pure one is
+    forced with RAYQUEUE_NO_EXTENSIONS=1, which Ray's workers inherit."""
+    env = {k: v for k, v in os.environ.items() if k != "RAYQUEUE_NO_EXTENSIONS"}
+    if twin == "pure":
+        env["RAYQUEUE_NO_EXTENSIONS"] = "1"
+    done = subprocess.run(
+        [sys.executable, __file__, "--records", str(records), "--rounds", str(rounds), "--twin", twin, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["twin"] != twin:
+        raise RuntimeError(f"asked for the {twin} twins, ran the {result['twin']} ones (built? `make setup`)")
+    return result
+
+
+def report(results: list[dict[str, Any]], rounds: int) -> None:
+    """The rows of every twin side by side, each against the ceilings of its own run."""
+    twins = [r["twin"] for r in results]
+    for size in (100, 1024):
+        print()
+        for result in results:
+            best = result["sizes"][str(size)] if str(size) in result["sizes"] else result["sizes"][size]
+            print(
+                f"[{size} B, {result['twin']} run] Ray transport ceiling: send {best['ceiling_send']:.0f} MB/s, "
+                f"receive {best['ceiling_receive']:.0f} MB/s; ray.util.queue.Queue: put {best['queue_put']:,.0f}/s, "
+                f"get {best['queue_get']:,.0f}/s ({best['n'] * size / 1e6:.0f} MB moved; best of {rounds} rounds)"
+            )
+        cells = "".join(f" {twin + ' rec/s':>15} {'MB/s':>7} {'vs ceiling':>10} {'vs Queue':>8}" for twin in twins)
+        print(f"{'value':>6} {'path':<22}{cells}")
+        for name, key, ceiling, queue in ROWS:
+            cells = ""
+            for result in results:
+                best = result["sizes"][str(size)] if str(size) in result["sizes"] else result["sizes"][size]
+                rate = best[key]
+                mbs = rate * size / 1e6
+                cells += f" {rate:>15,.0f} {mbs:>7.1f} {mbs / best[ceiling]:>9.2f}x {rate / best[queue]:>7.1f}x"
+            print(f"{size:>5}B {name:<22}{cells}")
+    uss = results[0]["uss"]
+    available = psutil.virtual_memory().available / 1e6
+    reserve = 4000  # for Ray's own processes, Spark and the clients
+    print()
+    print(f"idle replica actor USS: {uss:.0f} MB")
+    print(
+        f"partitions the embedded default can host here (RF=1, {available / 1000:.1f} GB available, "
+        f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / uss)}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per 100-byte run")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every figure; the best of each is kept")
+    parser.add_argument(
+        "--twin", choices=["both", "compiled", "pure"], default="both", help="which twins of the hot paths to run"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON line of figures (for --twin runs)")
+    args = parser.parse_args()
+    if args.json:
+        print(json.dumps(run(args.records, args.rounds)))
+        return
+    twins = ["compiled", "pure"] if args.twin == "both" else [args.twin]
+    report([run_twin(twin, args.records, args.rounds) for twin in twins], args.rounds)
 
 
 if __name__ == "__main__":

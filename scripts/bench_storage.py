@@ -1,20 +1,21 @@
 """Storage benchmark: the log's append, read and recovery rates against raw file I/O.
 
 Every figure is measured in one run on one disk (the temporary directory, ``/tmp`` by
-default; ``--dir`` picks another). Appends are compared with ``os.write`` of the same
-batch bytes to a plain file, reads with ``os.pread`` of the same file in the same chunk
-size, so the ratio is what the log costs on top of the system calls it cannot avoid.
-Both sides hit the page cache (no fsync: flush.messages/flush.ms are Kafka's defaults).
+default; ``--dir`` picks another), as CPU time of this process (the machine is shared:
+wall-clock figures swing with whatever else runs). Appends are leader appends (every
+record walked, Kafka's LogValidator), made with each twin of the append path (compiled and
+pure Python, ``storage.extensions.use``), and compared with ``os.write`` of the same batch
+bytes to a plain file, and with that write plus the CRC-32C of the same bytes (Kafka's
+broker checks the CRC too: the sum is the real limit). Reads are compared with
+``os.pread`` of the same file in the same chunk size. Both sides hit the page cache (no
+fsync: flush.messages/flush.ms are Kafka's defaults).
 
 The ``idem`` rows append batches as the idempotent producer (on by default) writes
 them: a producer id, epoch 0 and consecutive sequence numbers, so the log's per-batch
 producer-state check (one dict lookup and a few compares) is on the measured path.
 
-Every leader append validates every record (``storage.log_validator``, Kafka's
-LogValidator: decompress, walk the records). The validation table prices that walk: the
-same appends with it and without it (``storage.log.validate_batches`` swapped for a no-op
-for those rounds only, which is the append as it was before the validator existed),
-uncompressed and lz4, interleaved round by round.
+The walk table prices the record walk alone, per twin: a leader's request checks (headers,
+CRC, every record) minus a follower's (headers and CRC), uncompressed and lz4.
 
 Run: ``.venv/bin/python scripts/bench_storage.py [--dir DIR] [--mb N]``.
 """
@@ -35,9 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import storage.log as log_module  # noqa: E402
-from storage import Log  # noqa: E402
-from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c  # noqa: E402
+from storage import AppendOrigin, Log, extensions  # noqa: E402
+from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, BatchHeader, crc32c  # noqa: E402
 from storage.log_files import RECOVERY_POINT_FILE  # noqa: E402
+from storage.log_validator import decompressed_limit  # noqa: E402
 from storage.record_batch import RecordBatchBuilder  # noqa: E402
 
 BATCH_SIZES = {"1 KB": 1024, "64 KB": 64 * 1024, "1 MB": 1024 * 1024}
@@ -92,71 +94,83 @@ def idempotent_batches(size: int, count: int) -> list[bytes]:
     return out
 
 
-def best_of(rounds: int, fn) -> float:  # noqa: ANN001 - a zero-argument callable returning seconds
-    """Smallest duration over ``rounds`` runs (least disturbed by the rest of the machine)."""
-    return min(fn() for _ in range(rounds))
+def clock() -> float:
+    """CPU seconds of this process: the machine is shared, and wall-clock figures swing with
+    whatever else runs (the page-cache copy of a write is this process's CPU time too)."""
+    return time.process_time()
 
 
-def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[float, float, Path]:
-    """(log seconds, raw seconds, log directory) for one append of each of ``batches``."""
+def twins() -> list[str]:
+    """The twins to measure: compiled (when built) and pure."""
+    return ["compiled", "pure"] if extensions.compiled_available() else ["pure"]
+
+
+def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[dict[str, float], Path]:
+    """Seconds for one append of each of ``batches``: raw ``os.write``, raw write + CRC-32C of
+    the same bytes (what Kafka's broker cannot avoid), and a leader append with each twin."""
     raw_path = workdir / "raw.bin"
 
-    def raw() -> float:
+    def raw(with_crc: bool) -> float:
         raw_path.unlink(missing_ok=True)
         fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        start = time.perf_counter()
-        for batch in batches:
-            os.write(fd, batch)
-        elapsed = time.perf_counter() - start
+        start = clock()
+        if with_crc:
+            for batch in batches:
+                crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
+                os.write(fd, batch)
+        else:
+            for batch in batches:
+                os.write(fd, batch)
+        elapsed = clock() - start
         os.close(fd)
         return elapsed
 
     log_dir = workdir / "bench-0"
     config = {"max.message.bytes": 2 * 1024 * 1024}
 
-    def logged() -> float:
+    def logged(kind: str) -> float:
         shutil.rmtree(log_dir, ignore_errors=True)
+        extensions.use(kind)
         with Log(log_dir, config) as log:
             append = log.append
-            start = time.perf_counter()
+            start = clock()
             for batch in batches:
                 append(batch)
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
         return elapsed
 
-    raw_s, log_s = 1e9, 1e9
-    for _ in range(rounds):  # interleaved so both see the same machine state
-        raw_s = min(raw_s, raw())
-        log_s = min(log_s, logged())
+    best = dict.fromkeys(["raw", "raw+crc", *twins()], 1e9)
+    for _ in range(rounds):  # interleaved so that all see the same machine state
+        best["raw"] = min(best["raw"], raw(False))
+        best["raw+crc"] = min(best["raw+crc"], raw(True))
+        for kind in twins():
+            best[kind] = min(best[kind], logged(kind))
+    extensions.use(twins()[0])
     raw_path.unlink(missing_ok=True)
-    return log_s, raw_s, log_dir
+    return best, log_dir
 
 
-def bench_validation(workdir: Path, batches: list[bytes], rounds: int) -> tuple[float, float]:
-    """(seconds with validation, seconds without) for one leader append of each of ``batches``."""
-    log_dir = workdir / "validate-0"
-    config = {"max.message.bytes": 2 * 1024 * 1024}
-    real = log_module.validate_batches
+def _checks(views: list[memoryview], origin: AppendOrigin) -> float:
+    """Seconds of the append's request checks (the twin in use) over ``views`` from ``origin``."""
+    check, limit = log_module._check_request, decompressed_limit(2 * 1024 * 1024)
+    start = clock()
+    for view in views:
+        check(view, 2 * 1024 * 1024, True, origin, False, limit, BatchHeader)
+    return clock() - start
 
-    def appends(validate) -> float:  # noqa: ANN001 - the validator to use, or a no-op
-        shutil.rmtree(log_dir, ignore_errors=True)
-        log_module.validate_batches = validate
-        try:
-            with Log(log_dir, config) as log:
-                append = log.append
-                start = time.perf_counter()
-                for batch in batches:
-                    append(batch)
-                return time.perf_counter() - start
-        finally:
-            log_module.validate_batches = real
 
-    with_s, without_s = 1e9, 1e9
-    for _ in range(rounds):  # interleaved so both see the same machine state
-        with_s = min(with_s, appends(real))
-        without_s = min(without_s, appends(lambda *args, **kwargs: []))
-    shutil.rmtree(log_dir, ignore_errors=True)
-    return with_s, without_s
+def bench_walk(batches: list[bytes], rounds: int) -> dict[str, float]:
+    """Per twin, the seconds of the leader's record walk alone (Kafka's LogValidator) over
+    ``batches``: a leader's request checks minus a follower's (headers and CRC only)."""
+    out = {}
+    views = [memoryview(b) for b in batches]
+    for kind in twins():
+        extensions.use(kind)
+        leader = min(_checks(views, AppendOrigin.CLIENT) for _ in range(rounds))
+        follower = min(_checks(views, AppendOrigin.REPLICATION) for _ in range(rounds))
+        out[kind] = max(leader - follower, 1e-9)
+    extensions.use(twins()[0])
+    return out
 
 
 def bench_read(log_dir: Path, rounds: int) -> tuple[float, float, int]:
@@ -167,22 +181,22 @@ def bench_read(log_dir: Path, rounds: int) -> tuple[float, float, int]:
 
         def logged() -> tuple[float, int]:
             offset, total, read = 0, 0, log.read
-            start = time.perf_counter()
+            start = clock()
             while offset < end:
                 result = read(offset, FETCH_BYTES)
                 total += len(result.records)
                 offset = result.next_offset
-            return time.perf_counter() - start, total
+            return clock() - start, total
 
         def raw() -> float:
-            start = time.perf_counter()
+            start = clock()
             for path in files:
                 fd = os.open(path, os.O_RDONLY)
                 position, size = 0, os.fstat(fd).st_size
                 while position < size:
                     position += len(os.pread(fd, FETCH_BYTES, position))
                 os.close(fd)
-            return time.perf_counter() - start
+            return clock() - start
 
         raw_s, log_s, total = 1e9, 1e9, 0
         for _ in range(rounds):
@@ -197,9 +211,9 @@ def bench_recovery(log_dir: Path) -> tuple[float, int]:
     size = sum(p.stat().st_size for p in log_dir.glob("*.log"))
     (log_dir / ".kafka_cleanshutdown").unlink(missing_ok=True)
     (log_dir / RECOVERY_POINT_FILE).unlink(missing_ok=True)
-    start = time.perf_counter()
+    start = clock()
     with Log(log_dir) as log:
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         assert log.size_in_bytes == size
     return elapsed, size
 
@@ -212,49 +226,54 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rayqueue-bench-", dir=args.dir))
-    print(f"storage benchmark in {workdir} (one disk for every figure), best of {args.rounds} rounds")
+    kinds = twins()
+    print(
+        f"storage benchmark in {workdir} (one disk for every figure), CPU time of this process, "
+        f"best of {args.rounds} rounds; leader appends with the {' and the '.join(kinds)} twin"
+    )
     try:
+        cells = "".join(f" {kind + ' MB/s':>13} {'/raw':>5} {'/+CRC':>6}" for kind in kinds)
         print(
-            f"{'batch':>10} | {'append MB/s':>11} {'batches/s':>10} {'raw MB/s':>9} {'ratio':>6} |"
-            f" {'read MB/s':>9} {'raw MB/s':>9} {'ratio':>6}"
+            f"{'batch':>10} | {'raw MB/s':>9} {'+CRC MB/s':>9} |{cells} | {'read MB/s':>9} {'raw MB/s':>9} {'ratio':>6}"
         )
         for label, size in (*BATCH_SIZES.items(), *IDEMPOTENT_SIZES.items()):
             batch = make_batch(size)
             total_mb = args.mb / 16 if size < 4096 else args.mb
             count = max(1, int(total_mb * 1024 * 1024 // len(batch)))
             batches = idempotent_batches(size, count) if label in IDEMPOTENT_SIZES else [batch] * count
-            log_s, raw_s, log_dir = bench_append(workdir, batches, args.rounds)
+            seconds, log_dir = bench_append(workdir, batches, args.rounds)
             del batches
             mb = count * len(batch) / 1e6
             read_log_s, read_raw_s, read_bytes = bench_read(log_dir, args.rounds)
             read_mb = read_bytes / 1e6
+            raw_s, crc_s = seconds["raw"], seconds["raw+crc"]
+            cells = "".join(
+                f" {mb / seconds[kind]:13.0f} {raw_s / seconds[kind]:5.0%} {crc_s / seconds[kind]:6.0%}"
+                for kind in kinds
+            )
             print(
-                f"{label:>10} | {mb / log_s:11.0f} {count / log_s:10.0f} {mb / raw_s:9.0f} {raw_s / log_s:6.0%} |"
+                f"{label:>10} | {mb / raw_s:9.0f} {mb / crc_s:9.0f} |{cells} |"
                 f" {read_mb / read_log_s:9.0f} {read_mb / read_raw_s:9.0f} {read_raw_s / read_log_s:6.0%}"
             )
             if label == "64 KB":
-                seconds, scanned = bench_recovery(log_dir)
-                recovery = f"recovery scan (CRC of every batch, index rebuild): {scanned / 1e6 / seconds:.0f} MB/s"
+                seconds_, scanned = bench_recovery(log_dir)
+                recovery = f"recovery scan (CRC of every batch, index rebuild): {scanned / 1e6 / seconds_:.0f} MB/s"
             shutil.rmtree(log_dir, ignore_errors=True)
         print(recovery)
-        print("\nleader append with record validation (Kafka's LogValidator) against the same append without it")
-        print(
-            f"{'batch':>10} {'codec':>5} {'wire KB':>8} | {'validated MB/s':>14} {'without MB/s':>12} {'ratio':>6}"
-            f" {'us/batch':>9} | {'records/s walked':>16}"
-        )
+        print("\nthe leader's record walk (Kafka's LogValidator), alone: a leader's request checks minus a follower's")
+        cells = "".join(f" {kind + ' us/batch':>18} {'records/s':>13}" for kind in kinds)
+        print(f"{'batch':>10} {'codec':>5} {'wire KB':>8} |{cells}")
         for label, size in BATCH_SIZES.items():
             for codec_name, codec in CODECS.items():
                 batch = make_batch(size, codec=codec)
                 records = struct.unpack_from(">i", batch, 57)[0]
                 total_mb = args.mb / 16 if size < 4096 else args.mb / 4
                 count = max(1, int(total_mb * 1024 * 1024 // size))
-                with_s, without_s = bench_validation(workdir, [batch] * count, args.rounds)
-                mb = count * size / 1e6  # records' bytes before compression, the same for both codecs
-                extra_us = (with_s - without_s) / count * 1e6
-                print(
-                    f"{label:>10} {codec_name:>5} {len(batch) / 1024:8.1f} | {mb / with_s:14.0f} {mb / without_s:12.0f}"
-                    f" {without_s / with_s:6.0%} {extra_us:9.1f} | {count * records / max(with_s - without_s, 1e-9):16,.0f}"
+                walk = bench_walk([batch] * count, args.rounds)
+                cells = "".join(
+                    f" {walk[kind] / count * 1e6:18.2f} {count * records / walk[kind]:13,.0f}" for kind in kinds
                 )
+                print(f"{label:>10} {codec_name:>5} {len(batch) / 1024:8.1f} |{cells}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     try:

@@ -93,6 +93,7 @@ from storage.batch_header import (
 )
 from storage.checkpoint import read_offset, write_offset
 from storage.errors import CorruptRecordError
+from storage.extensions import bind, load
 from storage.log import Log
 from storage.log_files import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, INDEX_SUFFIXES, LOG_SUFFIX
 from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch, RecordBatchBuilder
@@ -111,9 +112,10 @@ HashFn = Callable[[bytes], bytes]
 CheckFn = Callable[[bytes], int]
 
 
-def blake2b_digest(key: bytes) -> bytes:
-    """The map's key digest: 16 bytes of BLAKE2b (Kafka's SkimpyOffsetMap uses MD5)."""
-    return hashlib.blake2b(key, digest_size=16).digest()
+def md5_digest(key: bytes) -> bytes:
+    """The map's key digest: MD5, as Kafka's SkimpyOffsetMap (16 bytes; hashlib's is OpenSSL's,
+    which the compiled twin calls directly)."""
+    return hashlib.md5(key, usedforsecurity=False).digest()
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,8 +148,10 @@ class SkimpyOffsetMap:
       of the clean section only) gets -1 as well: kept;
     * only when both the digest and the check value collide are the two keys taken for
       one, as in Kafka: the newer offset wins for both, and the other key's latest record,
-      if older, is dropped. With BLAKE2b-128 and a per-process SipHash key this needs
-      about 2**-192 luck (and no crafted MD5 collision helps an attacker).
+      if older, is dropped. With MD5 and a per-process SipHash key this needs about
+      2**-192 luck; a crafted MD5 collision (MD5 is broken for that) only marks its entry
+      collided, so the cleaner keeps more, and the SipHash key is not known outside the
+      process.
     """
 
     __slots__ = ("max_entries", "_hash", "_check", "_entries", "_collided", "latest_offset", "puts")
@@ -161,7 +165,7 @@ class SkimpyOffsetMap:
         if max_entries < 1:
             raise ValueError("the offset map needs room for at least one entry")
         self.max_entries = max_entries
-        self._hash: HashFn = hash_fn or blake2b_digest
+        self._hash: HashFn = hash_fn or md5_digest
         self._check: CheckFn = check_fn or hash
         self._entries: dict[bytes, int] = {}  # digest -> offset << 64 | check value
         self._collided: set[bytes] = set()
@@ -206,6 +210,18 @@ class SkimpyOffsetMap:
         if self._collided and digest in self._collided:
             return -1
         return value >> 64
+
+    def put_many(self, keys: Sequence[bytes | None], offsets: Sequence[int]) -> None:
+        """``put`` each (key, offset) in order; null keys are skipped (a batch's columns)."""
+        put = self.put
+        for key, offset in zip(keys, offsets, strict=True):
+            if key is not None:
+                put(key, offset)
+
+    def get_many(self, keys: Sequence[bytes | None]) -> list[int]:
+        """``get`` of each key, -1 for a null one (a batch's column)."""
+        get = self.get
+        return [-1 if key is None else get(key) for key in keys]
 
     def clear(self) -> None:
         """Forget every entry."""
@@ -605,7 +621,7 @@ class _Pass:
         """Fill the map from the dirty section; return the offset it covers up to (exclusive)."""
         first, bound = self.todo.first_dirty_offset, self.todo.first_uncleanable_offset
         ends = _segment_ends(segments, self.log.log_end_offset)
-        put, room = self.map.put, self.map.max_entries
+        room = self.map.max_entries
         map_end = first
         txns = _TxnState()
         txns.add_aborted(self.log.collect_aborted_transactions(first, bound))
@@ -631,9 +647,7 @@ class _Pass:
                     txns.on_control_batch(h, _control_type(batch))
                 elif not txns.on_batch(h):
                     offsets, _, keys, _, _ = batch._decode()  # lists: no Record objects on this path
-                    for key, offset in zip(keys, offsets, strict=True):
-                        if key is not None:
-                            put(key, offset)
+                    self.map.put_many(keys, offsets)
                 map_end = h.next_offset
             map_end = seg_end  # the whole segment is mapped, a hole at its end included
         return map_end
@@ -765,14 +779,14 @@ class _Pass:
             return (_empty_batch(h) if h.records_count else bytes(raw)) if needed else b""
         if h.records_count == 0:  # an empty batch kept by an earlier pass: still needed?
             return bytes(raw) if needed else b""
-        get = self.map.get
         horizon = h.delete_horizon_ms
         retain_deletes = horizon is None or self.now < horizon
         kept = []
         tombstones = False
         offsets, timestamps, keys, values, headers = batch._decode()
+        latest = self.map.get_many(keys)
         for n, key in enumerate(keys):
-            if key is None or offsets[n] < get(key):
+            if key is None or offsets[n] < latest[n]:
                 continue
             if values[n] is None:
                 if not retain_deletes:
@@ -842,6 +856,11 @@ __all__ = [
     "LogToClean",
     "OffsetMapFullError",
     "SkimpyOffsetMap",
-    "blake2b_digest",
+    "md5_digest",
     "log_to_clean",
 ]
+
+
+# The compiled twin (storage/_compiled/cleaner.pyx), when built: the offset map, its MD5 digests
+# from OpenSSL's libcrypto directly.
+bind(globals(), load(__name__, "storage._compiled.cleaner"), ("SkimpyOffsetMap",))

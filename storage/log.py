@@ -65,6 +65,7 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from storage.extensions import bind, load
 from storage.file_lock import FileLock
 from storage.log_files import (
     CLEAN_SHUTDOWN_FILE,
@@ -170,6 +171,7 @@ class Log:
         self._flush_ms_set = self.config.flush_ms < LONG_MAX
         # Kafka's LogValidator refuses keyless records on compacted topics.
         self._compacted = "compact" in self.config.cleanup_policy
+        self._max_decompressed = decompressed_limit(self._max_message_bytes)
         self._cleaning = threading.Lock()  # one clean pass at a time
         self._truncations = 0  # bumped by truncation: a clean pass started before it must not swap
         self._producer_state = ProducerStateManager(self.dir, self.config.producer_id_expiration_ms)
@@ -289,14 +291,15 @@ class Log:
             origin = AppendOrigin.REPLICATION
         elif type(origin) is not AppendOrigin or origin is AppendOrigin.REPLICATION:
             origin = _leader_origin(origin)
-        headers = check_batches(view, self._max_message_bytes if assign_offsets else 2**31 - 1, assign_offsets)
         # Before the lock: validation is the costly part of an append and reads only the request.
-        fixes = validate_batches(
+        headers, fixes = _check_request(
             view,
-            headers,
+            self._max_message_bytes if assign_offsets else 2**31 - 1,
+            assign_offsets,
             origin,
-            compacted=self._compacted,
-            max_decompressed=decompressed_limit(self._max_message_bytes),
+            self._compacted,
+            self._max_decompressed,
+            BatchHeader,
         )
         size = len(view)
         if size > self._segment_bytes:
@@ -999,6 +1002,23 @@ class _Slot(NamedTuple):
     last_offset_delta: int
 
 
+def _check_request(
+    view: memoryview,
+    max_batch_size: int,
+    leader: bool,
+    origin: AppendOrigin,
+    compacted: bool,
+    max_decompressed: int,
+    header_type: type[BatchHeader] = BatchHeader,
+) -> tuple[list[BatchHeader], list[tuple[int, int]]]:
+    """An append's checks of its request, before the lock: every batch's header and CRC
+    (``check_batches``; ``leader``: as a producer writes them, within ``max_batch_size``),
+    then every record (``validate_batches``, Kafka's LogValidator). Returns the headers
+    (``header_type`` tuples) and the header fixes."""
+    headers = check_batches(view, max_batch_size, leader)
+    return headers, validate_batches(view, headers, origin, compacted=compacted, max_decompressed=max_decompressed)
+
+
 def _patch_headers(
     view: memoryview, headers: list[BatchHeader], first_offset: int, leader_epoch: int
 ) -> tuple[list[memoryview], list[BatchHeader], int]:
@@ -1046,3 +1066,8 @@ def _leader_origin(origin: object) -> AppendOrigin:
         allowed = ", ".join(o.value for o in AppendOrigin if o is not AppendOrigin.REPLICATION)
         raise InvalidRequestError(f"append origin {origin!r} cannot assign offsets; use one of {allowed}")
     return found
+
+
+# The compiled twin (storage/_compiled/log.pyx), when built: the append (the request's
+# checks, the offset patch and the bookkeeping around the write).
+bind(globals(), load(__name__, "storage._compiled.log"), ("_check_request", "_patch_headers", "Log.append"))

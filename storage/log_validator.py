@@ -39,13 +39,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.batch_header import CREATE_TIME, BatchHeader
-from storage.errors import InvalidRecordError
+from storage.errors import CorruptRecordError, InvalidRecordError
 from storage.producer_state import AppendOrigin
 from storage.record_batch import Buffer, walk_records
 
 # How far a compressed batch may expand, relative to max.message.bytes (and at least).
 DECOMPRESSED_RATIO_LIMIT = 64
 MIN_DECOMPRESSED_LIMIT = 64 << 20
+_MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
 
 
 def decompressed_limit(max_message_bytes: int) -> int:
@@ -89,6 +90,9 @@ def validate_batches(
                 f"batch at byte {h.position}: a compacted topic cannot accept a record without a key"
             )
         if h.max_timestamp != summary.max_timestamp or h.timestamp_type != CREATE_TIME:
+            if not _MIN_INT64 <= summary.max_timestamp <= _MAX_INT64:
+                # baseTimestamp + a timestampDelta past what a timestamp (int64) can hold.
+                raise CorruptRecordError(f"batch at byte {h.position}: a record timestamp does not fit int64")
             fixes.append((index, summary.max_timestamp))
     return fixes
 

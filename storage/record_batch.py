@@ -56,6 +56,7 @@ from storage.batch_header import (
     read_header,
 )
 from storage.errors import CorruptRecordError, RecordTooLargeError, UnknownMagicError
+from storage.extensions import bind, load
 from storage.varint import (
     MAX_VARLONG_BYTES,
     decode_varint,
@@ -115,7 +116,6 @@ class Record(NamedTuple):
 
 
 _tuple_new = tuple.__new__
-_RECORD = repeat(Record)
 
 
 CONTROL_ABORT = 0  # the control record types of end-transaction markers
@@ -204,9 +204,12 @@ def _parse_py(data: bytes, pos: int, end: int, count: int) -> tuple[list, list, 
             else:
                 klen, pos = decode_varint(data, pos)
                 if klen < 0:
-                    raise CorruptRecordError(f"invalid key length {klen}")
-                keys.append(data[pos : pos + klen])
-                pos += klen
+                    if klen != -1:
+                        raise CorruptRecordError(f"invalid key length {klen}")
+                    keys.append(None)  # -1 written in more bytes than it needs: still null
+                else:
+                    keys.append(data[pos : pos + klen])
+                    pos += klen
             b = data[pos]
             if b == 1:
                 values.append(None)
@@ -214,9 +217,12 @@ def _parse_py(data: bytes, pos: int, end: int, count: int) -> tuple[list, list, 
             else:
                 vlen, pos = decode_varint(data, pos)
                 if vlen < 0:
-                    raise CorruptRecordError(f"invalid value length {vlen}")
-                values.append(data[pos : pos + vlen])
-                pos += vlen
+                    if vlen != -1:
+                        raise CorruptRecordError(f"invalid value length {vlen}")
+                    values.append(None)
+                else:
+                    values.append(data[pos : pos + vlen])
+                    pos += vlen
             b = data[pos]
             if b == 0:
                 headers.append(())
@@ -397,12 +403,21 @@ def walk_records(buf: Buffer, header: BatchHeader, max_decompressed: int | None 
         if start != end:
             raise CorruptRecordError(f"{end - start} bytes in a batch of 0 records")
         return RecordsSummary(NO_TIMESTAMP, 0, True)
+    return _tuple_new(RecordsSummary, _walk_records(data, start, end, header))
+
+
+def _walk_records(data: Buffer, start: int, end: int, header: BatchHeader) -> tuple[int, int, bool]:
+    """``walk_records``' loop over the (one or more) records tiling data[start:end].
+
+    Returns (largest timestamp, records without a key, offset deltas exactly 0..n-1).
+    """
+    count = header.records_count
     if count < _NUMPY_MIN_RECORDS:
         ods, tsds, keys, _, _ = _parse_py(data, start, end, count)
-        return RecordsSummary(header.base_timestamp + max(tsds), keys.count(None), ods == list(range(count)))
+        return header.base_timestamp + max(tsds), keys.count(None), ods == list(range(count))
     arr = np.frombuffer(data, np.uint8)
     f = _parse_np(data, arr, _locate(data, arr, start, end, count), end)
-    return RecordsSummary(
+    return (
         header.base_timestamp + int(f.tsd.max()),
         int(np.count_nonzero(f.klen < 0)),
         bool((f.od == np.arange(count)).all()),
@@ -422,7 +437,7 @@ class RecordBatch:
     records.
     """
 
-    __slots__ = ("_buf", "header", "_parsed")
+    __slots__ = ("_buf", "header", "_parsed", "_region_cache")
 
     def __init__(self, buf: Buffer, position: int = 0) -> None:
         end = len(buf)
@@ -443,6 +458,7 @@ class RecordBatch:
         self._buf = buf
         self.header: BatchHeader = header
         self._parsed: tuple | None = None
+        self._region_cache: tuple[bytes, int, int] | None = None
 
     # -- header fields ------------------------------------------------------------------
     @property
@@ -522,48 +538,31 @@ class RecordBatch:
         check_batch(self._buf, h.position, h.position + h.size, 2**31 - 1)
 
     def _region(self) -> tuple[bytes, int, int]:
-        """The records bytes (decompressed if need be) and their span within them."""
-        h = self.header
-        start, end = h.position + HEADER_SIZE, h.position + h.size
-        if h.compression:
-            data = compression.decompress(h.compression, memoryview(self._buf)[start:end])
-            return data, 0, len(data)
-        buf = self._buf
-        if type(buf) is not bytes:
-            # Slices of bytes are bytes; other buffers are copied once here.
-            return bytes(memoryview(buf)[start:end]), 0, end - start
-        return buf, start, end
-
-    def _decode(self) -> tuple:
-        if self._parsed is None:
+        """The records bytes (decompressed, once, if need be) and their span within them."""
+        if self._region_cache is None:
             h = self.header
-            data, pos, end = self._region()
-            count = h.records_count
-            base, base_ts = h.base_offset, h.base_timestamp
-            if count < _NUMPY_MIN_RECORDS:
-                ods, tsds, keys, values, headers = _parse_py(data, pos, end, count)
-                _check_offset_deltas(ods, h.last_offset_delta)
-                offsets, timestamps = [base + d for d in ods], [base_ts + d for d in tsds]
+            start, end = h.position + HEADER_SIZE, h.position + h.size
+            buf = self._buf
+            if h.compression:
+                data = compression.decompress(h.compression, memoryview(buf)[start:end])
+                self._region_cache = (data, 0, len(data))
+            elif type(buf) is not bytes:
+                # Slices of bytes are bytes; other buffers are copied once here.
+                self._region_cache = (bytes(memoryview(buf)[start:end]), 0, end - start)
             else:
-                arr = np.frombuffer(data, np.uint8)
-                starts = _locate(data, arr, pos, end, count)
-                f = _parse_np(data, arr, starts, end)
-                _check_offset_deltas(f.od, h.last_offset_delta)
-                offsets, timestamps = (f.od + base).tolist(), (f.tsd + base_ts).tolist()
-                keys = _slices(data, f.kstart.tolist(), f.klen.tolist())
-                values = _slices(data, f.vstart.tolist(), f.vlen.tolist())
-                headers = [()] * count
-                for row, hs in f.headers.items():
-                    headers[row] = hs
-            if h.timestamp_type == LOG_APPEND_TIME:
-                # Kafka gives every record of a LogAppendTime batch the batch's maxTimestamp.
-                timestamps = [h.max_timestamp] * count
-            self._parsed = (offsets, timestamps, keys, values, headers)
+                self._region_cache = (buf, start, end)
+        return self._region_cache
+
+    def _decode(self) -> tuple[list, list, list, list, list]:
+        """The records as columns (offsets, timestamps, keys, values, headers), decoded once."""
+        if self._parsed is None:
+            data, pos, end = self._region()
+            self._parsed = _decode_records(data, pos, end, self.header)
         return self._parsed
 
     def records(self) -> Iterator[Record]:
-        """The batch's records, decoded on first use (decompressing once)."""
-        return map(_tuple_new, _RECORD, zip(*self._decode(), strict=True))
+        """The batch's records (decompressing once); the whole batch is checked before the first."""
+        return _iter_records(Record, *self._region(), self.header)
 
     def __iter__(self) -> Iterator[Record]:
         return self.records()
@@ -585,6 +584,39 @@ class RecordBatch:
                 raise CorruptRecordError("end-transaction marker value is shorter than 6 bytes")
             _, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
         return ControlRecord(version, kind, coordinator_epoch)
+
+
+def _decode_records(data: bytes, pos: int, end: int, h: BatchHeader) -> tuple[list, list, list, list, list]:
+    """The ``h.records_count`` records tiling data[pos:end] as lists: offsets, timestamps,
+    keys, values, headers. Raises CorruptRecordError unless they are well formed, with
+    offset deltas increasing within 0..lastOffsetDelta."""
+    count = h.records_count
+    base, base_ts = h.base_offset, h.base_timestamp
+    if count < _NUMPY_MIN_RECORDS:
+        ods, tsds, keys, values, headers = _parse_py(data, pos, end, count)
+        _check_offset_deltas(ods, h.last_offset_delta)
+        offsets, timestamps = [base + d for d in ods], [base_ts + d for d in tsds]
+    else:
+        arr = np.frombuffer(data, np.uint8)
+        starts = _locate(data, arr, pos, end, count)
+        f = _parse_np(data, arr, starts, end)
+        _check_offset_deltas(f.od, h.last_offset_delta)
+        offsets, timestamps = (f.od + base).tolist(), (f.tsd + base_ts).tolist()
+        keys = _slices(data, f.kstart.tolist(), f.klen.tolist())
+        values = _slices(data, f.vstart.tolist(), f.vlen.tolist())
+        headers = [()] * count
+        for row, hs in f.headers.items():
+            headers[row] = hs
+    if h.timestamp_type == LOG_APPEND_TIME:
+        # Kafka gives every record of a LogAppendTime batch the batch's maxTimestamp.
+        timestamps = [h.max_timestamp] * count
+    return offsets, timestamps, keys, values, headers
+
+
+def _iter_records(record_type: type[Record], data: bytes, pos: int, end: int, h: BatchHeader) -> Iterator[Record]:
+    """The records of ``_decode_records`` (checked, all of them, now) as ``record_type``
+    tuples (Record), one built per step."""
+    return map(_tuple_new, repeat(record_type), zip(*_decode_records(data, pos, end, h), strict=True))
 
 
 def _slices(data: bytes, starts: list[int], lengths: list[int]) -> list[bytes | None]:
@@ -717,14 +749,7 @@ def decode_columns(
     else:
         data_all = buf
         spans = [(start, end, h) for _, start, end, h in segments]
-    arr = np.frombuffer(data_all, np.uint8)
-    limit = len(arr)
-
-    starts_parts, counts = [], []
-    for start, end, h in spans:
-        starts_parts.append(_locate(data_all, arr, start, end, h.records_count))
-        counts.append(h.records_count)
-    if not starts_parts:
+    if not spans:
         empty = np.zeros(0, np.int64)
         return RecordColumns(
             empty,
@@ -734,8 +759,51 @@ def decode_columns(
             pa.nulls(0, pa.binary()),
             pa.nulls(0, HEADERS_TYPE) if headers else None,
         )
+    arr = np.frombuffer(data_all, np.uint8)
+    offsets, timestamps, ts_type_rows, kstart, klen, vstart, vlen, row_headers = _parse_columns(data_all, arr, spans)
+
+    keep: np.ndarray | None = None
+    if min_offset is not None and len(offsets) and offsets[0] < min_offset:
+        keep = np.flatnonzero(offsets >= min_offset)
+    rows = np.arange(len(offsets))
+    if keep is not None:
+        offsets, timestamps, ts_type_rows = offsets[keep], timestamps[keep], ts_type_rows[keep]
+        kstart, klen, vstart, vlen, rows = kstart[keep], klen[keep], vstart[keep], vlen[keep], keep
+    header_column = None
+    if headers:
+        if row_headers:
+            lists = [[{"key": k, "value": v} for k, v in row_headers.get(r, ())] for r in rows.tolist()]
+            header_column = pa.array(lists, HEADERS_TYPE)
+        else:
+            # Every list empty: all offsets 0, no struct values.
+            header_column = pa.ListArray.from_arrays(
+                pa.array(np.zeros(len(rows) + 1, np.int32)), pa.array([], HEADERS_TYPE.value_type)
+            )
+    return RecordColumns(
+        offsets,
+        timestamps,
+        ts_type_rows,
+        _binary_column(arr, kstart, klen),
+        _binary_column(arr, vstart, vlen),
+        header_column,
+    )
+
+
+def _parse_columns(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int, BatchHeader]]) -> tuple:
+    """``decode_columns``' pass over every record: the records of each (start, end, header)
+    span of ``data`` (``arr`` is its uint8 view) as row columns.
+
+    Returns offsets, timestamps (int64), timestamp types (int32), key starts and lengths,
+    value starts and lengths (int64; length -1 for null) and {row: headers} for the rows
+    that have headers. Raises CorruptRecordError for malformed records or offset deltas
+    that do not increase within a batch's lastOffsetDelta.
+    """
+    starts_parts, counts = [], []
+    for start, end, h in spans:
+        starts_parts.append(_locate(data, arr, start, end, h.records_count))
+        counts.append(h.records_count)
     starts = np.concatenate(starts_parts)
-    f = _parse_np(data_all, arr, starts, limit)
+    f = _parse_np(data, arr, starts, len(arr))
 
     hs = [s[2] for s in spans]
     counts_np = np.array(counts, np.int64)
@@ -751,40 +819,14 @@ def decode_columns(
     first_row = np.cumsum(counts_np) - counts_np
     step = np.diff(od)
     new_batch = np.zeros(len(od), bool)
-    new_batch[first_row] = True
+    new_batch[first_row[counts_np > 0]] = True  # a batch of no records starts no row
     if (od < 0).any() or (od > last_delta[batch_of]).any() or ((step <= 0) & ~new_batch[1:]).any():
         raise CorruptRecordError("offset deltas not increasing within a batch's lastOffsetDelta")
 
     offsets = base_offset[batch_of] + od
     ts_type_rows = ts_type[batch_of]
     timestamps = np.where(ts_type_rows == LOG_APPEND_TIME, max_ts[batch_of], base_ts[batch_of] + f.tsd)
-
-    keep: np.ndarray | None = None
-    if min_offset is not None and len(offsets) and offsets[0] < min_offset:
-        keep = np.flatnonzero(offsets >= min_offset)
-    kstart, klen, vstart, vlen = f.kstart, f.klen, f.vstart, f.vlen
-    rows = np.arange(len(offsets))
-    if keep is not None:
-        offsets, timestamps, ts_type_rows = offsets[keep], timestamps[keep], ts_type_rows[keep]
-        kstart, klen, vstart, vlen, rows = kstart[keep], klen[keep], vstart[keep], vlen[keep], keep
-    header_column = None
-    if headers:
-        if f.headers:
-            lists = [[{"key": k, "value": v} for k, v in f.headers.get(r, ())] for r in rows.tolist()]
-            header_column = pa.array(lists, HEADERS_TYPE)
-        else:
-            # Every list empty: all offsets 0, no struct values.
-            header_column = pa.ListArray.from_arrays(
-                pa.array(np.zeros(len(rows) + 1, np.int32)), pa.array([], HEADERS_TYPE.value_type)
-            )
-    return RecordColumns(
-        offsets,
-        timestamps,
-        ts_type_rows,
-        _binary_column(arr, kstart, klen),
-        _binary_column(arr, vstart, vlen),
-        header_column,
-    )
+    return offsets, timestamps, ts_type_rows, f.kstart, f.klen, f.vstart, f.vlen, f.headers
 
 
 # ---------------------------------------------------------------------------------------
@@ -1319,6 +1361,15 @@ def committed_batches(
     view = memoryview(data)
     return b"".join(view[start:end] for start, end in kept)
 
+
+# The compiled twin (storage/_compiled/record_batch.pyx), when built: the builder, and the
+# per-record loops of iteration (decoding, then one Record per step), the leader's walk and
+# decode_columns.
+bind(
+    globals(),
+    load(__name__, "storage._compiled.record_batch"),
+    ("RecordBatchBuilder", "_decode_records", "_iter_records", "_walk_records", "_parse_columns"),
+)
 
 __all__ = [
     "CONTROL_ABORT",

@@ -32,6 +32,7 @@ from storage.batch_header import (
     scan_valid_prefix,
 )
 from storage.errors import KafkaStorageError
+from storage.extensions import bind, load
 from storage.log_files import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -631,3 +632,7 @@ __all__ = [
     "TXN_INDEX_SUFFIX",
     "filename_prefix",
 ]
+
+
+# The compiled twin (storage/_compiled/segment.pyx), when built: the append and roll checks.
+bind(globals(), load(__name__, "storage._compiled.segment"), ("LogSegment.append", "LogSegment.should_roll"))

@@ -22,6 +22,7 @@ TABLE_MIN = -64
 TABLE_MAX = 1 << 14  # exclusive; values up to 16 KiB cover the lengths of typical records
 MAX_VARINT_BYTES = 5
 MAX_VARLONG_BYTES = 10
+_MASK64 = (1 << 64) - 1
 
 
 def _encode_slow(value: int) -> bytes:
@@ -79,7 +80,8 @@ def _decode(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tu
             b = buf[pos + i]
             z |= (b & 0x7F) << shift
             if b < 0x80:
-                return (z >> 1) ^ -(z & 1), pos + i + 1
+                # A tenth byte's bits past the 64th fall off, as in Kafka's ByteUtils.readVarlong.
+                return ((z & _MASK64) >> 1) ^ -(z & 1), pos + i + 1
             shift += 7
     except IndexError:
         raise CorruptRecordError(f"truncated varint at byte {pos}") from None

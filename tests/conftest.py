@@ -16,6 +16,25 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+@pytest.fixture(scope="module", params=["pure", "compiled"])
+def twin(request):
+    """Run the module's tests over both twins of the hot paths (``tests/twins.py``).
+
+    Request it with ``pytestmark = pytest.mark.usefixtures("twin")``. The compiled twin must
+    be built (``make setup``); with RAYQUEUE_NO_EXTENSIONS=1 its runs are skipped.
+    """
+    from storage import extensions
+    from tests import twins
+
+    if request.param == "compiled" and not twins.compiled_available():
+        if extensions.NO_EXTENSIONS:
+            pytest.skip("RAYQUEUE_NO_EXTENSIONS is set: only the pure-Python twins run")
+        pytest.fail(f"the compiled extensions are not built ({extensions.ACTIVE}); run `make setup`")
+    twins.use(request.param)
+    yield request.param
+    twins.use(twins.default_kind())
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One embedded Ray for the whole session (8 logical CPUs on this 2-core machine)."""

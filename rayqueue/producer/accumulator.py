@@ -35,6 +35,7 @@ from rayqueue.producer.transaction_manager import TransactionManager
 from storage import RecordBatchBuilder
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import KafkaTimeoutError, RecordTooLargeError
+from storage.extensions import bind, load
 
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
@@ -497,3 +498,8 @@ class RecordAccumulator:
 def _average_size(values: list) -> int:
     sample = values[:64]
     return sum(len(v) for v in sample if v is not None) // max(1, len(sample))
+
+
+# The compiled twin (rayqueue/producer/_compiled/accumulator.pyx), when built: the record
+# append of send().
+bind(globals(), load(__name__, "rayqueue.producer._compiled.accumulator"), ("RecordAccumulator.append",))

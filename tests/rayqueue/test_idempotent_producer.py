@@ -15,6 +15,9 @@ from rayqueue.producer.transaction_manager import increment_sequence
 from storage.record_batch import iter_batches
 from tests.helpers import LostCall, wait_for
 
+# Every test here runs over both twins of the producer's send path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 def raw_batches(cluster, topic: str, partition: int) -> list:
     """Every batch of the partition's log as stored (via the leader's fetch), in order."""

@@ -21,6 +21,10 @@ from rayqueue.errors import (
 from rayqueue.partitioner import partition_for_key
 from tests.helpers import LostCall, consume_all, wait_for
 
+# Every test here runs over both twins of the record codec on the client side (tests/twins.py):
+# the producer's batches and the consumer's decoding. The brokers run the compiled twins.
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 def test_records_come_back_in_order_per_partition_across_topics(cluster, new_topic):
     topics = [new_topic(partitions=3), new_topic(partitions=2)]

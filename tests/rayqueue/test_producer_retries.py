@@ -17,6 +17,9 @@ from rayqueue.producer.accumulator import ProducerBatch, RecordAccumulator
 from rayqueue.producer.transaction_manager import TransactionManager
 from tests.helpers import LostCall, wait_for
 
+# Every test here runs over both twins of the producer's send path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 def replica_failing_first(real, failures: int, calls: list):
     """A fake leader in front of the real one: the first ``failures`` produce calls of each

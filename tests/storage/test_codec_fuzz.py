@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,9 @@ from storage import batch_header
 from storage.errors import CorruptRecordError, KafkaError, RecordTooLargeError, UnsupportedCompressionTypeError
 from storage.legacy import read_legacy, upconvert
 from storage.record_batch import RecordBatch, RecordBatchBuilder, decode_columns, iter_batches
+
+# Every test here runs over both twins of the record codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
 
 ALLOWED = (CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError)
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -103,18 +107,16 @@ def test_mutated_legacy_sets(mutations, codec) -> None:
 
 def test_fuzz_harness_can_fail() -> None:
     """The harness does let non-Kafka errors through (so the fuzz tests mean something)."""
-    import pytest
-
     from storage import record_batch
 
-    original = record_batch._parse_py
+    original = record_batch._iter_records
 
     def broken(*args):
         raise IndexError("boom")
 
-    record_batch._parse_py = broken
+    record_batch._iter_records = broken
     try:
         with pytest.raises(IndexError):
             decode_everything(valid_batch(0, 2, False))
     finally:
-        record_batch._parse_py = original
+        record_batch._iter_records = original

@@ -5,9 +5,14 @@ searchForTimestamp walks on to the next batch)."""
 
 from __future__ import annotations
 
+import pytest
+
 from storage import Log, RecordBatchBuilder
 from storage.cleaner import clean
 from storage.log import TimestampOffset
+
+# Every test here runs over both twins of the offset map, the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import storage.log
 from storage import Log
 from storage.log_files import RECOVERY_POINT_FILE
 from tests.storage.batches import make_batch
 from tests.storage.power_loss import Disk
+
+# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"segment.bytes": 600, "index.interval.bytes": 90, "flush.messages": 1}
 

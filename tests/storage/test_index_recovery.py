@@ -13,6 +13,9 @@ from storage.log import TimestampOffset
 from storage.segment import LogSegment
 from tests.storage.batches import abandon, make_batch
 
+# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 INDEX_BYTES = 12 * 64
 CONFIG = {"segment.bytes": 2000, "index.interval.bytes": 150, "segment.index.bytes": INDEX_BYTES}
 COUNT = 30

@@ -7,6 +7,9 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from storage.record_batch import RecordBatch, RecordBatchBuilder, build_control_batch, decode_columns
 
+# Every test here runs over both twins of the record codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 CODECS = [0, 1, 2, 3, 4]
 
 

@@ -22,6 +22,9 @@ from storage.errors import (
 )
 from tests.storage.batches import make_batch
 
+# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 class Clock:
     """A settable millisecond clock for time-dependent behaviour."""

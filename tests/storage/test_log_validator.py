@@ -13,6 +13,9 @@ from storage.errors import CorruptRecordError, InvalidRecordError, InvalidReques
 from storage.record_batch import RecordBatch, RecordBatchBuilder
 from tests.storage.batches import log_bytes
 
+# Every test here runs over both twins of the record codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
+
 P = 42  # a producer id
 
 
@@ -243,4 +246,19 @@ def test_a_decompression_bomb_is_refused_before_it_takes_the_memory(log):
     finally:
         tracemalloc.stop()
     assert peak < 200 << 20, peak
+    assert state(log) == before
+
+
+@pytest.mark.parametrize("n", [2, 60])
+def test_a_record_timestamp_past_int64_is_a_corrupt_record(log, n):
+    """baseTimestamp near the int64 limit plus a record's timestampDelta: no such time exists.
+    Refused as CORRUPT_MESSAGE (the header fix used to fail with struct.error, killing the call)."""
+    builder = RecordBatchBuilder()
+    for i in range(n):
+        builder.append(b"v", key=b"k", timestamp=1000 * i)
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, bh.BASE_TIMESTAMP_OFFSET, 2**63 - 10)
+    before = state(log)
+    with pytest.raises(CorruptRecordError, match="timestamp"):
+        log.append(refresh_crc(data))
     assert state(log) == before

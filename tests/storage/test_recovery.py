@@ -9,12 +9,16 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import Log
 from storage.log_files import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tests.storage.batches import abandon, make_batch
+
+# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"segment.bytes": 2000, "index.interval.bytes": 150}
 

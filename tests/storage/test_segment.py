@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from storage.batch_header import check_batches
 from storage.config import log_config
 from storage.log_files import filename_prefix
 from storage.segment import LogSegment
 from tests.storage.batches import make_batch
+
+# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+pytestmark = pytest.mark.usefixtures("twin")
 
 
 def _segment(tmp_path, base=0, **overrides):
