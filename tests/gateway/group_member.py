@@ -5,7 +5,9 @@ can kill it the hard way).
 the group with LIB's consumer (confluent-kafka, kafka-python, aiokafka), reads from the
 committed offsets (earliest without), commits after every batch it read, and reports on
 stdout one line per event: ``A <p,p,...>`` whenever its assignment changes, ``R <p> <offset>``
-per record. It leaves the group when its stdin closes.
+per record consumed, once its offset is committed (a record whose commit failed in a
+rebalance is read again by its next owner, as Kafka's at-least-once delivery has it, and
+reported there). It leaves the group when its stdin closes.
 """
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, assig
     while not _stop.is_set():
         msgs = [m for m in consumer.consume(100, 0.1) if not m.error()]
         rep.assignment(tp.partition for tp in consumer.assignment())
-        for msg in msgs:
-            say(f"R {msg.partition()} {msg.offset()}")
         if msgs:
             try:
                 consumer.commit(asynchronous=False)
             except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
                 say(f"E {exc}")
+            else:
+                for msg in msgs:
+                    say(f"R {msg.partition()} {msg.offset()}")
     consumer.close()
 
 
@@ -91,12 +94,13 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, as
         polled = consumer.poll(timeout_ms=100)
         rep.assignment(tp.partition for tp in consumer.assignment())
         for tp, records in polled.items():
-            for r in records:
-                say(f"R {r.partition} {r.offset}")
             try:
                 consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "", -1)})
             except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
                 say(f"E {exc}")
+            else:
+                for r in records:
+                    say(f"R {r.partition} {r.offset}")
     consumer.close()
 
 
@@ -126,12 +130,13 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, assign
             polled = await consumer.getmany(timeout_ms=100)
             rep.assignment(tp.partition for tp in consumer.assignment())
             for tp, records in polled.items():
-                for r in records:
-                    say(f"R {r.partition} {r.offset}")
                 try:
                     await consumer.commit({tp: OffsetAndMetadata(records[-1].offset + 1, "")})
                 except Exception as exc:  # noqa: BLE001 - a rebalance under way: Kafka's CommitFailed
                     say(f"E {exc}")
+                else:
+                    for r in records:
+                        say(f"R {r.partition} {r.offset}")
         await consumer.stop()
 
     asyncio.run(main())
