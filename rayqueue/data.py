@@ -39,6 +39,7 @@ from rayqueue.consumer.fetcher import Fetcher
 from rayqueue.consumer.subscription_state import SubscriptionState
 from rayqueue.errors import InvalidConfigError, NetworkError, is_retriable
 from rayqueue.metadata import MetadataCache
+from rayqueue.producer import Producer
 from storage.record_batch import HEADERS_TYPE, decode_columns
 
 logger = logging.getLogger(__name__)
@@ -719,7 +720,7 @@ def write_table(producer: Any, topic: str, table: pa.Table) -> tuple[int, list[A
 class TopicDatasink(Datasink[int]):
     """A Ray Data sink producing rows to a rayqueue topic, one Producer per write task."""
 
-    def __init__(self, cluster: Any, topic: str, producer_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, cluster: ClusterHandle, topic: str, producer_config: Mapping[str, Any] | None = None) -> None:
         self._namespace = cluster.namespace
         self._controller = cluster.controller
         self._config = cluster.config
@@ -733,10 +734,7 @@ class TopicDatasink(Datasink[int]):
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> int:
         """Produce every row of ``blocks``; returns how many were acknowledged."""
-        from rayqueue.cluster import Cluster
-        from rayqueue.producer import Producer
-
-        cluster = Cluster(self._namespace, self._controller, self._config)
+        cluster = ClusterHandle(self._namespace, self._controller, self._config)
         producer = Producer(cluster, self._producer_config)
         written = 0
         try:

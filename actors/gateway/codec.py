@@ -117,6 +117,24 @@ def make(cls: type, field_name: str, **values: Any) -> Any:
     return build(nested(cls, field_name), values)
 
 
+def topics_with_one_code(response_cls: type, topics: Any, code: int) -> tuple[Any, ...]:
+    """The ``topics`` array of an OffsetCommit / TxnOffsetCommit response: every partition
+    the request named, answered with the same error ``code``."""
+    topic_cls = nested(response_cls, "topics")
+    return tuple(
+        make(
+            response_cls,
+            "topics",
+            name=t.name,
+            partitions=tuple(
+                make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
+                for p in t.partitions
+            ),
+        )
+        for t in topics
+    )
+
+
 class _Chunks(list):
     """The ``write`` target kio's writers want, keeping each piece as the object given."""
 

@@ -65,6 +65,7 @@ class Member:
         self.records: list[tuple[int, int]] = []
         self.exited = False
         self.errors: list[str] = []
+        self.revoked: list[list[int]] = []  # what each call of its rebalance listener revoked
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -77,6 +78,8 @@ class Member:
             elif line.startswith("R "):
                 _, p, o = line.split()
                 self.records.append((int(p), int(o)))
+            elif line.startswith("V"):
+                self.revoked.append([int(p) for p in line[2:].split(",") if p])
             elif line.startswith("E "):
                 self.errors.append(line[2:])
             elif line == "X":
@@ -140,11 +143,11 @@ def read_everything(live: list[Member], total: int) -> bool:
     return len({r for m in live for r in m.records}) >= total
 
 
-def run_group(cluster, bootstrap, topic, members, libs: list[str]) -> str:
+def run_group(cluster, bootstrap, topic, members, libs: list[str], assignor: str = "") -> str:
     group = f"g-{topic}"
     produce(cluster, topic, PER_PARTITION)
     for lib in libs:
-        members.append(Member(lib, bootstrap, group, topic))
+        members.append(Member(lib, bootstrap, group, topic, assignor))
     wait_for(lambda: assigned_once(members), timeout=60, what="every partition assigned to exactly one member")
     total = PARTITIONS * PER_PARTITION
     try:

@@ -27,7 +27,7 @@ from typing import Any
 from kio.serial import entity_reader
 
 from actors.gateway.broker_view import BrokerView, listed_brokers
-from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested
+from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
@@ -386,22 +386,8 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
         code = _code(exc)
-    resp = ctx.schema.response
-    topic_cls = nested(resp, "topics")
     return ctx.schema.response_of(
-        throttle_time=ZERO_MS,
-        topics=tuple(
-            make(
-                resp,
-                "topics",
-                name=t.name,
-                partitions=tuple(
-                    make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
-                    for p in t.partitions
-                ),
-            )
-            for t in request.topics
-        ),
+        throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, code)
     )
 
 
