@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from actors.protocol import TransactionState
 from actors.types import MemberDescription, TopicPartition
 from rayqueue.admin import Admin, PartitionLogInfo
 from rayqueue.connection import ClusterHandle
@@ -25,6 +26,11 @@ logger = logging.getLogger(__name__)
 # A snapshot is a status view: an offline or slow leader must not hold it up for
 # default.api.timeout.ms; its partition shows without offsets instead.
 _LEADER_TIMEOUT_S = 5.0
+
+
+# A transaction is open from its first partition until its markers are written; a completed
+# one keeps its start time at the coordinator, but has no age.
+_OPEN_STATES = frozenset({TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +359,7 @@ def _transactions(admin: Admin, now: float, errors: list[str]) -> tuple[Transact
             str(d.state),
             d.timeout_ms,
             d.start_ms,
-            max(0, now_ms - d.start_ms) if d.start_ms >= 0 else None,
+            max(0, now_ms - d.start_ms) if d.start_ms >= 0 and d.state in _OPEN_STATES else None,
             tuple(d.partitions),
         )
         for d in sorted(descriptions.values(), key=lambda d: d.transactional_id)
@@ -377,16 +383,20 @@ class TopicRate:
 
 
 def rates(before: ClusterSnapshot, after: ClusterSnapshot) -> dict[str, TopicRate]:
-    """Messages in and out per second per topic between two snapshots (0 for a topic that
-    appeared in between, or when no time passed)."""
+    """Messages in and out per second per topic between two snapshots (0 when no time
+    passed). A topic created in between counts all it holds as come in meanwhile."""
     elapsed = after.monotonic - before.monotonic
     out = {}
     for name, topic in after.topics.items():
-        old = before.topics.get(name)
-        if elapsed <= 0 or old is None or old.topic_id != topic.topic_id:
+        if elapsed <= 0:
             out[name] = TopicRate(name, 0.0, 0.0)
             continue
-        old_hw = {p.partition: p.high_watermark for p in old.partitions}
+        old = before.topics.get(name)
+        if old is None or old.topic_id != topic.topic_id:
+            # Created (or recreated) since ``before``: everything it holds came in meanwhile.
+            old_hw: dict[int, int | None] = {p.partition: 0 for p in topic.partitions}
+        else:
+            old_hw = {p.partition: p.high_watermark for p in old.partitions}
         moved_in = sum(
             max(0, p.high_watermark - old_hw[p.partition])
             for p in topic.partitions

@@ -58,6 +58,11 @@ class ResetOffsetsBody(BaseModel):
     confirm: bool = False
 
 
+def _config_text(value: Any) -> Any:
+    """A list config as Kafka writes it (``compact,delete``)."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
 def _rates_of(state: ConsoleState) -> dict[str, dict[str, float]]:
     return {
         name: {"messages_in": r.messages_in, "messages_out": r.messages_out} for name, r in state.latest_rates().items()
@@ -111,7 +116,7 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
                 "size_bytes": t.size_bytes,
                 "messages": t.messages,
                 "retention_ms": configs.get("retention.ms", (None, ""))[0],
-                "cleanup_policy": configs.get("cleanup.policy", (None, ""))[0],
+                "cleanup_policy": _config_text(configs.get("cleanup.policy", (None, ""))[0]),
                 "under_replicated": sum(p.under_replicated and not p.offline for p in t.partitions),
                 "offline": sum(p.offline for p in t.partitions),
                 **rates.get(t.name, {"messages_in": 0.0, "messages_out": 0.0}),
