@@ -58,6 +58,11 @@ class ResetOffsetsBody(BaseModel):
     confirm: bool = False
 
 
+def _json_safe(value: Any) -> Any:
+    """Integers a browser's JSON cannot hold exactly (Long.MAX_VALUE defaults) as text."""
+    return str(value) if isinstance(value, int) and abs(value) > 2**53 else value
+
+
 def _config_text(value: Any) -> Any:
     """A list config as Kafka writes it (``compact,delete``)."""
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
@@ -75,8 +80,9 @@ def overview(request: Request) -> dict[str, Any]:
     state = _state(request)
     snap = state.snapshot()
     data = snap.to_dict()
-    rates = _rates_of(state)
     user_topics = [t for t in snap.topics.values() if not t.internal]
+    # Internal topics' traffic (offset commits, transaction state) is not the users' messages.
+    rates = {name: r for name, r in _rates_of(state).items() if name in {t.name for t in user_topics}}
     return {
         "cluster_id": snap.cluster_id,
         "namespace": snap.namespace,
@@ -152,7 +158,7 @@ def describe_topic(request: Request, name: str) -> dict[str, Any]:
         **data,
         "size_bytes": topic.size_bytes,
         "messages": topic.messages,
-        "configs": {k: {"value": v, "source": src} for k, (v, src) in sorted(configs.items())},
+        "configs": {k: {"value": _json_safe(v), "source": src} for k, (v, src) in sorted(configs.items())},
         "rates": _rates_of(state).get(name, {"messages_in": 0.0, "messages_out": 0.0}),
     }
 
@@ -287,9 +293,14 @@ def history(request: Request, topic: str | None = None, group: str | None = None
     for s in list(state.history):
         point: dict[str, Any] = {"t": s.taken_at}
         if group is not None:
-            point.update(lag=s.group_lag.get(group, 0), partitions=s.partition_lag.get(group, {}))
+            if group not in s.group_lag:
+                continue  # not there yet (or deleted): no point rather than a made-up 0
+            point.update(lag=s.group_lag[group], partitions=s.partition_lag.get(group, {}))
         else:
-            chosen = [s.topic_rates[topic]] if topic in s.topic_rates else [] if topic else s.topic_rates.values()
+            if topic:
+                chosen = [s.topic_rates[topic]] if topic in s.topic_rates else []
+            else:
+                chosen = [r for name, r in s.topic_rates.items() if not name.startswith("__")]
             point.update(
                 messages_in=sum(r.messages_in for r in chosen), messages_out=sum(r.messages_out for r in chosen)
             )

@@ -22,7 +22,8 @@ function lineChart(series, opts) {
     return svg;
   }
   const t0 = Math.min(...all.map(p => p[0])), t1 = Math.max(...all.map(p => p[0]));
-  const vmax = Math.max(1e-9, ...all.map(p => p[1])) * 1.1;
+  const top = Math.max(...all.map(p => p[1]));
+  const vmax = top > 0 ? top * 1.1 : 1;  // an all-zero series still gets a readable axis
   const x = t => L + (W - L - R) * (t1 === t0 ? 1 : (t - t0) / (t1 - t0));
   const y = v => T + (H - T - B) * (1 - v / vmax);
   for (let i = 0; i <= 4; i++) {
