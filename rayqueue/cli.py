@@ -341,9 +341,9 @@ def stop_cluster(
     out.print(f"Stopped the rayqueue cluster in namespace [bold]{name}[/].")
 
 
-def _console_banner(server: ConsoleServer) -> None:
+def _console_banner(server: ConsoleServer, host_option: str = "--host") -> None:
     where = (
-        "loopback only: reachable from this machine alone; --host 0.0.0.0 opens it to the network"
+        f"loopback only: reachable from this machine alone; {host_option} 0.0.0.0 opens it to the network"
         if server.host in ("127.0.0.1", "::1", "localhost")
         else f"bound to {server.host}: anyone who can reach this address can change topics and offsets"
     )
@@ -358,7 +358,7 @@ def _start_console(cluster: Cluster, host: str, port: int) -> ConsoleServer:
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port} for the console: {exc.strerror or exc}") from None
     server.start()
-    _console_banner(server)
+    _console_banner(server, "--console-host")
     return server
 
 

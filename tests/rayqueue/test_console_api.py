@@ -301,6 +301,9 @@ def test_transactions_show_state_and_age(cluster, client, names):
 def test_history_feeds_the_charts_with_rates_and_lag(cluster, client, names):
     name = names()
     ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    created = time.time()
+    # History counts what moves after the console saw the topic: wait for a sample since.
+    wait_for(lambda: any(p["t"] > created for p in ok(client.get("/api/history"))["points"]), 15, what="a sample")
     producer = cluster.producer()
     producer.send_many(name, [b"h"] * 500, partition=0).get()
     producer.close()
