@@ -89,6 +89,20 @@ class PartitionLag:
     lag: int
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionLogInfo:
+    """A partition's log as its leader sees it: what Kafka tools piece together from
+    ListOffsets (log start, high watermark, LSO) and DescribeLogDirs (size)."""
+
+    leader: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segments: int
+
+
 def _config_dict(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     """Topic configs as the controller takes them: a plain dict, checked key by key there."""
     if configs is None:
@@ -196,6 +210,27 @@ class Admin:
             for tp, spec in specs.items()
         }
         return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
+
+    def describe_partition_logs(
+        self, partitions: Iterable[TopicPartition], timeout_s: float = _API_TIMEOUT_S
+    ) -> dict[TopicPartition, PartitionLogInfo]:
+        """Log start, high watermark, LSO, log end, size and segment count of each partition,
+        from its leader (looked up again if it moved; a partition with no leader within
+        ``timeout_s`` is a LeaderNotAvailableError or KafkaTimeoutError)."""
+        calls = {tp: lambda m: m.leader_handle.describe.remote() for tp in partitions}
+        answers = self._metadata.call_leaders(calls, timeout_s)
+        return {
+            tp: PartitionLogInfo(
+                a["broker_id"],
+                a["log_start_offset"],
+                a["high_watermark"],
+                a["last_stable_offset"],
+                a["log_end_offset"],
+                a["size_bytes"],
+                a["segments"],
+            )
+            for tp, a in answers.items()
+        }
 
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""

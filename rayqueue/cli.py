@@ -20,15 +20,16 @@ import string
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import numpy as np
 import ray
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
@@ -36,7 +37,13 @@ from tqdm import tqdm
 from actors.config import load_toml
 from actors.types import ClusterMetadata, TopicPartition
 from rayqueue.cluster import Cluster, connect, join_ray, launch, start_embedded_ray
+from rayqueue.console import DEFAULT_HOST as DEFAULT_CONSOLE_HOST
+from rayqueue.console import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
 from rayqueue.errors import KafkaError, UnknownTopicOrPartitionError, as_kafka_error
+from rayqueue.snapshot import ClusterSnapshot, RateSampler, TopicRate, take_snapshot
+
+if TYPE_CHECKING:
+    from rayqueue.console.app import ConsoleServer
 
 logger = logging.getLogger(__name__)
 
@@ -222,13 +229,25 @@ def start(
             " consecutive ports per broker; port 0: free ports; '' for none).",
         ),
     ] = None,
+    console: Annotated[
+        bool,
+        typer.Option(
+            "--console", help="Also serve the web console (on 127.0.0.1:8088 unless --console-port); stays attached."
+        ),
+    ] = False,
+    console_port: Annotated[int, typer.Option("--console-port", help="Port of --console.")] = DEFAULT_CONSOLE_PORT,
+    console_host: Annotated[
+        str, typer.Option("--console-host", help="Interface of --console (0.0.0.0: every interface).")
+    ] = DEFAULT_CONSOLE_HOST,
 ) -> None:
     """Launch a rayqueue cluster.
 
     With --address (a Ray cluster started by `ray start --head`) the actors are detached:
     they keep running after this command returns; stop them with `rayqueue stop`.
     Without an address Ray is embedded in this process, so the command stays in the
-    foreground until Ctrl-C or SIGTERM, then shuts the cluster down cleanly.
+    foreground until Ctrl-C or SIGTERM, then shuts the cluster down cleanly. With --console
+    the command also serves the web console and stays attached until Ctrl-C; a detached
+    cluster keeps running after that.
     """
     overrides: dict[str, Any] = _parse_kv(override, "--override")
     if config is None and DEFAULT_CONFIG.exists():
@@ -254,6 +273,7 @@ def start(
         join_ray(address)
 
     stop = threading.Event()
+    server: ConsoleServer | None = None
     try:
         with err.status("starting brokers..."):
             cluster = launch(config if config is not None else values, **overrides)
@@ -261,7 +281,7 @@ def start(
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()
 
-        if embedded or foreground:
+        if embedded or foreground or console:
             # Replaces ray.init's SIGTERM handler (sys.exit), which would skip the clean
             # shutdown; installed before "ready" is printed so a prompt SIGTERM is ours.
             signal.signal(signal.SIGTERM, on_signal)
@@ -274,7 +294,9 @@ def start(
         )
         if cluster.bootstrap_servers:
             out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
-        if not (embedded or foreground):
+        if console:
+            server = _start_console(cluster, console_host, console_port)
+        if not (embedded or foreground or console):
             out.print("The actors are detached and keep running; stop them with `rayqueue stop`.")
             sys.stdout.flush()
             return
@@ -283,16 +305,25 @@ def start(
             # tell the operator how to reach this one exactly.
             gcs = ray.get_runtime_context().gcs_address
             out.print(f"Ray is embedded in this process at {gcs} (other commands: --address {gcs} or RAY_ADDRESS).")
-        out.print("Running in the foreground; Ctrl-C or SIGTERM stops the cluster.")
+        if embedded or foreground:
+            out.print("Running in the foreground; Ctrl-C or SIGTERM stops the cluster.")
+        else:
+            out.print("Serving the console; Ctrl-C stops it (the detached cluster keeps running).")
         sys.stdout.flush()  # whoever waits for "ready" reads a pipe, which is block-buffered
 
         while not stop.wait(0.5):  # a timed wait lets the signal handlers run promptly
             pass
-        out.print("Shutting down...")
-        sys.stdout.flush()
-        cluster.shutdown()
-        out.print("[green]Stopped.[/]")
+        if server is not None:
+            server.stop()
+            server = None
+        if embedded or foreground:
+            out.print("Shutting down...")
+            sys.stdout.flush()
+            cluster.shutdown()
+            out.print("[green]Stopped.[/]")
     finally:
+        if server is not None:
+            server.stop()
         # Embedded: stops Ray. With --address: only disconnects; detached actors stay up.
         ray.shutdown()
 
@@ -310,11 +341,80 @@ def stop_cluster(
     out.print(f"Stopped the rayqueue cluster in namespace [bold]{name}[/].")
 
 
+def _console_banner(server: ConsoleServer, host_option: str = "--host") -> None:
+    where = (
+        f"loopback only: reachable from this machine alone; {host_option} 0.0.0.0 opens it to the network"
+        if server.host in ("127.0.0.1", "::1", "localhost")
+        else f"bound to {server.host}: anyone who can reach this address can change topics and offsets"
+    )
+    out.print(f"rayqueue console on [bold]{server.url}[/] ({where}).")
+
+
+def _start_console(cluster: Cluster, host: str, port: int) -> ConsoleServer:
+    from rayqueue.console.app import ConsoleServer  # the web stack only when asked for
+
+    try:
+        server = ConsoleServer(cluster, host, port)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port} for the console: {exc.strerror or exc}") from None
+    server.start()
+    _console_banner(server, "--console-host")
+    return server
+
+
+@app.command("console")
+@_handle_errors
+def console_command(
+    port: Annotated[int, typer.Option("--port", help="Port to serve on (0: a free one).")] = DEFAULT_CONSOLE_PORT,
+    host: Annotated[
+        str, typer.Option("--host", help="Interface to bind (default loopback; 0.0.0.0: every interface).")
+    ] = DEFAULT_CONSOLE_HOST,
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name", "--namespace", envvar="RAYQUEUE_NAMESPACE", help="Ray namespace of the rayqueue cluster."
+        ),
+    ] = "rayqueue",
+    address: AddressOpt = None,
+) -> None:
+    """Serve the web console of a running cluster: overview, topics, message browser,
+    consumer groups with lag charts, transactions. Foreground until Ctrl-C."""
+    from rayqueue.console.app import ConsoleServer  # the web stack only when asked for
+
+    cluster = _connect(name, address)
+    try:
+        server = ConsoleServer(cluster, host, port)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    _console_banner(server)
+    out.print("Ctrl-C stops it.")
+    sys.stdout.flush()
+    server.serve()
+
+
 @app.command()
 @_handle_errors
-def status(name: NameOpt = "rayqueue", address: AddressOpt = None) -> None:
-    """Cluster id, controller epoch, brokers, topic/partition counts and unhealthy partitions."""
+def status(
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="A live view refreshing in place (Ctrl-C to leave).")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes of --watch.")] = 2.0,
+    count: Annotated[
+        int | None, typer.Option("--count", min=1, help="With --watch: stop after this many refreshes.")
+    ] = None,
+) -> None:
+    """Cluster id, controller epoch, brokers, topic/partition counts and unhealthy partitions.
+
+    With --watch: brokers with their partitions and leaders, under-replicated and offline
+    partitions in red, messages in/out per second per topic and groups with their lag,
+    refreshed in place.
+    """
     cluster = _connect(name, address)
+    if watch:
+        _watch_status(cluster, interval, count)
+        return
     info = cluster.describe()
     meta: ClusterMetadata = cluster.metadata()
     node_ip = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
@@ -347,6 +447,99 @@ def status(name: NameOpt = "rayqueue", address: AddressOpt = None) -> None:
         table = _partition_table(sorted(unhealthy, key=lambda p: (p.topic, p.partition)), with_topic=True)
         table.title = "Unhealthy partitions"
         out.print(table)
+
+
+def _watch_status(cluster: Cluster, interval: float, count: int | None) -> None:
+    admin = cluster.admin()
+    sampler = RateSampler()
+    snap = take_snapshot(cluster, admin)
+    shown = 0
+    # transient=False: the last frame stays on the terminal after Ctrl-C.
+    with Live(status_view(snap, sampler.sample(snap)), console=out, auto_refresh=False) as live:
+        try:
+            while True:
+                live.refresh()
+                shown += 1
+                if count is not None and shown >= count:
+                    return
+                time.sleep(interval)  # the refresh period of a live view, not a wait on a condition
+                snap = take_snapshot(cluster, admin)
+                live.update(status_view(snap, sampler.sample(snap)))
+        except KeyboardInterrupt:
+            pass
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def status_view(snap: ClusterSnapshot, topic_rates: Mapping[str, TopicRate]) -> Group:
+    """One frame of ``rayqueue status --watch``: brokers, unhealthy partitions, per-topic
+    rates and groups with lag, from one snapshot and the rates since the previous one."""
+    when = datetime.fromtimestamp(snap.taken_at).strftime("%H:%M:%S")
+    urps, offline = snap.under_replicated, snap.offline
+    header = Text.assemble(
+        ("rayqueue ", "bold"),
+        f"cluster {snap.cluster_id}  namespace {snap.namespace}  controller epoch {snap.controller_epoch}  at {when}\n",
+        "Under-replicated partitions: ",
+        (str(len(urps)), "bold red" if urps else "green"),
+        "   Offline partitions: ",
+        (str(len(offline)), "bold red" if offline else "green"),
+    )
+    parts: list[Any] = [header]
+
+    brokers = Table(title="Brokers", title_justify="left")
+    for column in ("ID", "Node", "Alive", "Partitions", "Leaders"):
+        brokers.add_column(column, justify="right" if column in ("ID", "Partitions", "Leaders") else "left")
+    for b in snap.brokers:
+        alive = Text("yes", style="green") if b.alive else Text("no", style="bold red")
+        brokers.add_row(
+            str(b.broker_id), f"{b.node_address} ({b.node_id[:12]})", alive, str(b.partitions), str(b.leaders)
+        )
+    parts.append(brokers)
+
+    if urps or offline:
+        bad = Table(title="Unhealthy partitions", title_justify="left", style="red")
+        for column in ("Topic", "Partition", "Leader", "Replicas", "ISR", "Problem"):
+            bad.add_column(column)
+        for p in sorted(offline + urps, key=lambda p: (p.topic, p.partition)):
+            bad.add_row(
+                p.topic,
+                str(p.partition),
+                str(p.leader) if p.leader >= 0 else "none",
+                _ids(p.replicas),
+                _ids(p.isr),
+                "offline" if p.offline else "under-replicated",
+                style="bold red",
+            )
+        parts.append(bad)
+
+    topics = Table(title="Topics (messages/s)", title_justify="left")
+    for column in ("Topic", "Partitions", "High watermarks", "In/s", "Out/s"):
+        topics.add_column(column, justify="left" if column == "Topic" else "right")
+    for topic in snap.topics.values():
+        if topic.internal:
+            continue
+        rate = topic_rates.get(topic.name)
+        topics.add_row(
+            topic.name,
+            str(len(topic.partitions)),
+            f"{topic.high_watermark_sum:,}",
+            _rate(rate.messages_in) if rate else "-",
+            _rate(rate.messages_out) if rate else "-",
+        )
+    parts.append(topics)
+
+    groups = Table(title="Consumer groups", title_justify="left")
+    for column in ("Group", "State", "Members", "Lag"):
+        groups.add_column(column, justify="right" if column in ("Members", "Lag") else "left")
+    for group in snap.groups.values():
+        lag = Text(f"{group.lag:,}", style="yellow" if group.lag else "")
+        groups.add_row(group.group_id, group.state, str(len(group.members)), lag)
+    parts.append(groups)
+    for error in snap.errors:
+        parts.append(Text(f"could not read {error}", style="red"))
+    return Group(*parts)
 
 
 def _partition_table(partitions: Iterable[Any], with_topic: bool = False) -> Table:

@@ -1,0 +1,179 @@
+"""The web console: a FastAPI app on uvicorn attached to a running cluster.
+
+Pages are static HTML and a small script of rayqueue's own (no CDN, no build step) that
+poll the JSON API (``routes``); charts are drawn as SVG from the history the server
+samples. Errors from the cluster reach the page as ``{"error", "message"}``, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from rayqueue.cluster import Cluster
+from rayqueue.console import DEFAULT_HOST, DEFAULT_PORT
+from rayqueue.console.routes import router
+from rayqueue.console.state import DEFAULT_SAMPLE_INTERVAL_S, ConsoleState
+from rayqueue.errors import (
+    GroupIdNotFoundError,
+    KafkaError,
+    NonEmptyGroupError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    as_kafka_error,
+)
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+PAGES = (
+    "/",
+    "/topics",
+    "/topics/{name}",
+    "/topics/{name}/messages",
+    "/groups",
+    "/groups/{group_id:path}",
+    "/transactions",
+)
+
+_STATUS = {
+    UnknownTopicOrPartitionError: 404,
+    GroupIdNotFoundError: 404,
+    TopicAlreadyExistsError: 409,
+    NonEmptyGroupError: 409,
+}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """A cluster error as the page shows it: Kafka's error name, code and message, no traceback."""
+    error = as_kafka_error(exc, what="rayqueue actor")
+    if isinstance(error, KafkaError):
+        status = next((code for cls, code in _STATUS.items() if isinstance(error, cls)), None)
+        if status is None:
+            status = 503 if error.retriable else 400
+        message = error.args[0] if error.args else ""
+        body = {"error": error.kafka_name, "code": error.code, "message": _one_line(str(message))}
+        return JSONResponse(body, status_code=status)
+    logger.error("console request failed", exc_info=exc)
+    return JSONResponse({"error": type(error).__name__, "message": _one_line(str(error))[:500]}, status_code=500)
+
+
+def create_app(cluster: Cluster, sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S, sample: bool = True) -> FastAPI:
+    """The console app for ``cluster``; with ``sample`` a thread fills the chart history
+    while the app runs (started and stopped by the app's lifespan)."""
+    state = ConsoleState(cluster, sample_interval_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+        if sample:
+            state.start_sampling()
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(title="rayqueue console", lifespan=lifespan, docs_url="/api/docs", redoc_url=None)
+    app.state.console = state
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.exception_handler(Exception)
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(KafkaError)
+    async def on_kafka_error(request: Request, exc: KafkaError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg', '')}" for e in exc.errors()
+        )
+        return JSONResponse({"error": "INVALID_REQUEST", "code": 42, "message": problems}, status_code=422)
+
+    def page() -> FileResponse:
+        # One shell for every page: the script renders what the path names.
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    for path in PAGES:
+        app.add_api_route(path, page, methods=["GET"], include_in_schema=False)
+    return app
+
+
+class ConsoleServer:
+    """uvicorn serving the console in a background thread (for `rayqueue start --console`
+    and tests); ``rayqueue console`` runs the same in the foreground through ``serve``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+    ) -> None:
+        self.app = create_app(cluster, sample_interval_s)
+        # Bound here, before the thread starts, so a busy port fails in the caller and
+        # port 0 resolves to the port actually taken.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+        except OSError:
+            self._socket.close()
+            raise
+        self._socket.listen(128)
+        self.host = host
+        self.port = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(
+            uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Where a browser opens the console."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ConsoleServer:
+        """Serve in a daemon thread; returns once uvicorn has started."""
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="rayqueue-console", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        # uvicorn offers a flag, not an event, to wait on.
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self._server.started:
+            self.stop()
+            raise RuntimeError(f"the console server did not start within {timeout_s}s (see the log)")
+        return self
+
+    def serve(self) -> None:
+        """Serve in this thread until Ctrl-C / SIGTERM (uvicorn's own signal handling)."""
+        self._server.run(sockets=[self._socket])
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server (and its sampler) to finish."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._socket.close()

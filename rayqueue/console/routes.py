@@ -1,0 +1,308 @@
+"""The console's JSON API. Reads come from the server's snapshots; every change goes
+through Admin or a Producer exactly as the CLI makes it, so validation and errors are
+Admin's (shown by the page as messages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from actors.types import TopicPartition
+from rayqueue.console.browse import browse
+from rayqueue.console.state import ConsoleState
+from rayqueue.errors import GroupIdNotFoundError, InvalidRequestError, UnknownTopicOrPartitionError
+
+router = APIRouter(prefix="/api")
+
+
+def _state(request: Request) -> ConsoleState:
+    return request.app.state.console
+
+
+class NewTopicBody(BaseModel):
+    """A topic to create: -1 / null partitions or replication factor take the broker's defaults."""
+
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    configs: dict[str, Any] = Field(default_factory=dict)
+
+
+class AlterConfigsBody(BaseModel):
+    """Config overrides to set and to remove (kafka-configs --alter)."""
+
+    set: dict[str, Any] = Field(default_factory=dict)
+    delete: list[str] = Field(default_factory=list)
+
+
+class ProduceBody(BaseModel):
+    """A test record: text key/value (null key when absent), optional partition and headers."""
+
+    value: str | None = None
+    key: str | None = None
+    partition: int | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ResetOffsetsBody(BaseModel):
+    """kafka-consumer-groups --reset-offsets: which topics (all the group has offsets for when
+    empty), the target, and the confirmation the page asked for."""
+
+    group_id: str
+    to: str  # earliest, latest or timestamp
+    timestamp: int | None = None
+    topics: list[str] = Field(default_factory=list)
+    confirm: bool = False
+
+
+def _json_safe(value: Any) -> Any:
+    """Integers a browser's JSON cannot hold exactly (Long.MAX_VALUE defaults) as text."""
+    return str(value) if isinstance(value, int) and abs(value) > 2**53 else value
+
+
+def _config_text(value: Any) -> Any:
+    """A list config as Kafka writes it (``compact,delete``)."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
+def _rates_of(state: ConsoleState) -> dict[str, dict[str, float]]:
+    return {
+        name: {"messages_in": r.messages_in, "messages_out": r.messages_out} for name, r in state.latest_rates().items()
+    }
+
+
+@router.get("/overview")
+def overview(request: Request) -> dict[str, Any]:
+    """Cluster id, controller epoch, brokers, URPs and offline partitions, rates."""
+    state = _state(request)
+    snap = state.snapshot()
+    data = snap.to_dict()
+    user_topics = [t for t in snap.topics.values() if not t.internal]
+    # Internal topics' traffic (offset commits, transaction state) is not the users' messages.
+    rates = {name: r for name, r in _rates_of(state).items() if name in {t.name for t in user_topics}}
+    return {
+        "cluster_id": snap.cluster_id,
+        "namespace": snap.namespace,
+        "controller_epoch": snap.controller_epoch,
+        "taken_at": snap.taken_at,
+        "brokers": data["brokers"],
+        "topics": len(user_topics),
+        "partitions": sum(len(t.partitions) for t in user_topics),
+        "under_replicated": data["under_replicated"],
+        "offline": data["offline"],
+        "groups": len(snap.groups),
+        "open_transactions": sum(1 for t in snap.transactions if t.age_ms is not None),
+        "messages_in_per_sec": sum(r["messages_in"] for r in rates.values()),
+        "messages_out_per_sec": sum(r["messages_out"] for r in rates.values()),
+        "rates": rates,
+        "errors": list(snap.errors) + ([f"sampling: {state.last_error}"] if state.last_error else []),
+    }
+
+
+@router.get("/topics")
+def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
+    """Topics with partitions, replication factor, size, messages, retention and cleanup policy."""
+    state = _state(request)
+    snap = state.snapshot()
+    rates = _rates_of(state)
+    topics = []
+    for t in snap.topics.values():
+        if t.internal and not internal:
+            continue
+        configs = state.admin.describe_configs(t.name)
+        topics.append(
+            {
+                "name": t.name,
+                "internal": t.internal,
+                "partitions": len(t.partitions),
+                "replication_factor": t.replication_factor,
+                "size_bytes": t.size_bytes,
+                "messages": t.messages,
+                "retention_ms": configs.get("retention.ms", (None, ""))[0],
+                "cleanup_policy": _config_text(configs.get("cleanup.policy", (None, ""))[0]),
+                "under_replicated": sum(p.under_replicated and not p.offline for p in t.partitions),
+                "offline": sum(p.offline for p in t.partitions),
+                **rates.get(t.name, {"messages_in": 0.0, "messages_out": 0.0}),
+            }
+        )
+    return {"topics": topics}
+
+
+@router.post("/topics", status_code=201)
+def create_topic(request: Request, body: NewTopicBody) -> dict[str, Any]:
+    """Create a topic through Admin (its validation, its errors)."""
+    state = _state(request)
+    meta = state.admin.create_topic(body.name, body.partitions, body.replication_factor, configs=body.configs)
+    state.invalidate()
+    rf = len(meta.partitions[0].replicas) if meta.partitions else 0
+    return {"name": meta.name, "partitions": len(meta.partitions), "replication_factor": rf}
+
+
+@router.get("/topics/{name}")
+def describe_topic(request: Request, name: str) -> dict[str, Any]:
+    """One topic: per-partition placement and log offsets, configs with their sources, rates."""
+    state = _state(request)
+    snap = state.snapshot()
+    if name not in snap.topics:
+        # The snapshot may predate a topic just made elsewhere: look once more.
+        snap = state.snapshot(max_age_s=0)
+    topic = snap.topics.get(name)
+    if topic is None:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+    data = snap.to_dict()["topics"][name]
+    configs = state.admin.describe_configs(name)
+    return {
+        **data,
+        "size_bytes": topic.size_bytes,
+        "messages": topic.messages,
+        "configs": {k: {"value": _json_safe(v), "source": src} for k, (v, src) in sorted(configs.items())},
+        "rates": _rates_of(state).get(name, {"messages_in": 0.0, "messages_out": 0.0}),
+    }
+
+
+@router.post("/topics/{name}/configs")
+def alter_topic_configs(request: Request, name: str, body: AlterConfigsBody) -> dict[str, Any]:
+    """Set / remove config overrides (all or nothing, as Admin.alter_configs)."""
+    state = _state(request)
+    overrides = state.admin.alter_configs(name, body.set, body.delete)
+    state.invalidate()
+    return {"name": name, "overrides": overrides}
+
+
+@router.delete("/topics/{name}")
+def delete_topic(request: Request, name: str, confirm: str = "") -> dict[str, Any]:
+    """Delete a topic; ``confirm`` must repeat its name (the page asks for it)."""
+    if confirm != name:
+        raise InvalidRequestError(f"deleting topic {name!r} needs confirm={name!r}")
+    state = _state(request)
+    state.admin.delete_topic(name)
+    state.invalidate()
+    return {"deleted": name}
+
+
+@router.get("/topics/{name}/records")
+def read_records(
+    request: Request,
+    name: str,
+    partition: int = 0,
+    mode: str = "newest",
+    offset: int | None = None,
+    timestamp: int | None = None,
+    limit: int = Query(20),
+    key: str | None = None,
+) -> dict[str, Any]:
+    """Browse one partition: by offset, by timestamp or the newest N; optional key filter."""
+    return browse(_state(request).cluster, name, partition, mode, offset, timestamp, limit, key or None)
+
+
+@router.post("/topics/{name}/records", status_code=201)
+def produce_record(request: Request, name: str, body: ProduceBody) -> dict[str, Any]:
+    """Produce one test record (acks as the producer's default: all) and say where it landed."""
+    state = _state(request)
+    if name not in state.cluster.metadata([name]).topics:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+    md = (
+        state.producer()
+        .send(
+            name,
+            None if body.value is None else body.value.encode(),
+            key=None if body.key is None else body.key.encode(),
+            headers=[(k, v.encode()) for k, v in body.headers.items()],
+            partition=body.partition,
+        )
+        .get(timeout=30)
+    )
+    state.invalidate()
+    return {"topic": md.topic, "partition": md.partition, "offset": md.offset, "timestamp": md.timestamp}
+
+
+@router.get("/groups")
+def list_groups(request: Request) -> dict[str, Any]:
+    """Groups with state, protocol, member count and total lag."""
+    snap = _state(request).snapshot()
+    return {
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "state": g.state,
+                "protocol_type": g.protocol_type,
+                "protocol": g.protocol,
+                "members": len(g.members),
+                "lag": g.lag,
+            }
+            for g in snap.groups.values()
+        ]
+    }
+
+
+@router.get("/groups/{group_id:path}")
+def describe_group(request: Request, group_id: str) -> dict[str, Any]:
+    """One group: members and assignments, committed offset and lag per partition."""
+    snap = _state(request).snapshot()
+    if group_id not in snap.groups:
+        snap = _state(request).snapshot(max_age_s=0)
+    data = snap.to_dict()["groups"].get(group_id)
+    if data is None:
+        raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+    return data
+
+
+@router.post("/group-offsets/reset")
+def reset_group_offsets(request: Request, body: ResetOffsetsBody) -> dict[str, Any]:
+    """Reset an inactive group's offsets to earliest, latest or a timestamp, once confirmed.
+
+    Refused with NonEmptyGroupError while the group has members, as kafka-consumer-groups
+    refuses; without ``topics`` every topic the group has committed offsets for."""
+    if not body.confirm:
+        raise InvalidRequestError("resetting offsets needs confirm=true")
+    if body.to not in ("earliest", "latest", "timestamp"):
+        raise InvalidRequestError(f"to must be earliest, latest or timestamp, got {body.to!r}")
+    if body.to == "timestamp" and body.timestamp is None:
+        raise InvalidRequestError("to=timestamp needs a timestamp (ms since the epoch)")
+    state = _state(request)
+    targets: list[TopicPartition | str] = list(body.topics)
+    if not targets:
+        targets = sorted(state.admin.list_group_offsets(body.group_id))
+    if not targets:
+        raise InvalidRequestError(f"group {body.group_id!r} has no committed offsets; name the topics to reset")
+    kwargs: dict[str, Any] = {"timestamp": body.timestamp} if body.to == "timestamp" else {"to": body.to}
+    result = state.admin.reset_group_offsets(body.group_id, targets, **kwargs)
+    state.invalidate()
+    return {
+        "group_id": body.group_id,
+        "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in sorted(result.items())],
+    }
+
+
+@router.get("/transactions")
+def list_transactions(request: Request) -> dict[str, Any]:
+    """Transactional ids with producer id/epoch, state and the open transaction's age."""
+    snap = _state(request).snapshot()
+    return {"transactions": snap.to_dict()["transactions"]}
+
+
+@router.get("/history")
+def history(request: Request, topic: str | None = None, group: str | None = None) -> JSONResponse:
+    """The sampled history the charts draw, oldest first: a topic's messages in/out per
+    second, a group's total lag (and per partition), or with neither the totals over all topics."""
+    state = _state(request)
+    points: list[dict[str, Any]] = []
+    for s in list(state.history):
+        point: dict[str, Any] = {"t": s.taken_at}
+        if group is not None:
+            if group not in s.group_lag:
+                continue  # not there yet (or deleted): no point rather than a made-up 0
+            point.update(lag=s.group_lag[group], partitions=s.partition_lag.get(group, {}))
+        else:
+            if topic:
+                chosen = [s.topic_rates[topic]] if topic in s.topic_rates else []
+            else:
+                chosen = [r for name, r in s.topic_rates.items() if not name.startswith("__")]
+            point.update(
+                messages_in=sum(r.messages_in for r in chosen), messages_out=sum(r.messages_out for r in chosen)
+            )
+        points.append(point)
+    return JSONResponse({"interval_s": state.sample_interval_s, "points": points})

@@ -1,0 +1,132 @@
+"""What the console server keeps: the cluster's clients, the latest snapshot and a ring
+buffer of samples (rates and lag) that the pages draw their charts from."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rayqueue.admin import Admin
+from rayqueue.cluster import Cluster
+from rayqueue.snapshot import ClusterSnapshot, TopicRate, rates, take_snapshot
+
+logger = logging.getLogger(__name__)
+
+# Ten minutes of history at the default 2 s sampling period.
+DEFAULT_HISTORY = 300
+DEFAULT_SAMPLE_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One point of history: per topic messages in/out per second, per group lag (total and
+    per partition), at ``taken_at`` (seconds since the epoch)."""
+
+    taken_at: float
+    topic_rates: dict[str, TopicRate]
+    group_lag: dict[str, int]
+    partition_lag: dict[str, dict[str, int]]  # group -> "topic-partition" -> lag
+
+
+class ConsoleState:
+    """Snapshots on demand (cached for ``max_age``), a sampler thread filling the history,
+    and a lazily made producer for test records. Safe to call from many request threads."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        history: int = DEFAULT_HISTORY,
+    ) -> None:
+        self.cluster = cluster
+        self.admin: Admin = cluster.admin()
+        self.sample_interval_s = sample_interval_s
+        self.history: collections.deque[Sample] = collections.deque(maxlen=history)
+        self._snapshot: ClusterSnapshot | None = None
+        self._base: ClusterSnapshot | None = None  # where the next sample's rates start
+        self._lock = threading.Lock()
+        self._producer: Any = None
+        self._producer_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    # -- snapshots and history ------------------------------------------------------------
+
+    def snapshot(self, max_age_s: float | None = None) -> ClusterSnapshot:
+        """The latest snapshot if younger than ``max_age_s`` (default: the sampling period),
+        else a fresh one (which also becomes a history sample)."""
+        max_age = self.sample_interval_s if max_age_s is None else max_age_s
+        with self._lock:
+            current = self._snapshot
+            if current is not None and time.monotonic() - current.monotonic <= max_age:
+                return current
+            return self._take()
+
+    def invalidate(self) -> None:
+        """Forget the cached snapshot (after a change made through the console)."""
+        with self._lock:
+            self._snapshot = None
+
+    def latest_rates(self) -> dict[str, TopicRate]:
+        """Per-topic rates of the last sample (empty before the second snapshot)."""
+        return self.history[-1].topic_rates if self.history else {}
+
+    def _take(self) -> ClusterSnapshot:
+        snap = take_snapshot(self.cluster, self.admin)
+        base = self._base
+        if base is None:
+            self._base = snap
+        # Rates need two snapshots some time apart: one taken right after another (a request
+        # after a change) would divide by almost nothing, so it waits for a later sample.
+        elif snap.monotonic - base.monotonic >= min(1.0, self.sample_interval_s / 2):
+            self.history.append(
+                Sample(
+                    snap.taken_at,
+                    rates(base, snap),
+                    {g: v.lag for g, v in snap.groups.items()},
+                    {g: {f"{o.topic}-{o.partition}": o.lag or 0 for o in v.offsets} for g, v in snap.groups.items()},
+                )
+            )
+            self._base = snap
+        self._snapshot = snap
+        return snap
+
+    def start_sampling(self) -> None:
+        """Sample every ``sample_interval_s`` in a daemon thread until ``close``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._sample_loop, name="console-sampler", daemon=True)
+            self._thread.start()
+
+    def _sample_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.snapshot(max_age_s=self.sample_interval_s * 0.5)
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - the pages show it; sampling goes on
+                self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                logger.warning("console sampling failed: %s", self.last_error)
+            self._stop.wait(self.sample_interval_s)
+
+    # -- the test-record producer -----------------------------------------------------------
+
+    def producer(self) -> Any:
+        """One producer for every 'produce a test record' (made on first use)."""
+        with self._producer_lock:
+            if self._producer is None:
+                self._producer = self.cluster.producer(client_id="rayqueue-console")
+            return self._producer
+
+    def close(self) -> None:
+        """Stop sampling and close the producer."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._producer_lock:
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None

@@ -1,0 +1,355 @@
+"""The web console's JSON API (rayqueue/console) on the session cluster, through FastAPI's
+TestClient: every endpoint, the numbers it shows against what the test produced, and
+errors as Kafka-named messages (never a traceback)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rayqueue import TopicPartition
+from rayqueue.console.app import STATIC, create_app
+from tests.helpers import consume_all, wait_for
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    """The console app (sampling every 0.3 s) with its lifespan running."""
+    with TestClient(create_app(cluster, sample_interval_s=0.3), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture
+def names(admin):
+    """Unique topic names; the topics that exist at the end are deleted."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"console-{os.getpid()}-{next(_ids)}")
+        return made[-1]
+
+    yield make
+    existing = set(admin.list_topics())
+    for name in made:
+        if name in existing:
+            admin.delete_topic(name)
+
+
+def ok(resp, status: int = 200) -> dict:
+    assert resp.status_code == status, resp.text
+    return resp.json()
+
+
+def refused(resp, status: int, error: str) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["error"] == error, body
+    assert "Traceback" not in resp.text and 'File "' not in resp.text
+    return body
+
+
+def test_overview_shows_brokers_leaders_and_cluster(cluster, client):
+    o = ok(client.get("/api/overview"))
+    info = cluster.describe()
+    meta = cluster.metadata()
+    assert o["cluster_id"] == info["cluster_id"] and o["namespace"] == cluster.namespace
+    assert o["controller_epoch"] == info["controller_epoch"]
+    assert [b["broker_id"] for b in o["brokers"]] == sorted(b.broker_id for b in info["brokers"])
+    partitions = [p for t in meta.topics.values() for p in t.partitions]
+    assert sum(b["leaders"] for b in o["brokers"]) == sum(not p.offline for p in partitions)
+    assert sum(b["partitions"] for b in o["brokers"]) == sum(len(p.replicas) for p in partitions)
+    assert o["topics"] == sum(not t.internal for t in meta.topics.values())
+    assert o["under_replicated"] == [] and o["offline"] == []
+    assert o["errors"] == []
+
+
+def test_topics_create_validate_alter_and_delete_with_confirmation(cluster, client, names):
+    name = names()
+    created = ok(client.post("/api/topics", json={"name": name, "partitions": 3, "replication_factor": 1}), 201)
+    assert created == {"name": name, "partitions": 3, "replication_factor": 1}
+    listed = {t["name"]: t for t in ok(client.get("/api/topics"))["topics"]}
+    assert listed[name]["partitions"] == 3 and listed[name]["replication_factor"] == 1
+    assert listed[name]["cleanup_policy"] == "delete" and listed[name]["retention_ms"] == 604800000
+    assert not any(t["internal"] for t in listed.values())
+    with_internal = {t["name"] for t in ok(client.get("/api/topics?internal=true"))["topics"]}
+    assert with_internal == set(cluster.metadata().topics)
+
+    # Admin's validation and errors, unchanged.
+    refused(client.post("/api/topics", json={"name": name, "partitions": 1}), 409, "TOPIC_ALREADY_EXISTS")
+    refused(client.post("/api/topics", json={"name": names(), "partitions": 0}), 400, "INVALID_PARTITIONS")
+    refused(client.post("/api/topics", json={"name": "bad name!", "partitions": 1}), 400, "INVALID_TOPIC_EXCEPTION")
+    body = refused(
+        client.post("/api/topics", json={"name": names(), "configs": {"retention.msx": "1"}}), 400, "INVALID_CONFIG"
+    )
+    assert "retention.ms" in body["message"]  # the nearest known key
+    refused(client.post("/api/topics", json={"partitions": 1}), 422, "INVALID_REQUEST")
+
+    # Configs: set, see it with its source, refuse a bad value, remove the override.
+    assert ok(client.post(f"/api/topics/{name}/configs", json={"set": {"retention.ms": "60000"}}))["overrides"] == {
+        "retention.ms": 60000
+    }
+    detail = ok(client.get(f"/api/topics/{name}"))
+    assert detail["configs"]["retention.ms"] == {"value": 60000, "source": "DYNAMIC_TOPIC_CONFIG"}
+    refused(client.post(f"/api/topics/{name}/configs", json={"set": {"retention.ms": "soon"}}), 400, "INVALID_CONFIG")
+    assert ok(client.post(f"/api/topics/{name}/configs", json={"delete": ["retention.ms"]}))["overrides"] == {}
+
+    # Delete: refused without the name repeated, then done.
+    refused(client.delete(f"/api/topics/{name}"), 400, "INVALID_REQUEST")
+    refused(client.delete(f"/api/topics/{name}?confirm=other"), 400, "INVALID_REQUEST")
+    assert name in {t["name"] for t in ok(client.get("/api/topics"))["topics"]}
+    assert ok(client.delete(f"/api/topics/{name}?confirm={name}")) == {"deleted": name}
+    refused(client.get(f"/api/topics/{name}"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert name not in {t["name"] for t in ok(client.get("/api/topics"))["topics"]}
+
+
+def test_topic_detail_shows_each_partitions_offsets_and_size(cluster, client, names):
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 2, "replication_factor": 2}), 201)
+    producer = cluster.producer()
+    producer.send_many(name, [b"v" * 100] * 7, partition=0).get()
+    producer.send_many(name, [b"w"] * 3, partition=1).get()
+    producer.close()
+    cluster.admin().delete_records({TopicPartition(name, 0): 2})
+    detail = wait_for(
+        lambda: (d := ok(client.get(f"/api/topics/{name}")))["partitions"][0]["log_start_offset"] == 2 and d,
+        10,
+        what="a snapshot after the produce",
+    )
+    meta = cluster.metadata([name]).topics[name]
+    rows = [
+        (
+            p["partition"],
+            p["leader"],
+            p["replicas"],
+            p["log_start_offset"],
+            p["high_watermark"],
+            p["last_stable_offset"],
+        )
+        for p in detail["partitions"]
+    ]
+    assert rows == [
+        (0, meta.partitions[0].leader, list(meta.partitions[0].replicas), 2, 7, 7),
+        (1, meta.partitions[1].leader, list(meta.partitions[1].replicas), 0, 3, 3),
+    ]
+    assert all(p["isr"] == p["replicas"] and p["segments"] == 1 for p in detail["partitions"])
+    assert detail["partitions"][0]["size_bytes"] > 700 > detail["partitions"][1]["size_bytes"] > 0
+    assert detail["messages"] == 8 and detail["replication_factor"] == 2
+    assert detail["rates"].keys() == {"messages_in", "messages_out"}
+
+
+def test_message_browser_by_offset_timestamp_newest_key_filter_and_produce(cluster, client, names):
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 2, "replication_factor": 1}), 201)
+    producer = cluster.producer()
+    # Recent times: the session cluster enforces 7 days' retention every second.
+    base = (int(time.time()) - 3600) * 1000
+    sent = [
+        producer.send(
+            name,
+            json.dumps({"n": i, "name": f"item-{i}"}).encode(),
+            key=f"k{i}".encode(),
+            headers=[("trace", f"t{i}".encode()), ("raw", b"\xff\x00")],
+            partition=0,
+            timestamp=base + i * 1000,
+        )
+        for i in range(10)
+    ]
+    producer.send(name, b"\xde\xad\xbe\xef", key=None, partition=0, timestamp=base + 10_000)
+    producer.flush()
+    assert [f.get().offset for f in sent] == list(range(10))
+    producer.close()
+    url = f"/api/topics/{name}/records"
+
+    page = ok(client.get(url, params={"partition": 0, "mode": "offset", "offset": 4, "limit": 3}))
+    assert (page["log_start_offset"], page["high_watermark"], page["start_offset"]) == (0, 11, 4)
+    assert [r["offset"] for r in page["records"]] == [4, 5, 6]
+    first = page["records"][0]
+    assert first["key"]["text"] == "k4" and first["timestamp"] == base + 4000
+    assert first["value"]["text"] == '{"n": 4, "name": "item-4"}'
+    assert first["value"]["json"] == '{\n  "n": 4,\n  "name": "item-4"\n}'
+    assert first["value"]["hex"] == " ".join(f"{b:02x}" for b in first["value"]["text"].encode())
+    assert first["headers"][0] == {
+        "key": "trace",
+        "value": {"size": 2, "truncated": False, "text": "t4", "json": None, "hex": "74 34"},
+    }
+    assert first["headers"][1]["value"]["text"] is None and first["headers"][1]["value"]["hex"] == "ff 00"
+
+    newest = ok(client.get(url, params={"partition": 0, "mode": "newest", "limit": 2}))["records"]
+    assert [r["offset"] for r in newest] == [9, 10]
+    assert newest[1]["key"] is None
+    assert newest[1]["value"]["text"] is None and newest[1]["value"]["hex"] == "de ad be ef"
+
+    by_time = ok(client.get(url, params={"mode": "timestamp", "timestamp": base + 6500, "limit": 2}))
+    assert [r["offset"] for r in by_time["records"]] == [7, 8]
+    assert ok(client.get(url, params={"mode": "timestamp", "timestamp": base + 3_600_000}))["records"] == []
+
+    filtered = ok(client.get(url, params={"mode": "offset", "offset": 0, "key": "k7"}))["records"]
+    assert [(r["offset"], r["key"]["text"]) for r in filtered] == [(7, "k7")]
+    assert ok(client.get(url, params={"partition": 1}))["records"] == []
+
+    md = ok(
+        client.post(
+            url, json={"key": "test-key", "value": '{"hello": "console"}', "partition": 1, "headers": {"h": "1"}}
+        ),
+        201,
+    )
+    assert (md["partition"], md["offset"]) == (1, 0)
+    record = ok(client.get(url, params={"partition": 1, "mode": "offset", "offset": 0}))["records"][0]
+    assert record["key"]["text"] == "test-key" and record["value"]["json"] == '{\n  "hello": "console"\n}'
+    assert record["headers"] == [
+        {"key": "h", "value": {"size": 1, "truncated": False, "text": "1", "json": "1", "hex": "31"}}
+    ]
+
+    refused(client.get(url, params={"mode": "sideways"}), 400, "INVALID_REQUEST")
+    refused(client.get(url, params={"mode": "offset"}), 400, "INVALID_REQUEST")
+    refused(client.get(url, params={"limit": 0}), 400, "INVALID_REQUEST")
+    refused(client.get(url, params={"partition": 5}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    refused(client.get("/api/topics/no-such-topic/records"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    refused(client.post("/api/topics/no-such-topic/records", json={"value": "x"}), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_groups_offsets_lag_and_reset_refused_while_active(cluster, admin, client, names):
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    producer = cluster.producer()
+    producer.send_many(name, [b"r"] * 10, partition=0).get()
+    producer.close()
+    group = f"console-group-{os.getpid()}-{next(_ids)}"
+    tp = TopicPartition(name, 0)
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.subscribe([name])
+    consume_all(consumer, 10)
+    consumer.commit({tp: 4})
+    try:
+        g = wait_for(
+            lambda: (
+                (d := ok(client.get(f"/api/groups/{group}")))["offsets"] and d["offsets"][0]["committed"] == 4 and d
+            ),
+            10,
+            what="the commit in a snapshot",
+        )
+        assert g["state"] == "Stable" and g["protocol_type"] == "consumer" and g["protocol"]
+        assert len(g["members"]) == 1
+        assert g["members"][0]["assignment"] == [{"topic": name, "partition": 0}]
+        assert g["offsets"] == [
+            {
+                "topic": name,
+                "partition": 0,
+                "committed": 4,
+                "log_end_offset": 10,
+                "lag": 6,
+                "owner": g["members"][0]["member_id"],
+            }
+        ]
+        assert g["lag"] == 6
+        listed = {x["group_id"]: x for x in ok(client.get("/api/groups"))["groups"]}
+        assert listed[group]["members"] == 1 and listed[group]["lag"] == 6
+        # kafka-consumer-groups refuses to reset an active group; so does the console.
+        body = {"group_id": group, "to": "latest", "confirm": True}
+        refused(client.post("/api/group-offsets/reset", json=body), 409, "NON_EMPTY_GROUP")
+    finally:
+        consumer.close()
+    refused(client.post("/api/group-offsets/reset", json={**body, "confirm": False}), 400, "INVALID_REQUEST")
+    done = ok(client.post("/api/group-offsets/reset", json=body))
+    assert done["offsets"] == [{"topic": name, "partition": 0, "offset": 10}]
+    assert wait_for(lambda: ok(client.get(f"/api/groups/{group}"))["lag"] == 0, 10, what="lag 0 after the reset")
+    earliest = ok(client.post("/api/group-offsets/reset", json={**body, "to": "earliest", "topics": [name]}))
+    assert earliest["offsets"][0]["offset"] == 0
+    assert wait_for(lambda: ok(client.get(f"/api/groups/{group}"))["lag"] == 10, 10, what="lag 10 after the reset")
+    records = ok(client.get(f"/api/topics/{name}/records", params={"mode": "offset", "offset": 3, "limit": 1}))
+    stamp = records["records"][0]["timestamp"]
+    by_time = ok(client.post("/api/group-offsets/reset", json={**body, "to": "timestamp", "timestamp": stamp}))
+    assert by_time["offsets"][0]["offset"] <= 3  # the batch shares one time: the first at or after it
+    refused(client.post("/api/group-offsets/reset", json={**body, "to": "timestamp"}), 400, "INVALID_REQUEST")
+    refused(client.get("/api/groups/no-such-group"), 404, "GROUP_ID_NOT_FOUND")
+    admin.delete_groups([group])
+
+
+def test_transactions_show_state_and_age(cluster, client, names):
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    txn_id = f"console-txn-{os.getpid()}-{next(_ids)}"
+    producer = cluster.producer(transactional_id=txn_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(name, b"in a transaction").get()
+
+        def shown(state: str) -> dict | None:
+            rows = {t["transactional_id"]: t for t in ok(client.get("/api/transactions"))["transactions"]}
+            return rows.get(txn_id) if rows.get(txn_id, {}).get("state") == state else None
+
+        open_txn = wait_for(lambda: shown("Ongoing"), 10, what="the open transaction")
+        assert open_txn["age_ms"] >= 0 and open_txn["partitions"] == [{"topic": name, "partition": 0}]
+        assert ok(client.get("/api/overview"))["open_transactions"] >= 1
+        producer.commit_transaction()
+        done = wait_for(lambda: shown("CompleteCommit"), 10, what="the committed transaction")
+        assert done["age_ms"] is None
+    finally:
+        producer.close()
+
+
+def test_history_feeds_the_charts_with_rates_and_lag(cluster, client, names):
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    created = time.time()
+    # History counts what moves after the console saw the topic: wait for a sample since.
+    wait_for(lambda: any(p["t"] > created for p in ok(client.get("/api/history"))["points"]), 15, what="a sample")
+    producer = cluster.producer()
+    producer.send_many(name, [b"h"] * 500, partition=0).get()
+    producer.close()
+
+    def moved() -> float:
+        points = ok(client.get("/api/history", params={"topic": name}))["points"]
+        # Each point's rate covers the time since the one before it.
+        return sum(p["messages_in"] * (p["t"] - q["t"]) for q, p in zip(points, points[1:], strict=False))
+
+    wait_for(lambda: moved() > 0, 15, what="the produce in the history")
+    # Sample times are wall clock and rates monotonic: the sum is the 500 records, within clock jitter.
+    assert moved() == pytest.approx(500, rel=0.2)
+    totals = ok(client.get("/api/history"))["points"]
+    assert any(p["messages_in"] > 0 for p in totals)
+    group = f"console-lag-{os.getpid()}-{next(_ids)}"
+    consumer = cluster.consumer(group_id=group, enable_auto_commit=False)
+    consumer.commit({TopicPartition(name, 0): 100})
+    consumer.close()
+    lag = wait_for(
+        lambda: [p for p in ok(client.get("/api/history", params={"group": group}))["points"] if p["lag"] == 400],
+        15,
+        what="the group's lag in the history",
+    )
+    assert lag[-1]["partitions"] == {f"{name}-0": 400}
+    cluster.admin().delete_groups([group])
+
+
+def test_an_unexpected_failure_is_a_message_not_a_traceback(client, monkeypatch):
+    state = client.app.state.console
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("controller said no\n  File 'x.py', line 1")
+
+    monkeypatch.setattr(state.admin, "describe_configs", boom)
+    resp = client.get("/api/topics")
+    assert resp.status_code == 500
+    assert resp.json() == {"error": "RuntimeError", "message": "controller said no File 'x.py', line 1"}
+    assert "Traceback" not in resp.text
+
+
+def test_pages_and_assets_are_served_locally(client):
+    for path in ("/", "/topics", "/topics/x", "/topics/x/messages", "/groups", "/groups/a/b", "/transactions"):
+        resp = client.get(path)
+        assert resp.status_code == 200 and '<main id="app">' in resp.text
+    for asset in sorted(Path(STATIC).iterdir()):
+        resp = client.get(f"/static/{asset.name}")
+        assert resp.status_code == 200
+        # No CDN or other network fetch at run time: the only URL is SVG's namespace name.
+        assert set(re.findall(r"https?://[^\s\"'`)]+", resp.text)) <= {"http://www.w3.org/2000/svg"}

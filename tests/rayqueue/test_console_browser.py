@@ -1,0 +1,318 @@
+"""The console in a real browser: the OS's headless Chromium driven by Playwright (never a
+browser downloaded at run time), against uvicorn serving the session cluster. Each page is
+opened and its numbers checked against what the test produced; a topic is created through
+the form, a message is found by offset, and every page is photographed under tmp_path
+(``RAYQUEUE_CONSOLE_SCREENSHOTS=dir`` also copies them there, for docs/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rayqueue import TopicPartition
+from rayqueue.console.app import ConsoleServer
+from tests.helpers import consume_all
+
+CHROMIUM = os.environ.get("RAYQUEUE_CHROMIUM", "/usr/bin/chromium")
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run installs it when run as root)",
+)
+
+
+@pytest.fixture(scope="module")
+def server(cluster):
+    """uvicorn on a free loopback port, sampling every 0.5 s; stopped at the end."""
+    console = ConsoleServer(cluster, "127.0.0.1", 0, sample_interval_s=0.5).start()
+    yield console
+    console.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, tmp_path):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def data(cluster, admin):
+    """A topic with 3 partitions (12 JSON records on partition 1, 5 on partition 2) and a
+    group that committed 8 of partition 1; removed afterwards."""
+    topic = f"browser-{os.getpid()}-{int(time.time())}"
+    group = f"{topic}-readers"
+    admin.create_topic(topic, 3, 2)
+    producer = cluster.producer()
+    for i in range(12):
+        producer.send(
+            topic, json.dumps({"order": i, "item": f"widget-{i}"}).encode(), key=f"order-{i}".encode(), partition=1
+        )
+    producer.send_many(topic, [b"plain"] * 5, partition=2).get()
+    producer.flush()
+    producer.close()
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, 1)])
+    consume_all(consumer, 12)
+    consumer.commit({TopicPartition(topic, 1): 8})
+    consumer.close()
+    traffic = _Traffic(cluster, f"{topic}-traffic")
+    yield {"topic": topic, "group": group, "traffic_topic": traffic.topic, "traffic_group": traffic.group}
+    traffic.stop()
+    admin.delete_groups([group, traffic.group])
+    for name in admin.list_topics():
+        if name.startswith(topic):
+            admin.delete_topic(name)
+
+
+class _Traffic:
+    """Steady load on another topic while the pages are open (about 100 records/s in, read
+    and committed by a group), so the charts have something to draw."""
+
+    def __init__(self, cluster, topic: str) -> None:
+        cluster.admin().create_topic(topic, 2, 1)
+        self.topic = topic
+        self.group = f"{topic}-readers"
+        self._stop = threading.Event()
+        self._producer = cluster.producer(linger_ms=5)
+        self._consumer = cluster.consumer(group_id=self.group, auto_offset_reset="earliest")
+        self._consumer.subscribe([topic])
+        self._threads = [
+            threading.Thread(target=self._produce, args=(topic,), daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _produce(self, topic: str) -> None:
+        i = 0
+        while not self._stop.wait(0.2):  # pacing the load, not waiting on a condition
+            self._producer.send_many(topic, [f"tick-{i + j}".encode() for j in range(20)])
+            i += 20
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            if self._consumer.poll(200):
+                self._consumer.commit()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        self._producer.close()
+        self._consumer.close()
+
+
+def _shots(tmp_path: Path) -> Path:
+    out = tmp_path / "screenshots"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def _cell_texts(page, table_id: str) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        f"#{table_id} tbody tr", "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText.trim()))"
+    )
+
+
+def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
+    from playwright.sync_api import expect
+
+    shots = _shots(tmp_path)
+    topic, group = data["topic"], data["group"]
+    meta = cluster.metadata()
+    info = cluster.describe()
+    # Creating a topic starts a replica actor per partition: seconds on a loaded 2-core machine.
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
+
+    # Overview: cluster id, brokers with their leaders, no unhealthy partitions.
+    page.goto(server.url + "/")
+    expect(page.locator("#cluster-id")).to_have_text(info["cluster_id"])
+    expect(page.locator("#broker-count")).to_have_text(str(len(info["brokers"])))
+    expect(page.locator("#urp-count")).to_have_text("0")
+    expect(page.locator("#offline-count")).to_have_text("0")
+    rows = _cell_texts(page, "brokers-table")
+    leaders = {b.broker_id: 0 for b in info["brokers"]}
+    for t in meta.topics.values():
+        for p in t.partitions:
+            leaders[p.leader] += 1
+    assert {int(r[0]): int(r[5]) for r in rows} == leaders
+    page.locator("#chart svg path").first.wait_for(state="attached")  # the throughput chart has a line
+    # The background traffic (about 100 records/s in, committed as read) shows as rates.
+    page.wait_for_function("Number(document.getElementById('messages-in').textContent) > 0")
+    page.wait_for_function("Number(document.getElementById('messages-out').textContent) > 0")
+    page.screenshot(path=shots / "overview.png", full_page=True)
+
+    # Topics: the list, then a topic created through the form.
+    page.goto(server.url + "/topics")
+    row = page.locator("#topics-table tr", has_text=topic)
+    expect(row.locator("td").nth(1)).to_have_text("3")
+    expect(row.locator("td").nth(2)).to_have_text("2")
+    expect(row.locator("td").nth(3)).to_have_text("17")
+    created = f"{topic}-made-in-browser"
+    page.fill("#create-topic input[name=name]", created)
+    page.fill("#create-topic input[name=partitions]", "4")
+    page.fill("#create-topic input[name=replication_factor]", "1")
+    page.fill("#create-topic textarea[name=configs]", "retention.ms=3600000")
+    page.click("#create-topic button[type=submit]")
+    expect(page.locator("#banner")).to_contain_text(f"Created topic {created} (4 partitions")
+    expect(page.locator("#topics-table tr", has_text=created).locator("td").nth(5)).to_have_text("3,600,000")
+    made = cluster.admin().describe_topics([created])[created]
+    assert len(made.partitions) == 4 and made.configs == {"retention.ms": 3600000}
+    # A refused create shows Admin's error on the page.
+    page.fill("#create-topic input[name=name]", created)
+    page.click("#create-topic button[type=submit]")
+    expect(page.locator("#banner")).to_contain_text("TOPIC_ALREADY_EXISTS")
+    page.screenshot(path=shots / "topics.png", full_page=True)
+    # Delete asks for the name; a wrong answer deletes nothing.
+    page.once("dialog", lambda d: d.accept("not-the-name"))
+    page.click(f"button[data-delete='{created}']")
+    expect(page.locator("#banner")).to_contain_text("Not deleted")
+    assert created in cluster.admin().list_topics()
+    page.once("dialog", lambda d: d.accept(created))
+    page.click(f"button[data-delete='{created}']")
+    expect(page.locator("#banner")).to_contain_text(f"Deleted topic {created}")
+    assert created not in cluster.admin().list_topics()
+
+    # Topic detail: each partition's high watermark and leader.
+    page.goto(f"{server.url}/topics/{topic}")
+    expect(page.locator("#partition-count")).to_have_text("3")
+    page.locator("#partitions-table tbody tr").nth(2).wait_for()
+    expect(page.locator("#partitions-table tbody tr").nth(1).locator("td").nth(6)).to_have_text("12")
+    rows = _cell_texts(page, "partitions-table")
+    tmeta = meta.topics[topic]
+    assert [(int(r[0]), int(r[1]), int(r[6])) for r in rows] == [
+        (p.partition, p.leader, hw) for p, hw in zip(tmeta.partitions, (0, 12, 5), strict=True)
+    ]
+    page.locator("#chart svg path").first.wait_for(state="attached")
+    page.screenshot(path=shots / "topic.png", full_page=True)
+    page.goto(f"{server.url}/topics/{data['traffic_topic']}")
+    expect(page.locator("#partition-count")).to_have_text("2")
+    page.wait_for_function("Number(document.getElementById('messages-in').textContent) > 0")
+    page.screenshot(path=shots / "topic-active.png", full_page=True)
+
+    # Message browser: to offset 7 of partition 1, value as JSON; then produce a record.
+    page.goto(f"{server.url}/topics/{topic}/messages")
+    page.select_option("#partition", "1")
+    page.select_option("#mode", "offset")
+    page.fill("#offset", "7")
+    page.fill("#limit", "2")
+    page.select_option("#view", "json")
+    page.click("#browse button[type=submit]")
+    first = page.locator("#records-table tbody tr").first
+    expect(first.locator("td").nth(0)).to_have_text("7")
+    expect(first.locator("td").nth(2)).to_have_text("order-7")
+    expect(first.locator("td").nth(3)).to_have_text(json.dumps({"order": 7, "item": "widget-7"}, indent=2))
+    expect(page.locator("#records-table tbody tr")).to_have_count(2)
+    page.fill("#key-filter", "order-1")  # order-1, order-10, order-11
+    page.select_option("#mode", "offset")
+    page.fill("#offset", "0")
+    page.fill("#limit", "20")
+    page.click("#browse button[type=submit]")
+    expect(page.locator("#records-table tbody tr")).to_have_count(3)
+    page.fill("#produce-key", "from-the-browser")
+    page.fill("#produce-value", "hello console")
+    page.fill("#produce-partition", "0")
+    page.click("#produce button[type=submit]")
+    expect(page.locator("#banner")).to_contain_text("Produced to partition 0 at offset 0")
+    consumer = cluster.consumer()
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek(TopicPartition(topic, 0), 0)
+    (record,) = consume_all(consumer, 1)
+    consumer.close()
+    assert (record.key, record.value) == (b"from-the-browser", b"hello console")
+    page.screenshot(path=shots / "messages.png", full_page=True)
+
+    # Consumer groups: the list and the group's lag (12 - 8 = 4) with its chart.
+    page.goto(server.url + "/groups")
+    expect(page.locator("#groups-table tr", has_text=group).locator("td").nth(5)).to_have_text("4")
+    page.screenshot(path=shots / "groups.png", full_page=True)
+    page.goto(f"{server.url}/groups/{group}")
+    expect(page.locator("#lag")).to_have_text("4")
+    expect(page.locator("#state")).to_have_text("Empty")
+    expect(page.locator("#offsets-table tbody tr").first.locator("td").nth(2)).to_have_text("8")
+    page.locator("#chart svg path").first.wait_for(state="attached")
+    page.screenshot(path=shots / "group.png", full_page=True)
+    # Reset to latest, confirmed: lag 0.
+    page.select_option("#reset-to", "latest")
+    page.once("dialog", lambda d: d.accept())
+    page.click("#reset button[type=submit]")
+    expect(page.locator("#banner")).to_contain_text(f"Reset 1 partition(s) of {group}")
+    expect(page.locator("#lag")).to_have_text("0")
+    assert cluster.admin().list_group_offsets(group)[TopicPartition(topic, 1)].offset == 12
+
+    # The busy group: a member that owns both partitions, committing as it reads.
+    page.goto(f"{server.url}/groups/{data['traffic_group']}")
+    expect(page.locator("#state")).to_have_text("Stable")
+    expect(page.locator("#member-count")).to_have_text("1")
+    expect(page.locator("#offsets-table tbody tr")).to_have_count(2)
+    page.wait_for_function("document.querySelectorAll('#chart svg path').length > 0")
+    # Resetting an active group's offsets is refused, as kafka-consumer-groups refuses it.
+    page.select_option("#reset-to", "earliest")
+    page.once("dialog", lambda d: d.accept())
+    page.click("#reset button[type=submit]")
+    expect(page.locator("#banner")).to_contain_text("NON_EMPTY_GROUP")
+    page.screenshot(path=shots / "group-active.png", full_page=True)
+    # Transactions: an open one, with its state.
+    txn_id = f"{topic}-txn"
+    producer = cluster.producer(transactional_id=txn_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"pending", partition=2).get()
+        page.goto(server.url + "/transactions")
+        row = page.locator("#transactions-table tr", has_text=txn_id)
+        expect(row.locator("td").nth(3)).to_have_text("Ongoing")
+        expect(row.locator("td").nth(6)).to_have_text(f"{topic}-2")
+        page.screenshot(path=shots / "transactions.png", full_page=True)
+        producer.abort_transaction()
+    finally:
+        producer.close()
+
+    assert sorted(p.name for p in shots.iterdir()) == sorted(
+        [
+            "overview.png",
+            "topics.png",
+            "topic.png",
+            "topic-active.png",
+            "messages.png",
+            "groups.png",
+            "group.png",
+            "group-active.png",
+            "transactions.png",
+        ]
+    )
+    keep = os.environ.get("RAYQUEUE_CONSOLE_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for shot in shots.iterdir():
+            shutil.copy(shot, Path(keep) / f"console-{shot.name}")
+
+
+def test_cluster_errors_show_as_messages_on_the_page(server, page):
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/topics/no-such-topic")
+    expect(page.locator("#banner")).to_contain_text("UNKNOWN_TOPIC_OR_PARTITION")
+    assert "Traceback" not in page.content()
