@@ -24,6 +24,7 @@ import rayqueue
 from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.cli import app
+from rayqueue.errors import NotLeaderOrFollowerError
 from storage.record_batch import RecordBatchBuilder
 from tests.helpers import consume_all, wait_for
 
@@ -125,6 +126,17 @@ def test_scraped_metrics_match_what_was_done(metrics_cluster):
         direct_bytes += len(batch)
         ray.get(leader.produce.remote(ProduceRequest(batch, 1, 30_000)))
     produced = RECORDS + DIRECT_CALLS * DIRECT_RECORDS
+    # A produce to a follower is refused: a failed produce request, counted by error name.
+    follower_handle = next(h for b, h in admin.replica_handles(TopicPartition("metered", 0)).items() if h != leader)
+    with pytest.raises(NotLeaderOrFollowerError):
+        ray.get(follower_handle.produce.remote(ProduceRequest(batch, 1, 30_000)))
+    wait_metric(
+        "ray_rayqueue_request_errors_total",
+        lambda v: v == 1,
+        "errors by name",
+        request="Produce",
+        error="NOT_LEADER_OR_FOLLOWER",
+    )
 
     samples = wait_metric("ray_rayqueue_messages_in_total", lambda v: v >= produced, "messages in", topic="metered")
     assert total(samples, "ray_rayqueue_messages_in_total", topic="metered") == produced
@@ -134,18 +146,21 @@ def test_scraped_metrics_match_what_was_done(metrics_cluster):
     )
     value = total(bytes_in, "ray_rayqueue_bytes_in_total", topic="metered") - direct_bytes
     batches = total(bytes_in, "ray_rayqueue_produce_requests_total", topic="metered") - DIRECT_CALLS
+    assert total(bytes_in, "ray_rayqueue_failed_produce_requests_total", topic="metered") == 1
     assert payload < value <= payload + RECORDS * RECORD_OVERHEAD + batches * BATCH_OVERHEAD
     hist = wait_metric(
         "ray_rayqueue_request_total_time_ms_count",
-        lambda v: v >= DIRECT_CALLS,
+        lambda v: v >= DIRECT_CALLS + 1,
         "produce histogram",
         request="Produce",
         acks="1",
         path="actor",
     )
-    assert total(hist, "ray_rayqueue_request_total_time_ms_count", request="Produce", acks="1") == DIRECT_CALLS
+    # The refused one is timed too (Kafka's TotalTimeMs counts every request).
+    timed = DIRECT_CALLS + 1
+    assert total(hist, "ray_rayqueue_request_total_time_ms_count", request="Produce", acks="1") == timed
     inf_bucket = total(hist, "ray_rayqueue_request_total_time_ms_bucket", request="Produce", acks="1", le="+Inf")
-    assert inf_bucket == DIRECT_CALLS
+    assert inf_bucket == timed
 
     # A group consumes everything and commits: its lag, computed by the coordinator from the
     # high watermark it asks the leader for, goes to 0 and its committed offset to the end.
@@ -224,13 +239,15 @@ def test_grafana_dashboard_names_only_scraped_metrics(metrics_cluster):
         "ray_rayqueue_group_lag",
     } <= named
     # Everything above ran first (module order), so every family has been exported by now.
-    samples = wait_for(
-        lambda: (s := scrape()) and all(n in s or f"{n}_bucket" in s for n in named) and s,
-        timeout=SCRAPE_DEADLINE_S,
-        interval=0.5,
-        what="every dashboard metric in the scrape",
-    )
-    missing = {n for n in named if n not in samples and f"{n}_bucket" not in samples}
+    missing: set[str] = set()
+
+    def all_scraped() -> bool:
+        samples = scrape()
+        missing.clear()
+        missing.update(n for n in named if total(samples, n) is None)
+        return not missing
+
+    wait_for(all_scraped, timeout=SCRAPE_DEADLINE_S, interval=0.5, what=f"dashboard metrics in the scrape: {missing}")
     assert not missing
 
 
