@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_transactions.py
 	$(VENV)/bin/python scripts/bench_gateway.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
+	$(VENV)/bin/python scripts/bench_metrics.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -61,6 +61,12 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("rayqueue.num.brokers", "int", 3, "Logical brokers to run, spread over the Ray nodes.", min=1),
         ConfigKey("rayqueue.namespace", "string", "rayqueue", "Ray namespace holding this cluster's named actors."),
+        ConfigKey(
+            "rayqueue.metrics.enabled",
+            "boolean",
+            True,
+            "Record metrics through ray.util.metrics (Prometheus via Ray's metrics agent); false records nothing.",
+        ),
         ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", min=1),
         ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
         ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),
@@ -107,6 +113,13 @@ BROKER_CONFIG = ConfigDef(
         ),
         # Kafka's default is 3000; rayqueue's groups are small and local, so no delay by default.
         ConfigKey("group.initial.rebalance.delay.ms", "int", 0, "Wait for more members when a group fills.", min=0),
+        ConfigKey(
+            "rayqueue.group.lag.refresh.interval.ms",
+            "long",
+            5000,
+            "How often the group coordinator asks partition leaders for high watermarks (the lag gauge).",
+            min=1,
+        ),
         ConfigKey(
             "rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1
         ),

@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, topic_defaults
 from actors.metadata_log import MetadataLog
+from actors.metrics import TICK_S, Recorder
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.protocol import (
     AllocateProducerIdsRequest,
@@ -336,6 +337,10 @@ class Controller:
         self._lock: asyncio.Lock | None = None
         self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
         self._rebalancer: asyncio.Task | None = None
+        self._metrics_enabled = self._config["rayqueue.metrics.enabled"]
+        self._recorder = Recorder(namespace, True) if self._metrics_enabled else None
+        self._metrics_task: asyncio.Task | None = None
+        self._exported_topics: set[str] = set()
         self._started = False
         self._stopping = False
         logger.info(
@@ -411,12 +416,14 @@ class Controller:
             await self._remove_strays(list(self._state.brokers))
             if self._rebalancer is None:
                 self._rebalancer = asyncio.get_running_loop().create_task(self._rebalance_loop())
+            if self._metrics_task is None and self._recorder is not None:
+                self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
             self._started = True
 
     async def shutdown(self, delete_data: bool = False) -> None:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
-        for task in [*self._watches.values(), *self._reassignments.values(), self._rebalancer]:
+        for task in [*self._watches.values(), *self._reassignments.values(), self._rebalancer, self._metrics_task]:
             if task is not None:
                 task.cancel()
         closes = [asyncio.ensure_future(handle.close.remote(delete_data)) for handle in self._handles.values()]
@@ -744,6 +751,8 @@ class Controller:
                         broker.data_dir,
                         self._effective_config(self._state.topics[topic]),
                         self._state.topics[topic].topic_id,
+                        self._metrics_enabled,
+                        self._namespace,
                     )
                 )
                 await handle.ping.remote()
@@ -882,6 +891,8 @@ class Controller:
             leader = live_isr[0]
         elif live and self._effective_config(t)["unclean.leader.election.enable"]:
             leader, isr = live[0], [live[0]]
+            if self._recorder is not None:
+                self._recorder.add(self._recorder.metrics.unclean_elections, 1, (("topic", topic),))
             logger.warning("%s-%d: unclean election of broker %d; records may be lost", topic, partition, leader)
         else:
             leader = NO_LEADER
@@ -1201,6 +1212,8 @@ class Controller:
         )
 
     def _write_partition(self, topic: str, partition: int, part: _Partition) -> None:
+        if self._recorder is not None:
+            self._count_change(topic, partition, part)
         self._write(
             {
                 "type": "partition",
@@ -1214,6 +1227,63 @@ class Controller:
                 "target": part.target,
             }
         )
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def _count_change(self, topic: str, partition: int, part: _Partition) -> None:
+        """Count what a partition change is: ISR shrink or expansion, leader election."""
+        partitions = self._state.topics[topic].partitions
+        if partition >= len(partitions):
+            return
+        old, rec = partitions[partition], self._recorder
+        tags = (("topic", topic),)
+        if set(part.isr) < set(old.isr):
+            rec.add(rec.metrics.isr_shrinks, 1, tags)
+        elif set(part.isr) > set(old.isr):
+            rec.add(rec.metrics.isr_expands, 1, tags)
+        if part.leader != old.leader and part.leader != NO_LEADER:
+            rec.add(rec.metrics.leader_elections, 1, tags)
+
+    async def _metrics_loop(self) -> None:
+        """Every TICK_S: the summed counters to Ray, and the replication gauges from the state."""
+        while not self._stopping:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._record_state()
+            except Exception:  # metrics must never take the controller down
+                logger.exception("recording controller metrics failed")
+
+    def _record_state(self) -> None:
+        rec = self._recorder
+        m = rec.metrics
+        rec.flush()
+        offline = 0
+        leaders = dict.fromkeys(self._state.brokers, 0)
+        hosted = dict.fromkeys(self._state.brokers, 0)
+        for t in self._state.topics.values():
+            under = under_min = 0
+            min_isr = self._effective_config(t)["min.insync.replicas"]
+            for part in t.partitions:
+                offline += part.leader == NO_LEADER
+                under += len(part.isr) < len(part.replicas)
+                under_min += len(part.isr) < min_isr
+                if part.leader in leaders:
+                    leaders[part.leader] += 1
+                for b in part.replicas:
+                    if b in hosted:
+                        hosted[b] += 1
+            m.under_replicated.set(under, rec.tags(topic=t.name))
+            m.under_min_isr.set(under_min, rec.tags(topic=t.name))
+        # A deleted topic's series drop to zero rather than keep their last value.
+        for name in self._exported_topics - set(self._state.topics):
+            m.under_replicated.set(0, rec.tags(topic=name))
+            m.under_min_isr.set(0, rec.tags(topic=name))
+        self._exported_topics = set(self._state.topics)
+        m.offline.set(offline, rec.tags())
+        m.active_controller.set(1, rec.tags())
+        for b in self._state.brokers:
+            m.leader_count.set(leaders[b], rec.tags(broker=b))
+            m.partition_count.set(hosted[b], rec.tags(broker=b))
 
     def _effective_config(self, topic: _Topic) -> dict[str, Any]:
         return {**topic_defaults(self._config), **topic.configs}

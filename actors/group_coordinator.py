@@ -52,14 +52,17 @@ from typing import Any
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.controller import INTERNAL_TOPICS
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.metrics import TICK_S, Recorder
 from actors.protocol import (
     CompleteTxnRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
+    GroupLagRequest,
     GroupState,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
@@ -75,6 +78,7 @@ from actors.types import (
     JoinGroupResult,
     MemberDescription,
     OffsetAndMetadata,
+    PartitionLag,
     TopicPartition,
 )
 from storage.errors import (
@@ -91,6 +95,7 @@ from storage.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
+from storage.log import LATEST_TIMESTAMP
 from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -295,6 +300,12 @@ class GroupCoordinator(Coordinator):
         self._retention_check_s = self._config["offsets.retention.check.interval.ms"] / 1000
         # Transactional offset commits not yet ended: producer id -> group -> partition -> offset.
         self._pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        # The high watermarks learnt from partition leaders, for lag without a consumer.
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._lag_refresh_s = self._config["rayqueue.group.lag.refresh.interval.ms"] / 1000
+        self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
+        self._exported_groups: set[str] = set()
+        self._exported_offsets: set[tuple[str, TopicPartition]] = set()
 
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
@@ -609,6 +620,8 @@ class GroupCoordinator(Coordinator):
             if group.state == GroupState.COMPLETING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id!r} is completing a rebalance")
             member.touch()
+        if self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.offset_commits, 1, (("group", group_id),))
         await self._store_offsets(group_id, offsets)
 
     async def _store_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
@@ -711,6 +724,92 @@ class GroupCoordinator(Coordinator):
             )
             out.append(GroupDescription(gid, g.state, PROTOCOL_TYPE, g.protocol, g.generation, g.leader, members))
         return out
+
+    async def group_lag(self, request: GroupLagRequest) -> dict[TopicPartition, PartitionLag]:
+        """A group's lag per partition, from its committed offsets and the partitions' high
+        watermarks, asked of their leaders now (``kafka-consumer-groups --describe``).
+
+        Covers the partitions the group committed for or is assigned, plus every partition of
+        ``request.topics``; a partition never committed counts its whole log as lag.
+        """
+        require(request, GroupLagRequest)
+        self._check_loaded()
+        group = self._groups.get(request.group_id)
+        committed = dict(group.offsets) if group is not None else {}
+        partitions = set(committed)
+        if group is not None:
+            for m in group.members.values():
+                partitions.update(m.assignment)
+        if request.topics:
+            md = await self._controller_handle().get_metadata.remote(MetadataRequest(tuple(request.topics)))
+            for t in md.topics.values():
+                partitions.update(TopicPartition(t.name, p.partition) for p in t.partitions)
+        await self._refresh_high_watermarks(partitions)
+        out = {}
+        for tp in sorted(partitions):
+            end = self._high_watermarks.get(tp, 0)
+            om = committed.get(tp)
+            out[tp] = PartitionLag(om.offset if om else None, end, max(0, end - (om.offset if om else 0)))
+        return out
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            partitions = {tp for g in self._groups.values() for tp in g.offsets}
+            await self._refresh_high_watermarks(partitions)
+        except Exception:  # noqa: BLE001 - the next refresh tries again; lag keeps its last value
+            logger.warning("could not learn high watermarks for group lag", exc_info=True)
+
+    async def _refresh_high_watermarks(self, partitions: set[TopicPartition]) -> None:
+        """Ask each partition's leader for its high watermark: one metadata call, then the
+        leaders all at once (never per commit). A leader that fails keeps its last value."""
+        topics = tuple(sorted({tp.topic for tp in partitions}))
+        if not topics:
+            return
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest(topics))
+        asked: list[tuple[TopicPartition, Any]] = []
+        for tp in partitions:
+            t = md.topics.get(tp.topic)
+            if t is None or tp.partition >= len(t.partitions):
+                continue
+            p = t.partitions[tp.partition]
+            if p.leader_handle is not None:
+                asked.append(
+                    (tp, p.leader_handle.list_offsets.remote(ListOffsetsRequest(LATEST_TIMESTAMP, p.leader_epoch)))
+                )
+        answers = await asyncio.gather(*(ref for _, ref in asked), return_exceptions=True)
+        for (tp, _), answer in zip(asked, answers, strict=True):
+            if not isinstance(answer, BaseException):
+                self._high_watermarks[tp] = answer.offset
+
+    def _record_metrics(self) -> None:
+        """Summed counters to Ray; groups, members, states, committed offsets and lag as gauges."""
+        rec = self._recorder
+        m = rec.metrics
+        rec.flush()
+        by_state = dict.fromkeys(GroupState, 0)
+        offsets: set[tuple[str, TopicPartition]] = set()
+        for gid, g in self._groups.items():
+            by_state[g.state] += 1
+            m.group_members.set(len(g.members), rec.tags(group=gid))
+            for state in GroupState:
+                m.group_state.set(1 if g.state == state else 0, rec.tags(group=gid, state=state.value))
+            for tp, om in g.offsets.items():
+                tags = rec.tags(group=gid, topic=tp.topic, partition=tp.partition)
+                m.group_committed_offset.set(om.offset, tags)
+                hw = self._high_watermarks.get(tp)
+                if hw is not None:
+                    m.group_lag.set(max(0, hw - om.offset), tags)
+                offsets.add((gid, tp))
+        for state, count in by_state.items():
+            m.groups.set(count, rec.tags(state=state.value))
+        # Groups and offsets that went away drop to zero rather than keep their last value.
+        for gid in self._exported_groups - set(self._groups):
+            m.group_members.set(0, rec.tags(group=gid))
+            for state in GroupState:
+                m.group_state.set(0, rec.tags(group=gid, state=state.value))
+        for gid, tp in self._exported_offsets - offsets:
+            m.group_lag.set(0, rec.tags(group=gid, topic=tp.topic, partition=tp.partition))
+        self._exported_groups, self._exported_offsets = set(self._groups), offsets
 
     async def alter_offsets(self, request: OffsetCommitRequest) -> None:
         """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise):
@@ -828,6 +927,8 @@ class GroupCoordinator(Coordinator):
         """Every member rejoined (or was dropped): next generation, assignment, answers."""
         group.generation += 1
         group.state_timestamp_ms = _now_ms()
+        if self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.group_rebalances, 1, (("group", group.group_id),))
         if not group.members:
             group.state, group.protocol, group.leader, group.snapshot = GroupState.EMPTY, "", "", {}
             self._persist_group(group)
@@ -974,7 +1075,7 @@ class GroupCoordinator(Coordinator):
     # -- background: expiry, rebalance deadlines, metadata changes, offset retention ------
 
     async def _background_loop(self) -> None:
-        next_check = time.monotonic()
+        next_check = next_metrics = next_lag = time.monotonic()
         next_retention = time.monotonic() + self._retention_check_s
         while True:
             await asyncio.sleep(_TICK_S)
@@ -989,6 +1090,13 @@ class GroupCoordinator(Coordinator):
                 if now >= next_retention:
                     next_retention = now + self._retention_check_s
                     await self.expire_offsets()
+                if self._recorder is not None and now >= next_lag:
+                    next_lag = now + self._lag_refresh_s
+                    # A task of its own: leaders that are slow to answer must not hold up expiry.
+                    asyncio.get_running_loop().create_task(self._refresh_quietly())
+                if self._recorder is not None and now >= next_metrics:
+                    next_metrics = now + TICK_S
+                    self._record_metrics()
             except Exception:  # a background error must not stop expiry for every group
                 logger.exception("group coordinator background task failed")
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import ray
 
+from actors.metrics import PATH_ACTOR, TICK_S, Recorder, error_name
 from actors.protocol import (
     NO_EPOCH,
     AbortedTransaction,
@@ -66,7 +67,7 @@ from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
-from storage.cleaner import clean, cleanable
+from storage.cleaner import clean, cleanable, dirty_ratio
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -225,6 +226,8 @@ class PartitionReplica:
         data_dir: str,
         config: dict[str, Any],
         topic_id: str | None = None,
+        metrics_enabled: bool = True,
+        namespace: str = "",
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -264,6 +267,7 @@ class PartitionReplica:
         self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
         self._retention_check_ms = 300000
+        self._metrics = _ReplicaMetrics(self, metrics_enabled, namespace)
         logger.info("replica %s-%d on broker %d opened at %s", topic, partition, broker_id, self._dir)
 
     # -- role changes (driven by the controller) ------------------------------------------
@@ -405,15 +409,26 @@ class PartitionReplica:
             if request.origin is AppendOrigin.COORDINATOR and _has_control_batch(request.records):
                 # The coordinators' markers go through write_txn_marker, which builds them itself.
                 raise InvalidRecordError("control batches are written by write_txn_marker only")
-        except (InvalidRequestError, InvalidRecordError):
+        except (InvalidRequestError, InvalidRecordError) as exc:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
                 await self._notify()
+            self._metrics.produce_failed(request.acks, exc)
             raise
-        return await self._produce(request)
+        if not self._metrics.enabled:
+            return await self._produce(request)
+        started = time.perf_counter()
+        try:
+            result = await self._produce(request)
+        except BaseException as exc:
+            self._metrics.produce_failed(request.acks, exc, started)
+            raise
+        self._metrics.request_done("Produce", request.acks, started)
+        return result
 
-    async def _produce(self, request: ProduceRequest) -> ProduceResponse:
-        """``produce`` of a checked request; also the marker path's."""
+    async def _produce(self, request: ProduceRequest, count: bool = True) -> ProduceResponse:
+        """``produce`` of a checked request; also the marker path's (``count`` false: markers
+        are not messages in)."""
         records, acks, timeout_ms = request.records, request.acks, request.timeout_ms
         leader_epoch, origin, order = request.current_leader_epoch, request.origin, request.order
         if order is not None:
@@ -442,6 +457,8 @@ class PartitionReplica:
             raise
         if order is not None:
             self._end_turn(order)  # the notify below wakes the session's next call
+        if count and not info.duplicate:
+            self._metrics.appended(info, len(records))
         if not info.duplicate or order is not None:
             await self._advance_hw()
             await self._notify()
@@ -523,7 +540,8 @@ class PartitionReplica:
             request.coordinator_epoch,
         )
         return await self._produce(
-            ProduceRequest(marker, -1, request.timeout_ms, request.current_leader_epoch, AppendOrigin.COORDINATOR)
+            ProduceRequest(marker, -1, request.timeout_ms, request.current_leader_epoch, AppendOrigin.COORDINATOR),
+            count=False,
         )
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
@@ -540,6 +558,19 @@ class PartitionReplica:
         than 0 or 1).
         """
         request = checked_request(request, FetchRequest)
+        if not self._metrics.enabled:
+            return await self._fetch(request)
+        started = time.perf_counter()
+        follower = request.replica_id >= 0
+        try:
+            result = await self._fetch(request)
+        except BaseException as exc:
+            self._metrics.fetch_failed(follower, exc, started)
+            raise
+        self._metrics.fetched(follower, len(result.records), started)
+        return result
+
+    async def _fetch(self, request: FetchRequest) -> FetchResponse:
         offset, max_bytes, max_wait_ms, min_bytes = (
             request.fetch_offset,
             request.partition_max_bytes,
@@ -869,10 +900,13 @@ class PartitionReplica:
 
     async def _background_loop(self) -> None:
         # The interval is read on every turn: become_leader may change it after the loop starts.
-        last_retention = last_clean_check = time.monotonic()
+        last_retention = last_clean_check = last_metrics = time.monotonic()
         while not self._closed:
             await asyncio.sleep(0.1)
             try:
+                if time.monotonic() - last_metrics >= TICK_S:
+                    last_metrics = time.monotonic()
+                    self._metrics.tick()
                 if time.monotonic() - last_clean_check >= CLEANER_CHECK_S:
                     last_clean_check = time.monotonic()
                     self._maybe_start_cleaning()
@@ -919,6 +953,7 @@ class PartitionReplica:
         stats = await asyncio.to_thread(clean, self._log, self._lso(), force=force)
         if stats is None:
             return None
+        self._metrics.cleaned(stats)
         logger.info("%s-%d: cleaned %s", self.topic, self.partition, stats)
         return dataclasses.asdict(stats)
 
@@ -979,6 +1014,7 @@ class PartitionReplica:
         await self._finish_cleaning()
         if not self._log.closed:
             self._checkpoint_hw()
+            self._metrics.tick()  # the last counts; the log's gauges while it can still be read
             self._log.close()
         if delete:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -1080,3 +1116,100 @@ def _has_control_batch(records: Any) -> bool:
     if not isinstance(records, bytes | bytearray | memoryview):
         return False  # refused as it is by the append
     return any(records[p + ATTRIBUTES_OFFSET + 1] & CONTROL_MASK for p, _ in batch_boundaries(records))
+
+
+class _ReplicaMetrics:
+    """What a replica records (``actors.metrics``): per request and per append, summed
+    until its tick; the log's gauges on the tick. Never per record."""
+
+    def __init__(self, replica: PartitionReplica, enabled: bool, namespace: str) -> None:
+        self.enabled = enabled
+        self._replica = replica
+        if not enabled:
+            return
+        self._rec = rec = Recorder(namespace, enabled)
+        self._m = rec.metrics
+        topic, partition, broker = replica.topic, str(replica.partition), str(replica.broker_id)
+        self._topic_tags = (("topic", topic), ("broker", broker))
+        self._replica_tags = rec.tags(topic=topic, partition=partition, broker=broker)
+        self._partition_tags = rec.tags(topic=topic, partition=partition)
+        self._clean_tags = (("topic", topic), ("broker", broker))
+        self._request_tags: dict[tuple[str, str], dict[str, str]] = {}
+        self._broker_tags = rec.tags(broker=broker)
+        self._last_clean = time.monotonic()
+
+    def _request(self, request: str, acks: Any) -> dict[str, str]:
+        # Tags only ever take Kafka's acks values: a hostile request must not mint series.
+        acks = str(acks) if acks in (-1, 0, 1) and type(acks) is int else ("" if acks is None else "invalid")
+        key = (request, acks)
+        tags = self._request_tags.get(key)
+        if tags is None:
+            broker = str(self._replica.broker_id)
+            tags = self._request_tags[key] = self._rec.tags(broker=broker, path=PATH_ACTOR, request=request, acks=acks)
+        return tags
+
+    def appended(self, info: Any, size: int) -> None:
+        """A client's batches were appended (not a duplicate): records and bytes in."""
+        if self.enabled:
+            rec, m = self._rec, self._m
+            rec.add(m.messages_in, info.last_offset - info.first_offset + 1, self._topic_tags)
+            rec.add(m.bytes_in, size, self._topic_tags)
+
+    def request_done(self, request: str, acks: Any, started: float) -> None:
+        rec, m = self._rec, self._m
+        rec.add(m.produce_requests if request == "Produce" else m.fetch_requests, 1, self._topic_tags)
+        rec.observe_ms(m.request_time, started, self._request(request, acks))
+
+    def produce_failed(self, acks: Any, exc: BaseException, started: float | None = None) -> None:
+        if self.enabled:
+            self._failed("Produce", acks, exc, started)
+
+    def _failed(self, request: str, acks: Any, exc: BaseException, started: float | None) -> None:
+        rec, m = self._rec, self._m
+        failed = m.failed_produce if request == "Produce" else m.failed_fetch
+        rec.add(failed, 1, self._topic_tags)
+        tags = self._request(request, acks)
+        rec.add(m.request_errors, 1, (*tags.items(), ("error", error_name(exc))))
+        if started is not None:
+            rec.observe_ms(m.request_time, started, tags)
+
+    def fetched(self, follower: bool, size: int, started: float) -> None:
+        rec, m = self._rec, self._m
+        if follower:
+            rec.add(m.replication_bytes_out, size, self._topic_tags)
+            rec.observe_ms(m.request_time, started, self._request("FetchFollower", None))
+        else:
+            rec.add(m.bytes_out, size, self._topic_tags)
+            rec.add(m.fetch_requests, 1, self._topic_tags)
+            rec.observe_ms(m.request_time, started, self._request("FetchConsumer", None))
+
+    def fetch_failed(self, follower: bool, exc: BaseException, started: float) -> None:
+        self._failed("FetchFollower" if follower else "FetchConsumer", None, exc, started)
+
+    def cleaned(self, stats: Any) -> None:
+        self._last_clean = time.monotonic()
+        if self.enabled:
+            self._rec.add(self._m.cleaner_bytes_read, stats.bytes_read, self._clean_tags)
+            self._rec.add(self._m.cleaner_bytes_written, stats.bytes_written, self._clean_tags)
+
+    def tick(self) -> None:
+        """Counters to Ray; the log's gauges (and the flushes since the last tick)."""
+        if not self.enabled:
+            return
+        replica, m, tags = self._replica, self._m, self._replica_tags
+        self._rec.flush()
+        log = replica._log
+        if log.closed:
+            return
+        m.log_size.set(log.size_in_bytes, tags)
+        m.log_segments.set(len(log.segments), tags)
+        m.log_start_offset.set(log.log_start_offset, tags)
+        m.log_end_offset.set(log.log_end_offset, tags)
+        if replica._role == ReplicaRole.LEADER:
+            m.high_watermark.set(replica._hw, self._partition_tags)
+        flushes = log.flush_times_ms
+        while flushes:
+            m.flush_time.observe(flushes.popleft(), self._broker_tags)
+        if "compact" in replica._config["cleanup.policy"]:
+            m.cleaner_dirty_ratio.set(dirty_ratio(log, replica._lso()), tags)
+            m.cleaner_time_since_last_run.set((time.monotonic() - self._last_clean) * 1000.0, tags)

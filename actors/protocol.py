@@ -746,6 +746,16 @@ class OffsetFetchRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
+class GroupLagRequest(_Message):
+    """A group's lag (as ``kafka-consumer-groups --describe`` shows it), computed by the group
+    coordinator; answered with ``{partition: PartitionLag}`` for the partitions the group
+    committed for or is assigned, plus every partition of ``topics``."""
+
+    group_id: str
+    topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DescribeGroupsRequest(_Message):
     """Kafka's DescribeGroups; answered with a GroupDescription per group."""
 

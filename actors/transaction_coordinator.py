@@ -43,6 +43,7 @@ from actors.group_coordinator import (
     offsets_partition_for,
 )
 from actors.internal_topic import Coordinator, InternalTopic
+from actors.metrics import TICK_S, Recorder
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -191,6 +192,7 @@ class TransactionCoordinator(Coordinator):
         self._pid_lock: asyncio.Lock | None = None
         self._next_pid = 0
         self._pid_end = 0  # the current block is [_next_pid, _pid_end)
+        self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
 
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
@@ -634,6 +636,10 @@ class TransactionCoordinator(Coordinator):
     async def _background_loop(self) -> None:
         next_expiry = time.monotonic() + 3600
         aborting: asyncio.Task | None = None
+        if self._recorder is not None:
+            # Its own loop: the abort check may run only every few seconds or minutes.
+            metrics = asyncio.get_running_loop().create_task(self._metrics_loop())
+            self._completions.add(metrics)
         while True:
             await asyncio.sleep(self._abort_interval_s)
             if not self._loaded:
@@ -649,6 +655,20 @@ class TransactionCoordinator(Coordinator):
                     await self.expire_transactional_ids()
             except Exception:  # a failed turn must not stop the loop
                 logger.exception("transaction coordinator background task failed")
+
+    async def _metrics_loop(self) -> None:
+        """Every TICK_S: how many transactions are open and how old the oldest is."""
+        open_states = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+        rec = self._recorder
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                now = _now_ms()
+                starts = [t.start_ms for t in self._txns.values() if t.state in open_states]
+                rec.metrics.transactions_open.set(len(starts), rec.tags())
+                rec.metrics.transaction_oldest_age.set(max(0, now - min(starts)) if starts else 0, rec.tags())
+            except Exception:  # noqa: BLE001 - metrics must never stop the coordinator
+                logger.exception("recording transaction metrics failed")
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -176,3 +176,13 @@ class TransactionDescription:
     timeout_ms: int
     start_ms: int  # when the ongoing transaction started; -1 when none is open
     partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's progress on one partition: committed offset (None if never), log end
+    offset (the high watermark) and lag = log end - committed."""
+
+    committed: int | None
+    log_end_offset: int
+    lag: int

@@ -22,6 +22,7 @@ from actors.protocol import (
     DescribeGroupsRequest,
     DescribeTransactionsRequest,
     ElectLeadersRequest,
+    GroupLagRequest,
     IncrementalAlterConfigsRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -32,6 +33,7 @@ from actors.types import (
     GroupDescription,
     OffsetAndMetadata,
     OffsetAndTimestamp,
+    PartitionLag,
     TopicMetadata,
     TopicPartition,
     TransactionDescription,
@@ -78,15 +80,6 @@ class TransactionListing:
     transactional_id: str
     producer_id: int
     state: str
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """A group's progress on one partition: committed offset (None if never), log end and lag."""
-
-    committed: int | None
-    log_end_offset: int
-    lag: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,25 +249,17 @@ class Admin:
         return self._group_call(lambda c: c.fetch_offsets.remote(request))
 
     def group_lag(self, group_id: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, PartitionLag]:
-        """Per partition: committed offset, log end offset (high watermark) and lag = end - committed.
+        """Per partition: committed offset, log end offset (high watermark) and lag = end - committed,
+        as the group coordinator computes it (the same numbers as its ``rayqueue_group_lag`` gauge,
+        with the high watermarks asked of the leaders now).
 
         Covers the partitions the group committed for or is assigned, plus every partition of
         ``topics``; a partition never committed counts its whole log as lag.
         """
-        committed = self.list_group_offsets(group_id)
-        partitions = set(committed)
-        for desc in self.describe_groups([group_id]).values():
-            for member in desc.members:
-                partitions.update(member.assignment)
         for topic in topics or ():
-            partitions.update(TopicPartition(topic, p) for p in range(self._metadata.num_partitions(topic)))
-        ends = self.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(partitions)})
-        out = {}
-        for tp in sorted(partitions):
-            end = ends[tp].offset
-            om = committed.get(tp)
-            out[tp] = PartitionLag(om.offset if om else None, end, max(0, end - (om.offset if om else 0)))
-        return out
+            self._metadata.num_partitions(topic)  # UnknownTopicOrPartitionError for a topic that is not there
+        request = GroupLagRequest(group_id, tuple(topics or ()))
+        return self._group_call(lambda c: c.group_lag.remote(request))
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Set a group's committed offsets; the group must have no members (NonEmptyGroupError)."""

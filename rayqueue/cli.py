@@ -35,6 +35,7 @@ from rich.text import Text
 from tqdm import tqdm
 
 from actors.config import load_toml
+from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata, TopicPartition
 from rayqueue.cluster import Cluster, connect, join_ray, launch, start_embedded_ray
 from rayqueue.console import DEFAULT_HOST as DEFAULT_CONSOLE_HOST
@@ -53,6 +54,8 @@ CONNECT_TIMEOUT_S = 10.0
 DEFAULT_CONFIG = Path("configs/local.toml")
 # Where `rayqueue start` listens for Kafka clients unless told otherwise (Kafka's own port).
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+# Where `rayqueue start`'s embedded Ray serves Prometheus metrics (the port Ray's docs use).
+DEFAULT_METRICS_EXPORT_PORT = 8080
 
 app = typer.Typer(
     help="rayqueue: a Kafka-style distributed commit log on Ray.",
@@ -239,6 +242,16 @@ def start(
     console_host: Annotated[
         str, typer.Option("--console-host", help="Interface of --console (0.0.0.0: every interface).")
     ] = DEFAULT_CONSOLE_HOST,
+    metrics_export_port: Annotated[
+        int,
+        typer.Option(
+            "--metrics-export-port",
+            help="Where the embedded Ray serves Prometheus metrics (/metrics); 0: a free port of Ray's choosing."
+            " Ignored with --address (that Ray exports wherever it was started to).",
+            min=0,
+            max=65535,
+        ),
+    ] = DEFAULT_METRICS_EXPORT_PORT,
 ) -> None:
     """Launch a rayqueue cluster.
 
@@ -268,7 +281,7 @@ def start(
     _quiet_ray()
     embedded = not address
     if embedded:
-        start_embedded_ray()
+        start_embedded_ray(metrics_export_port=metrics_export_port or None)
     else:
         join_ray(address)
 
@@ -305,6 +318,9 @@ def start(
             # tell the operator how to reach this one exactly.
             gcs = ray.get_runtime_context().gcs_address
             out.print(f"Ray is embedded in this process at {gcs} (other commands: --address {gcs} or RAY_ADDRESS).")
+            here = ray.get_runtime_context().get_node_id()
+            node = next(n for n in ray.nodes() if n["NodeID"] == here)
+            out.print(f"Prometheus metrics: http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics")
         if embedded or foreground:
             out.print("Running in the foreground; Ctrl-C or SIGTERM stops the cluster.")
         else:
@@ -540,6 +556,31 @@ def status_view(snap: ClusterSnapshot, topic_rates: Mapping[str, TopicRate]) -> 
     for error in snap.errors:
         parts.append(Text(f"could not read {error}", style="red"))
     return Group(*parts)
+
+
+@app.command()
+def health(
+    name: NameOpt = "rayqueue",
+    address: AddressOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the controller.", min=0.1)] = 10.0,
+) -> None:
+    """Readiness check: exit 0 when the controller answers and no partition is offline;
+    otherwise print the reason and exit 1 (for a deployment's probe)."""
+    try:
+        cluster = _connect(name, address)
+        # A bounded wait: a probe must answer, not ride through a long controller restart.
+        meta: ClusterMetadata = ray.get(cluster.controller.get_metadata.remote(MetadataRequest()), timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - whatever keeps the controller from answering is the reason
+        error = as_kafka_error(exc, what="rayqueue controller")
+        raise _fail(
+            _one_line(f"unhealthy: the controller of {name!r} does not answer: {type(error).__name__}: {error}")
+        ) from None
+    offline = sorted(f"{p.topic}-{p.partition}" for t in meta.topics.values() for p in t.partitions if p.offline)
+    if offline:
+        shown = ", ".join(offline[:20]) + (f" and {len(offline) - 20} more" if len(offline) > 20 else "")
+        raise _fail(f"unhealthy: {len(offline)} offline partition(s) (no live leader): {shown}")
+    partitions = sum(len(t.partitions) for t in meta.topics.values())
+    out.print(f"healthy: controller epoch {meta.controller_epoch}, {partitions} partitions, none offline")
 
 
 def _partition_table(partitions: Iterable[Any], with_topic: bool = False) -> Table:

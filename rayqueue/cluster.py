@@ -131,6 +131,7 @@ def launch(
     num_cpus: int | None = None,
     timeout_s: float = 120.0,
     create_topics: bool = True,
+    metrics_export_port: int | None = None,
     **overrides: Any,
 ) -> Cluster:
     """Start a rayqueue cluster and return a handle to it.
@@ -142,10 +143,15 @@ def launch(
     ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker gets a Kafka protocol
     gateway; ``cluster.bootstrap_servers`` names them. Raises InvalidConfigError if a
     cluster already runs in the namespace.
+
+    An embedded Ray started here serves the cluster's metrics to Prometheus on
+    ``metrics_export_port`` (``http://<node>:<port>/metrics``) when given; otherwise on a
+    port of Ray's choosing. On a Ray the driver joined, metrics are wherever it exports them.
+    ``rayqueue.metrics.enabled=False`` records none.
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
-    owns_ray = ensure_ray(address, num_cpus)
+    owns_ray = ensure_ray(address, num_cpus, metrics_export_port)
     namespace = cfg["rayqueue.namespace"]
     try:
         ray.get_actor(CONTROLLER_NAME, namespace=namespace)

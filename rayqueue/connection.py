@@ -109,10 +109,17 @@ def join_ray(address: str) -> None:
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
 
 
-def start_embedded_ray(num_cpus: int | None = None) -> None:
+def start_embedded_ray(num_cpus: int | None = None, metrics_export_port: int | None = None) -> None:
     """Start a Ray of this process's own, quietly: Ray's defaults (token authentication on,
     unless RAY_AUTH_MODE says otherwise), its logs in its session directory, and a worker
-    start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY)."""
+    start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY).
+
+    ``metrics_export_port``: where Ray's metrics agent serves Prometheus (``/metrics``);
+    None lets Ray pick a free port.
+    """
+    extra: dict[str, Any] = {}
+    if metrics_export_port:
+        extra["_metrics_export_port"] = metrics_export_port
     with _quiet(_RAY_AUTH_LOGGER):
         # "local": never a Ray that `ray start` runs (or left behind in /tmp/ray) on this machine.
         ray.init(
@@ -122,19 +129,25 @@ def start_embedded_ray(num_cpus: int | None = None) -> None:
             logging_level=logging.WARNING,
             log_to_driver=False,
             _system_config={"worker_maximum_startup_concurrency": EMBEDDED_WORKER_STARTUP_CONCURRENCY},
+            **extra,
         )
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one;
-    True if started here."""
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, metrics_export_port: int | None = None) -> bool:
+    """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one
+    (serving Prometheus metrics on ``metrics_export_port`` when given); True if started here.
+
+    A Ray that runs already keeps exporting wherever it does.
+    """
     if ray.is_initialized():
+        if metrics_export_port:
+            logger.warning("Ray already runs: its metrics stay where it exports them, not on %d", metrics_export_port)
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address and address != "local":
         join_ray(address)
         return False
-    start_embedded_ray(num_cpus)
+    start_embedded_ray(num_cpus, metrics_export_port)
     return True
 
 

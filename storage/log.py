@@ -39,6 +39,7 @@ import os
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,9 @@ class Log:
         self._log_start_offset = max(loaded.log_start_checkpoint or 0, kept[0].base_offset)
         self._recovery_point = self._log_end_offset
         self._last_flush_ms = now
+        # The durations (ms) of recent flushes that synced something, for the owner's metrics
+        # (Kafka's LogFlushRateAndTimeMs); bounded, so nobody reading them costs nothing.
+        self.flush_times_ms: deque[float] = deque(maxlen=1024)
         if self._log_start_offset > self._log_end_offset:
             self._truncate_fully_locked(self._log_start_offset)
         else:
@@ -492,6 +496,7 @@ class Log:
     def _flush_locked(self, offset: int) -> None:
         if offset <= self._recovery_point:
             return
+        started = time.perf_counter()
         try:
             for segment in self.segments:
                 if segment.base_offset < offset and segment.next_offset > self._recovery_point:
@@ -505,6 +510,7 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
         self._last_flush_ms = self._time()
+        self.flush_times_ms.append((time.perf_counter() - started) * 1000.0)
 
     def _segment_base(self, offset: int) -> int | None:
         """Base offset of the segment holding ``offset`` (the last one for the log end), or None."""

@@ -35,13 +35,35 @@ def twin(request):
     twins.use(twins.default_kind())
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
-def ray_session():
-    """One embedded Ray for the whole session (8 logical CPUs on this 2-core machine)."""
+def metrics_export_port() -> int:
+    """The port where the session Ray's metrics agent serves Prometheus (``/metrics``)."""
+    return _free_port()
+
+
+@pytest.fixture(scope="session")
+def ray_session(metrics_export_port):
+    """One embedded Ray for the whole session (8 logical CPUs on this 2-core machine), its
+    metrics agent serving Prometheus on a free port (other test runs share the machine)."""
     import ray
 
     # address="local": always a fresh Ray of our own, never one that happens to run here.
-    ray.init(address="local", num_cpus=8, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=8,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        _metrics_export_port=metrics_export_port,
+    )
     yield ray
     ray.shutdown()
 

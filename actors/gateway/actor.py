@@ -25,6 +25,7 @@ from actors.gateway.listeners import BrokerListener, broker_listeners
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
 from actors.group_coordinator import GROUP_COORDINATOR_NAME
+from actors.metrics import TICK_S, GatewayMetrics
 from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
 from actors.types import ClusterMetadata
 
@@ -67,6 +68,7 @@ class Gateway:
         self._server: KafkaServer | None = None
         self._address: tuple[str, int] | None = None
         self._starting: asyncio.Lock | None = None
+        self._metrics_task: asyncio.Task | None = None
         context = ray.get_runtime_context()
         if context.get_actor_id() is not None:
             # Listen without waiting to be asked: after a restart by Ray nobody asks (the
@@ -106,7 +108,12 @@ class Gateway:
             _named(TRANSACTION_COORDINATOR_NAME, self._namespace),
             _named(GROUP_COORDINATOR_NAME, self._namespace),
         )
-        server = KafkaServer(served_apis(FAMILIES), view, limits_of(self._config), name=f"gateway-{listener.broker_id}")
+        metrics = None
+        if self._config.get("rayqueue.metrics.enabled", True):
+            metrics = GatewayMetrics(self._namespace, listener.broker_id)
+        server = KafkaServer(
+            served_apis(FAMILIES), view, limits_of(self._config), name=f"gateway-{listener.broker_id}", metrics=metrics
+        )
         _, port = await server.start(listener.bind_host, listener.bind_port)
         try:
             address = (listener.advertised_host, listener.advertised_port or port)
@@ -115,8 +122,20 @@ class Gateway:
             await server.close()
             raise
         self._server = server
+        if metrics is not None and self._metrics_task is None:
+            self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
         logger.info("broker %d: Kafka clients reach this gateway at %s:%d", listener.broker_id, *address)
         return address
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            server = self._server
+            if server is not None and server.metrics is not None:
+                try:
+                    server.metrics.tick(len(server.connections))
+                except Exception:  # noqa: BLE001 - metrics must never stop the gateway
+                    logger.exception("recording gateway metrics failed")
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""

@@ -14,6 +14,7 @@ import asyncio
 import logging
 
 from actors.errors import as_kafka_error
+from actors.metrics import count_request_error
 from storage.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
@@ -41,10 +42,13 @@ def error_code_of(exc: BaseException, unavailable: type[KafkaError] = REPLICA_UN
     """
     error = as_kafka_error(exc, unavailable)
     if isinstance(error, KafkaTimeoutError | TimeoutError | asyncio.TimeoutError):
+        count_request_error(RequestTimedOutError())
         return RequestTimedOutError.code
     if isinstance(error, KafkaError):
+        count_request_error(error)
         return error.code
     logger.error("unexpected error in a gateway request", exc_info=exc)
+    count_request_error(UnknownServerError())
     return UnknownServerError.code
 
 

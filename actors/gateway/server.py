@@ -97,8 +97,17 @@ class RequestContext:
 class KafkaServer:
     """An asyncio server speaking Kafka's protocol for the APIs it is given."""
 
-    def __init__(self, apis: Mapping[int, Api], state: Any = None, limits: Limits | None = None, name: str = "gateway"):
+    def __init__(
+        self,
+        apis: Mapping[int, Api],
+        state: Any = None,
+        limits: Limits | None = None,
+        name: str = "gateway",
+        metrics: Any = None,
+    ):
         self.apis = dict(apis)
+        # An actors.metrics.GatewayMetrics, or None: then nothing is recorded.
+        self.metrics = metrics
         self.state = state
         self.limits = limits or Limits()
         self.name = name
@@ -319,7 +328,15 @@ class Connection(asyncio.BufferedProtocol):
     async def _serve(self, api: Api, ctx: RequestContext, body: Any, wait_for: tuple[asyncio.Future, ...]) -> Any:
         if wait_for:
             await asyncio.wait(wait_for)
-        response = await api.handle(ctx, body)
+        metrics = self.server.metrics
+        if metrics is None:
+            response = await api.handle(ctx, body)
+        else:
+            begun = metrics.begin(ctx.schema.request.__name__.removesuffix("Request"), getattr(body, "acks", None))
+            try:
+                response = await api.handle(ctx, body)
+            finally:
+                metrics.end(begun)
         if response is None:
             return None
         return ctx.schema.encode(ctx.correlation_id, response)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -321,7 +322,9 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
         [sys.executable, "-m", "rayqueue.cli", "start", "--foreground", "--config", "configs/local.toml"]
         + ["-o", f"log.dirs={data}", "-o", "rayqueue.num.brokers=2", "--name", "rayqueue-cli-start-test"]
         # Free ports: the default 127.0.0.1:9092 may be taken on a shared machine.
-        + ["--listeners", "PLAINTEXT://127.0.0.1:0"],
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0"]
+        # And Ray's choice of metrics port: 8080 may be taken too.
+        + ["--metrics-export-port", "0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -351,6 +354,14 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
         if shutil.which("kcat"):
             listed = subprocess.run(["kcat", "-b", servers, "-L"], capture_output=True, text=True, timeout=60)
             assert " 2 brokers:" in listed.stdout, listed.stderr
+        # Then where Prometheus scrapes the embedded Ray's metrics, which answers there.
+        while not any("Prometheus metrics: " in line for line in seen):
+            assert time.monotonic() < deadline, seen
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1.0))
+        url = next(line for line in seen if "Prometheus metrics: " in line).split("Prometheus metrics: ")[1].strip()
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.status == 200 and b"# TYPE" in response.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, (tmp_path / "stderr.txt").read_text()
     finally:

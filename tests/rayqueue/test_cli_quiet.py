@@ -17,7 +17,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
     env = user_env(home)
     ns = ["--name", "rayqueue-quiet-test"]
     start = Background(
-        [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns],
+        [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns]
+        + ["--metrics-export-port", "0"],  # 8080 may be taken on a shared machine
         env,
         tmp_path / "start.log",
     )

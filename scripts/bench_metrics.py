@@ -1,0 +1,106 @@
+"""What metrics cost: send and consume rates with metrics on against metrics off, same run.
+
+Two clusters run side by side on one embedded Ray, the same but for
+``rayqueue.metrics.enabled``: every replica, controller, coordinator and gateway of the
+"off" cluster records nothing. Each round runs the same workload on both, alternating which
+goes first: a producer ``send()``s 100-byte records one at a time (acks=all, a partition
+with three replicas, so followers fetch too) and a consumer reads them back. The best round
+of each is printed with the ratio on/off; the target is at most 3% lost (ratio >= 0.97).
+
+Run: ``.venv/bin/python scripts/bench_metrics.py [--records N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import ray  # noqa: E402
+from bench_ray import start_ray  # noqa: E402
+
+import rayqueue  # noqa: E402
+from rayqueue import TopicPartition  # noqa: E402
+
+TARGET = 0.97
+
+
+def send_rate(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int) -> float:
+    producer = cluster.producer(acks="all", linger_ms=5, batch_size=64 * 1024)
+    send = producer.send
+    start = time.perf_counter()
+    for _ in range(n):
+        send(topic, value, partition=0)
+    producer.flush()
+    rate = n / (time.perf_counter() - start)
+    producer.close()
+    return rate
+
+
+def consume_rate(cluster: rayqueue.Cluster, topic: str, n: int) -> float:
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    start = time.perf_counter()
+    seen = 0
+    for _ in consumer:
+        seen += 1
+        if seen == n:
+            break
+    rate = n / (time.perf_counter() - start)
+    consumer.close()
+    return rate
+
+
+def one_round(cluster: rayqueue.Cluster, name: str, value: bytes, n: int) -> tuple[float, float]:
+    admin = cluster.admin()
+    admin.create_topic(name, 1, 3)
+    try:
+        return send_rate(cluster, name, value, n), consume_rate(cluster, name, n)
+    finally:
+        admin.delete_topic(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    start_ray()
+    roots = [tempfile.mkdtemp(prefix=f"rayqueue-bench-metrics-{kind}-") for kind in ("on", "off")]
+    clusters = {
+        "on": rayqueue.launch(log_dirs=roots[0], rayqueue_namespace="bench-metrics-on"),
+        "off": rayqueue.launch(
+            log_dirs=roots[1], rayqueue_namespace="bench-metrics-off", rayqueue_metrics_enabled=False
+        ),
+    }
+    value = os.urandom(100)
+    best: dict[str, dict[str, float]] = {k: {"send": 0.0, "consume": 0.0} for k in clusters}
+    try:
+        for r in range(args.rounds):
+            order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
+            for kind in order:
+                send, consume = one_round(clusters[kind], f"bench-metrics-{kind}-{r}", value, args.records)
+                best[kind]["send"] = max(best[kind]["send"], send)
+                best[kind]["consume"] = max(best[kind]["consume"], consume)
+                print(f"round {r + 1} metrics {kind:3}: send {send:10,.0f} rec/s   consume {consume:10,.0f} rec/s")
+    finally:
+        for cluster in clusters.values():
+            cluster.shutdown(delete_data=True)
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+        ray.shutdown()
+    print(f"\nMetrics on vs off, {args.records:,} records of 100 B, acks=all, RF 3, best of {args.rounds} rounds")
+    print(f"{'':10}{'metrics on':>16}{'metrics off':>16}{'ratio':>8}  target >= {TARGET}")
+    for what in ("send", "consume"):
+        on, off = best["on"][what], best["off"][what]
+        ratio = on / off
+        verdict = "ok" if ratio >= TARGET else "MISSED"
+        print(f"{what:10}{on:>12,.0f} r/s{off:>12,.0f} r/s{ratio:>8.3f}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
