@@ -3,20 +3,22 @@ agent is scraped over HTTP on the sampler's tick, parsed with prometheus_client'
 parser, filtered to this cluster (the ``cluster`` label is the rayqueue namespace), and
 turned into rates, request-time p99s and gauges (see ``actors/metrics.py`` for the names).
 
-Counters give rates from their increase between two scrapes of the same node, summed over
-series (one per recording process: a topic's leader moving to another process starts a new
-series, and a restarted process starts its series again from zero, so a series found lower
-than before counts its whole value, as Prometheus' ``rate()`` does).
+Counters give rates from their increase over a window of scrapes, summed over series (one
+per recording process: a topic's leader moving to another process starts a new series,
+and a restarted process starts its series again from zero, so a series found lower than
+before counts its whole value, as Prometheus' ``rate()`` does).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import math
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,6 +38,10 @@ _WANTED = frozenset((*_COUNTERS, REQUEST_TIME_BUCKET, UNDER_REPLICATED, OFFLINE,
 # ("FetchConsumer") or a Kafka client's request through the gateway ("Fetch").
 PRODUCE_REQUESTS = frozenset({"Produce"})
 FETCH_REQUESTS = frozenset({"Fetch", "FetchConsumer"})
+
+# Rates are the increase over this long: twice Ray's default export interval
+# (metrics_report_interval_ms = 10 s), as a Grafana panel takes rate(x[1m]) over scrapes.
+DEFAULT_RATE_WINDOW_S = 20.0
 
 SOURCE_METRICS = "metrics"
 SOURCE_SNAPSHOTS = "snapshots"
@@ -59,10 +65,12 @@ class TopicTraffic:
 @dataclass(frozen=True, slots=True)
 class MetricsPoint:
     """What the metrics say at ``taken_at`` (seconds since the epoch): per-topic traffic
-    since the previous scrape, the p99 of produce and fetch request times over that window
-    (None: no such request in it), under-replicated and offline partitions, group lag."""
+    per second over the last ``window_s`` seconds, the p99 of produce and fetch request
+    times over that window (None: no such request in it), and the gauges as last
+    exported: under-replicated and offline partitions, group lag."""
 
     taken_at: float
+    window_s: float
     topics: dict[str, TopicTraffic]
     produce_p99_ms: float | None
     fetch_p99_ms: float | None
@@ -134,103 +142,127 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
 
 
 class MetricsReader:
-    """Scrapes the endpoints and turns two scrapes of each into a :class:`MetricsPoint`.
+    """Scrapes the endpoints on each :meth:`read` and answers a :class:`MetricsPoint`.
+
+    Ray's agent serves what each worker last exported, and workers export every
+    ``metrics_report_interval_ms`` (10 s by default) at their own moments: a rate taken
+    between two scrapes a second apart would be 0 most of the time and a spike now and
+    then. So, like Prometheus' ``rate(x[window])``, rates are the increase over the last
+    ``window_s`` (a multiple of the export interval shows a steady load as steady).
+    Increases are summed scrape by scrape, so a series that restarts in the window
+    still counts everything it grew by.
 
     ``read`` returns None when no endpoint answered (the console then falls back to its
-    snapshots) and on the first answer of all (rates need a previous scrape)."""
+    snapshots) and until a second scrape gives a window to take rates over."""
 
     def __init__(
         self,
         cluster: str,
         endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
         timeout_s: float = 1.0,
+        window_s: float = DEFAULT_RATE_WINDOW_S,
     ) -> None:
         self.cluster = cluster
         self.endpoints = endpoints
         self.timeout_s = timeout_s
-        # Per endpoint: the last answered scrape's samples and its monotonic time.
-        self._last: dict[str, tuple[float, dict[_SeriesKey, float]]] = {}
+        self.window_s = window_s
+        # Per endpoint: its last answered scrape's samples (where its next increases start).
+        self._last: dict[str, dict[_SeriesKey, float]] = {}
+        # Every increase since the first scrape, summed by (metric, topic) and (request
+        # kind, bucket bound); and its values at each read, oldest first.
+        self._totals: dict[tuple[str, Any], float] = {}
+        self._history: collections.deque[tuple[float, dict[tuple[str, Any], float]]] = collections.deque()
         self.last_error: str | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-scrape")
 
-    def _scrape_all(self, urls: list[str]) -> dict[str, tuple[float, dict[_SeriesKey, float]]]:
-        def one(url: str) -> tuple[float, dict[_SeriesKey, float]]:
-            text = fetch_text(url, self.timeout_s)
-            return time.monotonic(), parse(text, self.cluster)
-
-        answered: dict[str, tuple[float, dict[_SeriesKey, float]]] = {}
+    def _scrape_all(self, urls: list[str]) -> dict[str, dict[_SeriesKey, float]]:
+        answered: dict[str, dict[_SeriesKey, float]] = {}
         errors = []
-        futures = {self._pool.submit(one, url): url for url in urls}
+        futures = {self._pool.submit(fetch_text, url, self.timeout_s): url for url in urls}
         for future, url in futures.items():
             try:
-                answered[url] = future.result()
+                answered[url] = parse(future.result(), self.cluster)
             except Exception as exc:  # noqa: BLE001 - a node without metrics is not an error of ours
                 errors.append(f"{url}: {exc}")
         self.last_error = "; ".join(errors) or None
         return answered
 
+    def _add_increases(self, old: dict[_SeriesKey, float], samples: dict[_SeriesKey, float]) -> None:
+        totals = self._totals
+        for key, value in samples.items():
+            name, labels = key
+            if name not in _COUNTERS and name != REQUEST_TIME_BUCKET:
+                continue
+            grown = increase(old.get(key), value)
+            if not grown:
+                continue
+            tags = dict(labels)
+            if name in _COUNTERS:
+                total_key: tuple[str, Any] = (name, tags.get("topic", ""))
+            else:
+                request = tags.get("request")
+                kind = "produce" if request in PRODUCE_REQUESTS else "fetch" if request in FETCH_REQUESTS else None
+                if kind is None:
+                    continue
+                total_key = (kind, float(tags.get("le", "inf")))
+            totals[total_key] = totals.get(total_key, 0.0) + grown
+
     def read(self) -> MetricsPoint | None:
-        """Scrape every endpoint once; the point since each one's previous scrape."""
+        """Scrape every endpoint once; the point over the window ending now."""
         try:
             urls = list(self.endpoints())
         except Exception as exc:  # noqa: BLE001 - no node list: no metrics this tick
             self.last_error = f"listing Ray nodes: {exc}"
             return None
         answered = self._scrape_all(urls)
+        for url in set(self._last) - set(urls):
+            del self._last[url]  # a node gone: forget it, its series left with it
         if not answered:
             return None
-        taken_at = time.time()
-        traffic: dict[str, dict[str, float]] = {}
-        produce: dict[float, float] = {}
-        fetch: dict[float, float] = {}
+        now, taken_at = time.monotonic(), time.time()
         gauges: dict[str, float] = {UNDER_REPLICATED: 0.0, OFFLINE: 0.0}
         lag: dict[str, dict[str, int]] = {}
-        rated = False
-        for url, (now, samples) in answered.items():
-            before = self._last.get(url)
-            self._last[url] = (now, samples)
+        for url, samples in answered.items():
+            old = self._last.get(url)
+            self._last[url] = samples
+            if old is not None:  # an endpoint's first answer is where its increases start
+                self._add_increases(old, samples)
             for (name, labels), value in samples.items():
-                tags = dict(labels)
-                if name in (UNDER_REPLICATED, OFFLINE):
+                if name in gauges:
                     gauges[name] += value
                 elif name == GROUP_LAG:
+                    tags = dict(labels)
                     per = lag.setdefault(tags.get("group", ""), {})
                     tp = f"{tags.get('topic', '')}-{tags.get('partition', '')}"
                     per[tp] = per.get(tp, 0) + int(value)
-            if before is None:
-                continue  # the first answer of this endpoint is where its rates start
-            rated = True
-            then, old = before
-            elapsed = now - then
-            if elapsed <= 0:
-                continue
-            for key, value in samples.items():
-                name, labels = key
-                grown = increase(old.get(key), value)
-                if not grown:
-                    continue
-                tags = dict(labels)
-                if name in _COUNTERS:
-                    per_topic = traffic.setdefault(tags.get("topic", ""), {})
-                    per_topic[name] = per_topic.get(name, 0.0) + grown / elapsed
-                elif name == REQUEST_TIME_BUCKET:
-                    request = tags.get("request")
-                    target = produce if request in PRODUCE_REQUESTS else fetch if request in FETCH_REQUESTS else None
-                    if target is not None:
-                        bound = float(tags.get("le", "inf"))
-                        target[bound] = target.get(bound, 0.0) + grown
-        for url in set(self._last) - set(urls):
-            del self._last[url]  # a node gone: forget it, its series left with it
-        if not rated:
+        history = self._history
+        history.append((now, dict(self._totals)))
+        # Keep the newest reading at least a window old (where the rates start) and after.
+        while len(history) > 2 and now - history[1][0] >= self.window_s:
+            history.popleft()
+        if len(history) < 2:
             return None
+        since, base = history[0]
+        span = now - since
+        if span <= 0:
+            return None
+        grown = {key: value - base.get(key, 0.0) for key, value in self._totals.items()}
+        traffic: dict[str, dict[str, float]] = {}
+        buckets: dict[str, dict[float, float]] = {"produce": {}, "fetch": {}}
+        for (what, detail), value in grown.items():
+            if what in _COUNTERS:
+                traffic.setdefault(detail, {})[what] = value / span
+            else:
+                buckets[what][detail] = value
         return MetricsPoint(
             taken_at=taken_at,
+            window_s=span,
             topics={
                 topic: TopicTraffic(v.get(MESSAGES_IN, 0.0), v.get(BYTES_IN, 0.0), v.get(BYTES_OUT, 0.0))
                 for topic, v in traffic.items()
             },
-            produce_p99_ms=histogram_quantile(0.99, produce),
-            fetch_p99_ms=histogram_quantile(0.99, fetch),
+            produce_p99_ms=histogram_quantile(0.99, buckets["produce"]),
+            fetch_p99_ms=histogram_quantile(0.99, buckets["fetch"]),
             under_replicated=int(gauges[UNDER_REPLICATED]),
             offline=int(gauges[OFFLINE]),
             group_lag={group: sum(parts.values()) for group, parts in lag.items()},
@@ -247,6 +279,7 @@ __all__ = [
     "SOURCE_LABELS",
     "SOURCE_METRICS",
     "SOURCE_SNAPSHOTS",
+    "DEFAULT_RATE_WINDOW_S",
     "MetricsPoint",
     "MetricsReader",
     "TopicTraffic",

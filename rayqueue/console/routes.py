@@ -367,6 +367,8 @@ def history(request: Request, topic: str | None = None, group: str | None = None
                 bytes_in=None if s.metrics is None else _sum(rows, "bytes_in") or 0.0,
                 bytes_out=None if s.metrics is None else _sum(rows, "bytes_out") or 0.0,
                 source=SOURCE_METRICS if s.metrics is not None else SOURCE_SNAPSHOTS,
+                # What the rates are averaged over: the metrics' window, else the tick.
+                window_s=s.metrics.window_s if s.metrics is not None else s.window_s,
             )
             if not topic:
                 point.update(

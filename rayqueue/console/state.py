@@ -40,6 +40,7 @@ class Sample:
     group_lag: dict[str, int]
     partition_lag: dict[str, dict[str, int]]  # group -> "topic-partition" -> lag
     metrics: MetricsPoint | None = None
+    window_s: float = 0.0  # the time between the two snapshots
 
 
 class ConsoleState:
@@ -116,6 +117,7 @@ class ConsoleState:
             {g: v.lag for g, v in snap.groups.items()},
             {g: {f"{o.topic}-{o.partition}": o.lag or 0 for o in v.offsets} for g, v in snap.groups.items()},
             point,
+            snap.monotonic - base.monotonic,
         )
         self._base = snap
         self.history.append(sample)

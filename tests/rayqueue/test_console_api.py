@@ -403,22 +403,26 @@ def test_charts_come_from_the_prometheus_metrics(cluster, client, names):
     committer.close()
     payload = records * size
 
-    def moved(key: str) -> float:
-        return _moved(ok(client.get("/api/history", params={"topic": name}))["points"], key, "metrics")
+    def peak(key: str) -> float:
+        # Metrics rates are the increase over the last window (Ray exports every few
+        # seconds): rate x window is what the window saw; the whole burst fits in one.
+        points = ok(client.get("/api/history", params={"topic": name}))["points"]
+        return max((p[key] * p["window_s"] for p in points if p["source"] == "metrics"), default=0.0)
 
     wait_for(
-        lambda: moved("messages_in") >= records * 0.95 and moved("bytes_out") >= payload * 0.95,
+        lambda: peak("messages_in") >= records - 0.5 and peak("bytes_out") >= payload,
         METRICS_DEADLINE_S,
         what="the produce and the fetch in the metrics' history",
     )
-    # Counted once each: messages exactly (within the clocks' jitter), bytes as batches
-    # (the payload plus each record's and batch's framing), bytes out as fetched.
-    assert moved("messages_in") == pytest.approx(records, rel=0.05)
-    bytes_in = moved("bytes_in")
-    assert payload * 0.95 <= bytes_in <= (payload + records * 12 + 61 * records) * 1.05
-    assert moved("bytes_out") == pytest.approx(bytes_in, rel=0.05)
+    # Counted once each: messages exactly, bytes as batches (the payload plus each
+    # record's and batch's framing), bytes out as fetched (the same batches, read once).
+    assert peak("messages_in") == pytest.approx(records)
+    bytes_in = peak("bytes_in")
+    assert payload < bytes_in <= payload + records * 12 + 61 * records
+    assert peak("bytes_out") == pytest.approx(bytes_in)
     # Only the metrics see that fetch: no group committed what the reader read.
-    assert _moved(ok(client.get("/api/history", params={"topic": name}))["points"], "messages_out", "metrics") == 0
+    points = ok(client.get("/api/history", params={"topic": name}))["points"]
+    assert all(p["messages_out"] == 0 for p in points)
 
     totals = ok(client.get("/api/history"))["points"]
     assert any(p["source"] == "metrics" and (p["produce_p99_ms"] or 0) > 0 for p in totals)

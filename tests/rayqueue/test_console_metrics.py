@@ -106,7 +106,8 @@ BUCKETS_0 = {"1.0": 0, "5.0": 0, "10.0": 0, "+Inf": 0}
 
 
 def test_rates_are_increases_summed_over_series_and_survive_a_restart(endpoint):
-    reader = MetricsReader(CLUSTER, lambda: [endpoint.url], timeout_s=5)
+    # A window of 0: every point covers the time since the scrape before it.
+    reader = MetricsReader(CLUSTER, lambda: [endpoint.url], timeout_s=5, window_s=0)
     try:
         endpoint.text = _text({("a", "w1"): 100}, {("a", "w1"): 5000}, BUCKETS_0, other_cluster=7)
         assert reader.read() is None  # the first scrape is where rates start
@@ -123,8 +124,8 @@ def test_rates_are_increases_summed_over_series_and_survive_a_restart(endpoint):
         )
         point = reader.read()
         assert point is not None and point.endpoints == 1
-        elapsed = _elapsed(reader, point, 80)
-        assert point.topics["a"].bytes_out * elapsed == pytest.approx(4000)
+        assert point.topics["a"].messages_in * point.window_s == pytest.approx(80)
+        assert point.topics["a"].bytes_out * point.window_s == pytest.approx(4000)
         assert set(point.topics) == {"a"}  # the other cluster's topic is not ours
         # p99 = rank 99 of 100: the top of the (1, 5] bucket, as histogram_quantile gives.
         assert point.produce_p99_ms == pytest.approx(5.0)
@@ -138,21 +139,29 @@ def test_rates_are_increases_summed_over_series_and_survive_a_restart(endpoint):
             {("a", "w1"): 10, ("a", "w2"): 35}, {("a", "w1"): 9000}, {"1.0": 98, "5.0": 99, "10.0": 100, "+Inf": 100}
         )
         point = reader.read()
-        _elapsed(reader, point, 15)
+        assert point.topics["a"].messages_in * point.window_s == pytest.approx(15)
         assert point.topics["a"].bytes_out == 0
         assert point.produce_p99_ms is None  # no produce since the last scrape
     finally:
         reader.close()
 
 
-def _elapsed(reader: MetricsReader, point, messages: float) -> float:
-    """The window of ``point`` recovered from its rate and the known count (which must be
-    positive): checks the rate is ``messages`` over one positive window."""
-    rate = point.topics["a"].messages_in
-    assert rate > 0
-    elapsed = messages / rate
-    assert 0 < elapsed < 60
-    return elapsed
+def test_rates_cover_the_window_whatever_the_exports_timing(endpoint):
+    # Ray's workers export every few seconds: most scrapes see nothing new. Over a window
+    # of several scrapes the rate is what came in over that window, restarts included.
+    reader = MetricsReader(CLUSTER, lambda: [endpoint.url], timeout_s=5, window_s=3600)
+    try:
+        endpoint.text = _text({("a", "w1"): 0}, {}, BUCKETS_0)
+        assert reader.read() is None
+        for value in (60, 60, 60, 5, 5, 25):  # an export, nothing new twice, a restart, ...
+            endpoint.text = _text({("a", "w1"): value}, {}, {"1.0": 1, "5.0": 2, "10.0": 2, "+Inf": 2})
+            point = reader.read()
+        # 60, then 5 after the restart, then 20 more: 85 over the whole window.
+        assert point.topics["a"].messages_in * point.window_s == pytest.approx(85)
+        # Two produces in the window: one under 1 ms, one in (1, 5].
+        assert point.produce_p99_ms == pytest.approx(1.0 + 4.0 * 0.98)
+    finally:
+        reader.close()
 
 
 def test_no_answer_is_no_point_and_says_why(endpoint):
