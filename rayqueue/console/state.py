@@ -89,10 +89,6 @@ class ConsoleState:
         """The last history sample (None before the sampler's second tick)."""
         return self.history[-1] if self.history else None
 
-    def latest_rates(self) -> dict[str, TopicRate]:
-        """Per-topic rates of the last sample (empty before the second snapshot)."""
-        return self.history[-1].topic_rates if self.history else {}
-
     def _take(self) -> ClusterSnapshot:
         snap = take_snapshot(self.cluster, self.admin)
         self._snapshot = snap
