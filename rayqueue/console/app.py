@@ -2,7 +2,7 @@
 
 Pages are static HTML and a small script of rayqueue's own (no CDN, no build step) that
 poll the JSON API (``routes``); charts are drawn as SVG from the history the server
-samples. Errors from the cluster reach the page as ``{"error", "message"}``, never a
+samples (the cluster's Prometheus metrics, else its snapshots: ``state``). Errors from the cluster reach the page as ``{"error", "message"}``, never a
 traceback.
 """
 
@@ -12,6 +12,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 
 from rayqueue.cluster import Cluster
 from rayqueue.console import DEFAULT_HOST, DEFAULT_PORT
+from rayqueue.console.metrics import ray_metrics_endpoints
 from rayqueue.console.routes import router
 from rayqueue.console.state import DEFAULT_SAMPLE_INTERVAL_S, ConsoleState
 from rayqueue.errors import (
@@ -73,10 +75,16 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse({"error": type(error).__name__, "message": _one_line(str(error))[:500]}, status_code=500)
 
 
-def create_app(cluster: Cluster, sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S, sample: bool = True) -> FastAPI:
+def create_app(
+    cluster: Cluster,
+    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+    sample: bool = True,
+    metrics_endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
+) -> FastAPI:
     """The console app for ``cluster``; with ``sample`` a thread fills the chart history
-    while the app runs (started and stopped by the app's lifespan)."""
-    state = ConsoleState(cluster, sample_interval_s)
+    while the app runs (started and stopped by the app's lifespan), scraping the
+    ``metrics_endpoints`` (by default every Ray node's metrics agent) on each tick."""
+    state = ConsoleState(cluster, sample_interval_s, metrics_endpoints=metrics_endpoints)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol

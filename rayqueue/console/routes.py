@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 
 from actors.types import TopicPartition
 from rayqueue.console.browse import browse
-from rayqueue.console.state import ConsoleState
+from rayqueue.console.metrics import SOURCE_LABELS, SOURCE_METRICS, SOURCE_SNAPSHOTS
+from rayqueue.console.state import ConsoleState, Sample
 from rayqueue.errors import GroupIdNotFoundError, InvalidRequestError, UnknownTopicOrPartitionError
 
 router = APIRouter(prefix="/api")
@@ -68,10 +69,44 @@ def _config_text(value: Any) -> Any:
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
-def _rates_of(state: ConsoleState) -> dict[str, dict[str, float]]:
-    return {
-        name: {"messages_in": r.messages_in, "messages_out": r.messages_out} for name, r in state.latest_rates().items()
+_NO_RATES = {"messages_in": 0.0, "messages_out": 0.0, "bytes_in": None, "bytes_out": None}
+
+
+def _source(sample: Sample | None) -> dict[str, str]:
+    source = SOURCE_METRICS if sample is not None and sample.metrics is not None else SOURCE_SNAPSHOTS
+    return {"source": source, "source_label": SOURCE_LABELS[source]}
+
+
+def _topic_rates(sample: Sample, topic: str) -> dict[str, float | None]:
+    """One topic's rates in a sample: messages and bytes in / bytes out from the metrics
+    when they answered (else messages in from high watermarks, bytes unknown); messages
+    out is always the groups' committed offsets moving (the metrics count bytes fetched)."""
+    snap = sample.topic_rates.get(topic)
+    out: dict[str, float | None] = {
+        "messages_in": snap.messages_in if snap else 0.0,
+        "messages_out": snap.messages_out if snap else 0.0,
+        "bytes_in": None,
+        "bytes_out": None,
     }
+    if sample.metrics is not None:
+        traffic = sample.metrics.topics.get(topic)
+        out["messages_in"] = traffic.messages_in if traffic else 0.0
+        out["bytes_in"] = traffic.bytes_in if traffic else 0.0
+        out["bytes_out"] = traffic.bytes_out if traffic else 0.0
+    return out
+
+
+def _rates_of(state: ConsoleState) -> dict[str, dict[str, float | None]]:
+    sample = state.latest()
+    if sample is None:
+        return {}
+    names = set(sample.topic_rates) | (set(sample.metrics.topics) if sample.metrics else set())
+    return {name: _topic_rates(sample, name) for name in names}
+
+
+def _sum(rows: list[dict[str, float | None]], key: str) -> float | None:
+    values = [r[key] for r in rows if r[key] is not None]
+    return sum(values) if values or not rows else None
 
 
 @router.get("/overview")
@@ -83,6 +118,8 @@ def overview(request: Request) -> dict[str, Any]:
     user_topics = [t for t in snap.topics.values() if not t.internal]
     # Internal topics' traffic (offset commits, transaction state) is not the users' messages.
     rates = {name: r for name, r in _rates_of(state).items() if name in {t.name for t in user_topics}}
+    latest = state.latest()
+    metrics = latest.metrics if latest is not None else None
     return {
         "cluster_id": snap.cluster_id,
         "namespace": snap.namespace,
@@ -97,6 +134,15 @@ def overview(request: Request) -> dict[str, Any]:
         "open_transactions": sum(1 for t in snap.transactions if t.age_ms is not None),
         "messages_in_per_sec": sum(r["messages_in"] for r in rates.values()),
         "messages_out_per_sec": sum(r["messages_out"] for r in rates.values()),
+        "bytes_in_per_sec": None if metrics is None else _sum(list(rates.values()), "bytes_in") or 0.0,
+        "bytes_out_per_sec": None if metrics is None else _sum(list(rates.values()), "bytes_out") or 0.0,
+        "produce_p99_ms": None if metrics is None else metrics.produce_p99_ms,
+        "fetch_p99_ms": None if metrics is None else metrics.fetch_p99_ms,
+        # What the metrics say of replication (the lists above come from the snapshot).
+        "metrics": None
+        if metrics is None
+        else {"under_replicated": metrics.under_replicated, "offline": metrics.offline, "endpoints": metrics.endpoints},
+        **_source(latest),
         "rates": rates,
         "errors": list(snap.errors) + ([f"sampling: {state.last_error}"] if state.last_error else []),
     }
@@ -125,7 +171,7 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
                 "cleanup_policy": _config_text(configs.get("cleanup.policy", (None, ""))[0]),
                 "under_replicated": sum(p.under_replicated and not p.offline for p in t.partitions),
                 "offline": sum(p.offline for p in t.partitions),
-                **rates.get(t.name, {"messages_in": 0.0, "messages_out": 0.0}),
+                **rates.get(t.name, _NO_RATES),
             }
         )
     return {"topics": topics}
@@ -159,7 +205,7 @@ def describe_topic(request: Request, name: str) -> dict[str, Any]:
         "size_bytes": topic.size_bytes,
         "messages": topic.messages,
         "configs": {k: {"value": _json_safe(v), "source": src} for k, (v, src) in sorted(configs.items())},
-        "rates": _rates_of(state).get(name, {"messages_in": 0.0, "messages_out": 0.0}),
+        "rates": {**_rates_of(state).get(name, _NO_RATES), **_source(state.latest())},
     }
 
 
@@ -286,23 +332,56 @@ def list_transactions(request: Request) -> dict[str, Any]:
 
 @router.get("/history")
 def history(request: Request, topic: str | None = None, group: str | None = None) -> JSONResponse:
-    """The sampled history the charts draw, oldest first: a topic's messages in/out per
-    second, a group's total lag (and per partition), or with neither the totals over all topics."""
+    """The sampled history the charts draw, oldest first: a topic's rates (messages in/out,
+    bytes in/out per second), a group's total lag (and per partition), or with neither the
+    totals over all user topics and the produce / fetch p99. Each point says its ``source``
+    (``metrics`` or ``snapshots``); the answer's ``source`` / ``source_label`` are the
+    latest point's, which the charts are labelled with."""
     state = _state(request)
     points: list[dict[str, Any]] = []
-    for s in list(state.history):
+    samples = list(state.history)
+    for s in samples:
         point: dict[str, Any] = {"t": s.taken_at}
         if group is not None:
-            if group not in s.group_lag:
+            if s.metrics is not None and group in s.metrics.group_lag:
+                point.update(
+                    lag=s.metrics.group_lag[group],
+                    partitions=s.metrics.partition_lag.get(group, {}),
+                    source=SOURCE_METRICS,
+                )
+            elif group in s.group_lag:
+                point.update(lag=s.group_lag[group], partitions=s.partition_lag.get(group, {}), source=SOURCE_SNAPSHOTS)
+            else:
                 continue  # not there yet (or deleted): no point rather than a made-up 0
-            point.update(lag=s.group_lag[group], partitions=s.partition_lag.get(group, {}))
         else:
             if topic:
-                chosen = [s.topic_rates[topic]] if topic in s.topic_rates else []
+                names = [topic]
             else:
-                chosen = [r for name, r in s.topic_rates.items() if not name.startswith("__")]
+                names = [
+                    n for n in set(s.topic_rates) | set(s.metrics.topics if s.metrics else ()) if not n.startswith("__")
+                ]
+            rows = [_topic_rates(s, n) for n in names]
             point.update(
-                messages_in=sum(r.messages_in for r in chosen), messages_out=sum(r.messages_out for r in chosen)
+                messages_in=sum(r["messages_in"] for r in rows),
+                messages_out=sum(r["messages_out"] for r in rows),
+                bytes_in=None if s.metrics is None else _sum(rows, "bytes_in") or 0.0,
+                bytes_out=None if s.metrics is None else _sum(rows, "bytes_out") or 0.0,
+                source=SOURCE_METRICS if s.metrics is not None else SOURCE_SNAPSHOTS,
+                # What the rates are averaged over: the metrics' window, else the tick.
+                window_s=s.metrics.window_s if s.metrics is not None else s.window_s,
             )
+            if not topic:
+                point.update(
+                    produce_p99_ms=s.metrics.produce_p99_ms if s.metrics else None,
+                    fetch_p99_ms=s.metrics.fetch_p99_ms if s.metrics else None,
+                )
         points.append(point)
-    return JSONResponse({"interval_s": state.sample_interval_s, "points": points})
+    latest = points[-1]["source"] if points else _source(samples[-1] if samples else None)["source"]
+    return JSONResponse(
+        {
+            "interval_s": state.sample_interval_s,
+            "source": latest,
+            "source_label": SOURCE_LABELS[latest],
+            "points": points,
+        }
+    )

@@ -1,5 +1,9 @@
 """What the console server keeps: the cluster's clients, the latest snapshot and a ring
-buffer of samples (rates and lag) that the pages draw their charts from."""
+buffer of samples (rates and lag) that the pages draw their charts from.
+
+Each sample holds what the cluster's Prometheus metrics said on that tick (when a Ray
+metrics endpoint answers: :mod:`rayqueue.console.metrics`) and what two snapshots said
+(high watermarks and committed offsets moving), which the charts fall back to."""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rayqueue.admin import Admin
 from rayqueue.cluster import Cluster
+from rayqueue.console.metrics import MetricsPoint, MetricsReader, ray_metrics_endpoints
 from rayqueue.snapshot import ClusterSnapshot, TopicRate, rates, take_snapshot
 
 logger = logging.getLogger(__name__)
@@ -19,17 +25,22 @@ logger = logging.getLogger(__name__)
 # Ten minutes of history at the default 2 s sampling period.
 DEFAULT_HISTORY = 300
 DEFAULT_SAMPLE_INTERVAL_S = 2.0
+# A scrape answers in milliseconds on a live node; a dead one must not stall the sampler.
+SCRAPE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One point of history: per topic messages in/out per second, per group lag (total and
-    per partition), at ``taken_at`` (seconds since the epoch)."""
+    """One point of history, at ``taken_at`` (seconds since the epoch): from two snapshots,
+    per topic messages in/out per second and per group lag (total and per partition); and
+    what the metrics said (None when no metrics endpoint answered)."""
 
     taken_at: float
     topic_rates: dict[str, TopicRate]
     group_lag: dict[str, int]
     partition_lag: dict[str, dict[str, int]]  # group -> "topic-partition" -> lag
+    metrics: MetricsPoint | None = None
+    window_s: float = 0.0  # the time between the two snapshots
 
 
 class ConsoleState:
@@ -41,13 +52,15 @@ class ConsoleState:
         cluster: Cluster,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         history: int = DEFAULT_HISTORY,
+        metrics_endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
     ) -> None:
         self.cluster = cluster
         self.admin: Admin = cluster.admin()
         self.sample_interval_s = sample_interval_s
         self.history: collections.deque[Sample] = collections.deque(maxlen=history)
         self._snapshot: ClusterSnapshot | None = None
-        self._base: ClusterSnapshot | None = None  # where the next sample's rates start
+        self._base: ClusterSnapshot | None = None  # where the sampler's next rates start
+        self.metrics = MetricsReader(cluster.namespace, metrics_endpoints, SCRAPE_TIMEOUT_S)
         self._lock = threading.Lock()
         self._producer: Any = None
         self._producer_lock = threading.Lock()
@@ -72,29 +85,39 @@ class ConsoleState:
         with self._lock:
             self._snapshot = None
 
-    def latest_rates(self) -> dict[str, TopicRate]:
-        """Per-topic rates of the last sample (empty before the second snapshot)."""
-        return self.history[-1].topic_rates if self.history else {}
+    def latest(self) -> Sample | None:
+        """The last history sample (None before the sampler's second tick)."""
+        return self.history[-1] if self.history else None
 
     def _take(self) -> ClusterSnapshot:
         snap = take_snapshot(self.cluster, self.admin)
+        self._snapshot = snap
+        return snap
+
+    def sample(self) -> Sample | None:
+        """One tick of the sampler: a snapshot (reused if a request just took one) and a
+        scrape of the metrics endpoints, kept as a history sample. Only the sampler scrapes,
+        so a request never waits on a metrics endpoint."""
+        snap = self.snapshot(max_age_s=self.sample_interval_s * 0.5)
+        point = self.metrics.read()
         base = self._base
         if base is None:
             self._base = snap
-        # Rates need two snapshots some time apart: one taken right after another (a request
-        # after a change) would divide by almost nothing, so it waits for a later sample.
-        elif snap.monotonic - base.monotonic >= min(1.0, self.sample_interval_s / 2):
-            self.history.append(
-                Sample(
-                    snap.taken_at,
-                    rates(base, snap),
-                    {g: v.lag for g, v in snap.groups.items()},
-                    {g: {f"{o.topic}-{o.partition}": o.lag or 0 for o in v.offsets} for g, v in snap.groups.items()},
-                )
-            )
-            self._base = snap
-        self._snapshot = snap
-        return snap
+            return None
+        # Rates need two snapshots some time apart: a reused one would divide by nothing.
+        if snap.monotonic - base.monotonic < min(1.0, self.sample_interval_s / 2):
+            return None
+        sample = Sample(
+            point.taken_at if point is not None else snap.taken_at,
+            rates(base, snap),
+            {g: v.lag for g, v in snap.groups.items()},
+            {g: {f"{o.topic}-{o.partition}": o.lag or 0 for o in v.offsets} for g, v in snap.groups.items()},
+            point,
+            snap.monotonic - base.monotonic,
+        )
+        self._base = snap
+        self.history.append(sample)
+        return sample
 
     def start_sampling(self) -> None:
         """Sample every ``sample_interval_s`` in a daemon thread until ``close``."""
@@ -105,7 +128,7 @@ class ConsoleState:
     def _sample_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.snapshot(max_age_s=self.sample_interval_s * 0.5)
+                self.sample()
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - the pages show it; sampling goes on
                 self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -126,6 +149,7 @@ class ConsoleState:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.metrics.close()
         with self._producer_lock:
             if self._producer is not None:
                 self._producer.close()

@@ -1,6 +1,8 @@
 """The web console's JSON API (rayqueue/console) on the session cluster, through FastAPI's
 TestClient: every endpoint, the numbers it shows against what the test produced, and
-errors as Kafka-named messages (never a traceback)."""
+errors as Kafka-named messages (never a traceback). The session Ray exports Prometheus
+metrics (tests/conftest.py), so the charts come from them; a second app scrapes a closed
+port and falls back to snapshots."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -26,6 +29,18 @@ def client(cluster):
     """The console app (sampling every 0.3 s) with its lifespan running."""
     with TestClient(create_app(cluster, sample_interval_s=0.3), raise_server_exceptions=False) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def snapshot_client(cluster):
+    """A console whose metrics endpoint is a closed port (bound, never listening): its
+    charts must fall back to snapshots."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/metrics"
+        app = create_app(cluster, sample_interval_s=0.3, metrics_endpoints=lambda: [url])
+        with TestClient(app, raise_server_exceptions=False) as c:
+            yield c
 
 
 @pytest.fixture
@@ -143,7 +158,7 @@ def test_topic_detail_shows_each_partitions_offsets_and_size(cluster, client, na
     assert all(p["isr"] == p["replicas"] and p["segments"] == 1 for p in detail["partitions"])
     assert detail["partitions"][0]["size_bytes"] > 700 > detail["partitions"][1]["size_bytes"] > 0
     assert detail["messages"] == 8 and detail["replication_factor"] == 2
-    assert detail["rates"].keys() == {"messages_in", "messages_out"}
+    assert detail["rates"].keys() == {"messages_in", "messages_out", "bytes_in", "bytes_out", "source", "source_label"}
 
 
 def test_message_browser_by_offset_timestamp_newest_key_filter_and_produce(cluster, client, names):
@@ -298,7 +313,18 @@ def test_transactions_show_state_and_age(cluster, client, names):
         producer.close()
 
 
-def test_history_feeds_the_charts_with_rates_and_lag(cluster, client, names):
+def _moved(points: list[dict], key: str, source: str) -> float:
+    """What a history's rates add up to: each point's rate covers the time since the one
+    before it (pairs of points of one source only)."""
+    return sum(
+        p[key] * (p["t"] - q["t"])
+        for q, p in zip(points, points[1:], strict=False)
+        if p["source"] == q["source"] == source
+    )
+
+
+def test_charts_fall_back_to_snapshots_when_no_metrics_endpoint_answers(cluster, snapshot_client, names):
+    client = snapshot_client
     name = names()
     ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
     created = time.time()
@@ -309,15 +335,23 @@ def test_history_feeds_the_charts_with_rates_and_lag(cluster, client, names):
     producer.close()
 
     def moved() -> float:
-        points = ok(client.get("/api/history", params={"topic": name}))["points"]
-        # Each point's rate covers the time since the one before it.
-        return sum(p["messages_in"] * (p["t"] - q["t"]) for q, p in zip(points, points[1:], strict=False))
+        return _moved(ok(client.get("/api/history", params={"topic": name}))["points"], "messages_in", "snapshots")
 
     wait_for(lambda: moved() > 0, 15, what="the produce in the history")
     # Sample times are wall clock and rates monotonic: the sum is the 500 records, within clock jitter.
     assert moved() == pytest.approx(500, rel=0.2)
+    history = ok(client.get("/api/history", params={"topic": name}))
+    assert history["source"] == "snapshots" and "snapshots" in history["source_label"]
+    assert all(
+        p["source"] == "snapshots" and p["bytes_in"] is None and p["bytes_out"] is None for p in history["points"]
+    )
     totals = ok(client.get("/api/history"))["points"]
-    assert any(p["messages_in"] > 0 for p in totals)
+    assert any(p["messages_in"] > 0 for p in totals) and all(p["produce_p99_ms"] is None for p in totals)
+    overview = ok(client.get("/api/overview"))
+    assert overview["source"] == "snapshots" and overview["metrics"] is None
+    assert overview["bytes_in_per_sec"] is None and overview["bytes_out_per_sec"] is None
+    # Why: the page shows the scrape error nowhere, but the state keeps it for the log.
+    assert "/metrics" in client.app.state.console.metrics.last_error
     group = f"console-lag-{os.getpid()}-{next(_ids)}"
     consumer = cluster.consumer(group_id=group, enable_auto_commit=False)
     consumer.commit({TopicPartition(name, 0): 100})
@@ -327,12 +361,105 @@ def test_history_feeds_the_charts_with_rates_and_lag(cluster, client, names):
         15,
         what="the group's lag in the history",
     )
-    assert lag[-1]["partitions"] == {f"{name}-0": 400}
+    assert lag[-1]["partitions"] == {f"{name}-0": 400} and lag[-1]["source"] == "snapshots"
     cluster.admin().delete_groups([group])
 
 
-def test_an_unexpected_failure_is_a_message_not_a_traceback(client, monkeypatch):
+# Ray's agent exports every few seconds and the coordinator refreshes the lag gauge every
+# 5 s (rayqueue.group.lag.refresh.interval.ms): generous deadlines on a loaded machine.
+METRICS_DEADLINE_S = 90.0
+
+
+def test_charts_come_from_the_prometheus_metrics(cluster, client, names):
+    records, size = 300, 100
+    name = names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    created = time.time()
+    # Rates start at the scrape before the traffic: wait for a metrics point since the topic.
+    history = wait_for(
+        lambda: (
+            (h := ok(client.get("/api/history")))["source"] == "metrics"
+            and any(p["t"] > created and p["source"] == "metrics" for p in h["points"])
+            and h
+        ),
+        METRICS_DEADLINE_S,
+        what="a sample from the metrics",
+    )
+    assert history["source_label"] == "from Prometheus metrics"
+    producer = cluster.producer()
+    producer.send_many(name, [b"m" * size] * records, partition=0).get()
+    producer.close()
+    # A reader without a group (the snapshots never see it) fetches everything once; then a
+    # group commits 100 of 300 without reading: lag 200.
+    tp = TopicPartition(name, 0)
+    reader = cluster.consumer()
+    reader.assign([tp])
+    reader.seek(tp, 0)
+    assert len(consume_all(reader, records)) == records
+    reader.close()
+    group = f"console-metrics-lag-{os.getpid()}-{next(_ids)}"
+    committer = cluster.consumer(group_id=group, enable_auto_commit=False)
+    committer.commit({tp: 100})
+    committer.close()
+    payload = records * size
+
+    def peak(key: str) -> float:
+        # Metrics rates are the increase over the last window (Ray exports every few
+        # seconds): rate x window is what the window saw; the whole burst fits in one.
+        points = ok(client.get("/api/history", params={"topic": name}))["points"]
+        return max((p[key] * p["window_s"] for p in points if p["source"] == "metrics"), default=0.0)
+
+    wait_for(
+        lambda: peak("messages_in") >= records - 0.5 and peak("bytes_out") >= payload,
+        METRICS_DEADLINE_S,
+        what="the produce and the fetch in the metrics' history",
+    )
+    # Counted once each: messages exactly, bytes as batches (the payload plus each
+    # record's and batch's framing), bytes out as fetched (the same batches, read once).
+    assert peak("messages_in") == pytest.approx(records)
+    bytes_in = peak("bytes_in")
+    assert payload < bytes_in <= payload + records * 12 + 61 * records
+    assert peak("bytes_out") == pytest.approx(bytes_in)
+    # Only the metrics see that fetch: no group committed what the reader read.
+    points = ok(client.get("/api/history", params={"topic": name}))["points"]
+    assert all(p["messages_out"] == 0 for p in points)
+
+    totals = ok(client.get("/api/history"))["points"]
+    assert any(p["source"] == "metrics" and (p["produce_p99_ms"] or 0) > 0 for p in totals)
+    assert any(p["source"] == "metrics" and (p["fetch_p99_ms"] or 0) > 0 for p in totals)
+
+    lag = wait_for(
+        lambda: [
+            p
+            for p in ok(client.get("/api/history", params={"group": group}))["points"]
+            if p["source"] == "metrics" and p["lag"] == 200
+        ],
+        METRICS_DEADLINE_S,
+        what="the group-lag gauge in the history",
+    )
+    assert lag[-1]["partitions"] == {f"{name}-0": 200}
+
+    detail = ok(client.get(f"/api/topics/{name}"))
+    assert detail["rates"]["source"] == "metrics" and detail["rates"]["bytes_in"] is not None
+    overview = wait_for(
+        lambda: (
+            (o := ok(client.get("/api/overview")))["metrics"] is not None
+            and o["metrics"]["under_replicated"] == len(o["under_replicated"])
+            and o
+        ),
+        METRICS_DEADLINE_S,
+        what="the metrics' URPs agreeing with the snapshot's",
+    )
+    assert overview["source"] == "metrics" and overview["source_label"] == "from Prometheus metrics"
+    assert overview["metrics"]["offline"] == len(overview["offline"]) and overview["metrics"]["endpoints"] >= 1
+    assert overview["bytes_in_per_sec"] is not None and overview["bytes_out_per_sec"] is not None
+    cluster.admin().delete_groups([group])
+
+
+def test_an_unexpected_failure_is_a_message_not_a_traceback(client, monkeypatch, names):
     state = client.app.state.console
+    # A user topic to list (the list asks for each one's configs), whatever ran before.
+    ok(client.post("/api/topics", json={"name": names(), "partitions": 1, "replication_factor": 1}), 201)
 
     def boom(*args, **kwargs):
         raise RuntimeError("controller said no\n  File 'x.py', line 1")

@@ -162,6 +162,17 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     # The background traffic (about 100 records/s in, committed as read) shows as rates.
     page.wait_for_function("Number(document.getElementById('messages-in').textContent) > 0")
     page.wait_for_function("Number(document.getElementById('messages-out').textContent) > 0")
+    # The session Ray exports metrics: the charts say so, and once the traffic topic's
+    # leaders have exported (every few seconds) its row shows records and bytes coming in.
+    expect(page.locator("#chart-source")).to_have_text("from Prometheus metrics")
+    traffic_row = page.locator("#rates-table tr", has_text=data["traffic_topic"])
+    page.wait_for_function(
+        """name => [...document.querySelectorAll('#rates-table tbody tr')].some(r =>
+             r.cells[0].innerText.trim() === name && Number(r.cells[1].innerText) > 0 && r.cells[4].innerText !== '0 B/s')""",
+        arg=data["traffic_topic"],
+        timeout=90_000,
+    )
+    assert traffic_row.locator("td").nth(3).inner_text().endswith("/s")
     page.screenshot(path=shots / "overview.png", full_page=True)
 
     # Topics: the list, then a topic created through the form.
@@ -210,6 +221,8 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     page.goto(f"{server.url}/topics/{data['traffic_topic']}")
     expect(page.locator("#partition-count")).to_have_text("2")
     page.wait_for_function("Number(document.getElementById('messages-in').textContent) > 0")
+    expect(page.locator("#chart-source")).to_have_text("from Prometheus metrics")
+    page.locator("#bytes-chart svg path").first.wait_for(state="attached")
     page.screenshot(path=shots / "topic-active.png", full_page=True)
 
     # Message browser: to offset 7 of partition 1, value as JSON; then produce a record.
@@ -268,6 +281,7 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     expect(page.locator("#member-count")).to_have_text("1")
     expect(page.locator("#offsets-table tbody tr")).to_have_count(2)
     page.wait_for_function("document.querySelectorAll('#chart svg path').length > 0")
+    expect(page.locator("#chart-source")).not_to_be_empty()
     # Resetting an active group's offsets is refused, as kafka-consumer-groups refuses it.
     page.select_option("#reset-to", "earliest")
     page.once("dialog", lambda d: d.accept())

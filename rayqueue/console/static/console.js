@@ -12,6 +12,9 @@ function esc(v) {
 const ids = a => (a || []).join(", ");
 const num = v => (v === null || v === undefined ? "-" : Number(v).toLocaleString("en-US"));
 const rate = v => Number(v || 0).toFixed(1);
+// Bytes per second; "-" when unknown (no metrics endpoint answers).
+const byteRate = v => (v === null || v === undefined ? "-" : bytes(Math.round(v)) + "/s");
+const ms = v => (v === null || v === undefined ? "-" : (v >= 10 ? v.toFixed(0) : v.toFixed(1)) + " ms");
 function bytes(n) {
   if (n === null || n === undefined) return "-";
   const u = ["B", "KB", "MB", "GB", "TB"];
@@ -59,6 +62,28 @@ function card(label, value, id, bad) {
   return `<div class="card${bad ? " bad" : ""}"><div class="label">${esc(label)}</div><div class="value" id="${id}">${esc(value)}</div></div>`;
 }
 
+// Where a chart's numbers come from, shown beside it (the history's source_label).
+function sourceInto(id, h) {
+  const el = document.getElementById(id);
+  el.textContent = h.source_label;
+  el.dataset.source = h.source;
+}
+
+// The series of a throughput history: messages (in, committed out) and bytes (in, out).
+function messageSeries(h) {
+  return [
+    {name: "messages in", color: "#2f5bd3", points: h.points.map(p => [p.t, p.messages_in])},
+    {name: "messages committed (out)", color: "#18a058", points: h.points.map(p => [p.t, p.messages_out])}];
+}
+function byteSeries(h) {
+  const known = h.points.filter(p => p.bytes_in !== null && p.bytes_in !== undefined);
+  return [
+    {name: "bytes in", color: "#7a4fd6", points: known.map(p => [p.t, p.bytes_in])},
+    {name: "bytes out (fetched)", color: "#d9822b", points: known.map(p => [p.t, p.bytes_out])}];
+}
+
+const noBytes = h => (h.source === "metrics" ? undefined : "no metrics endpoint answers: bytes are unknown");
+
 function chartInto(el, series, empty) {
   el.replaceChildren(lineChart(series, {empty}));
   const legend = document.createElement("div");
@@ -85,7 +110,8 @@ function every(load) {
 function overviewPage() {
   app.innerHTML = `<h1>Overview</h1><div id="cards" class="cards"></div>
     <h2>Brokers</h2><div id="brokers"></div><div id="unhealthy"></div>
-    <h2>Messages per second (all topics)</h2><div id="chart"></div>
+    <h2>Messages per second (all topics)</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
+    <h2>Bytes per second (all topics)</h2><div id="bytes-chart"></div>
     <h2>Topics</h2><div id="rates"></div>`;
   every(async () => {
     const o = await api("GET", "/api/overview");
@@ -96,7 +122,10 @@ function overviewPage() {
       card("Under-replicated", o.under_replicated.length, "urp-count", o.under_replicated.length > 0) +
       card("Offline", o.offline.length, "offline-count", o.offline.length > 0) +
       card("Messages in/s", rate(o.messages_in_per_sec), "messages-in") +
-      card("Messages out/s", rate(o.messages_out_per_sec), "messages-out") +
+      card("Messages committed/s", rate(o.messages_out_per_sec), "messages-out") +
+      card("Bytes in/s", byteRate(o.bytes_in_per_sec), "bytes-in") +
+      card("Bytes out/s", byteRate(o.bytes_out_per_sec), "bytes-out") +
+      card("Produce p99", ms(o.produce_p99_ms), "produce-p99") + card("Fetch p99", ms(o.fetch_p99_ms), "fetch-p99") +
       card("Groups", o.groups, "group-count") + card("Open transactions", o.open_transactions, "txn-count");
     document.getElementById("brokers").innerHTML = table(
       ["ID", "Node", "Rack", "Alive", {label: "Partitions", num: 1}, {label: "Leaders", num: 1}],
@@ -105,13 +134,15 @@ function overviewPage() {
     const bad = o.offline.map(p => [p, "offline"]).concat(o.under_replicated.map(p => [p, "under-replicated"]));
     document.getElementById("unhealthy").innerHTML = bad.length ? "<h2 class='bad'>Unhealthy partitions</h2>" +
       table(["Topic", "Partition", "Problem"], bad.map(([p, why]) => ({bad: true, cells: [esc(p[0]), p[1], why]})), {id: "unhealthy-table"}) : "";
-    document.getElementById("rates").innerHTML = table(["Topic", {label: "In/s", num: 1}, {label: "Out/s", num: 1}],
-      Object.entries(o.rates).map(([t, r]) => ({cells: [`<a href="/topics/${encodeURIComponent(t)}">${esc(t)}</a>`, rate(r.messages_in), rate(r.messages_out)]})));
+    document.getElementById("rates").innerHTML = table(["Topic", {label: "In/s", num: 1}, {label: "Committed/s", num: 1},
+      {label: "Bytes in/s", num: 1}, {label: "Bytes out/s", num: 1}],
+      Object.entries(o.rates).map(([t, r]) => ({cells: [`<a href="/topics/${encodeURIComponent(t)}">${esc(t)}</a>`, rate(r.messages_in),
+        rate(r.messages_out), byteRate(r.bytes_in), byteRate(r.bytes_out)]})), {id: "rates-table"});
     if (o.errors.length) banner(o.errors.join("; ")); else banner("");
     const h = await api("GET", "/api/history");
-    chartInto(document.getElementById("chart"), [
-      {name: "in", color: "#2f5bd3", points: h.points.map(p => [p.t, p.messages_in])},
-      {name: "out", color: "#18a058", points: h.points.map(p => [p.t, p.messages_out])}]);
+    sourceInto("chart-source", h);
+    chartInto(document.getElementById("chart"), messageSeries(h));
+    chartInto(document.getElementById("bytes-chart"), byteSeries(h), noBytes(h));
   });
 }
 
@@ -158,7 +189,7 @@ function topicsPage() {
     const data = await api("GET", "/api/topics" + (internal ? "?internal=true" : ""));
     document.getElementById("topics").innerHTML = table(
       ["Topic", {label: "Partitions", num: 1}, {label: "Replication", num: 1}, {label: "Messages", num: 1}, {label: "Size", num: 1},
-       {label: "Retention ms", num: 1}, "Cleanup policy", {label: "In/s", num: 1}, {label: "Out/s", num: 1}, ""],
+       {label: "Retention ms", num: 1}, "Cleanup policy", {label: "In/s", num: 1}, {label: "Committed/s", num: 1}, ""],
       data.topics.map(t => ({bad: t.offline > 0 || t.under_replicated > 0, cells: [
         `<a href="/topics/${encodeURIComponent(t.name)}">${esc(t.name)}</a>${t.internal ? ' <span class="muted">internal</span>' : ""}`,
         num(t.partitions), num(t.replication_factor), num(t.messages), bytes(t.size_bytes), num(t.retention_ms),
@@ -189,7 +220,8 @@ function topicPage(name) {
     <p><a id="browse-link" href="/topics/${enc}/messages">Browse messages</a></p>
     <div id="cards" class="cards"></div>
     <h2>Partitions</h2><div id="partitions"></div>
-    <h2>Messages per second</h2><div id="chart"></div>
+    <h2>Messages per second</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
+    <h2>Bytes per second</h2><div id="bytes-chart"></div>
     <h2>Configs</h2>
     <form id="alter-config">
       <label>Key<input name="key" required placeholder="retention.ms"></label>
@@ -213,7 +245,8 @@ function topicPage(name) {
     document.getElementById("cards").innerHTML = card("Partitions", t.partitions.length, "partition-count") +
       card("Replication factor", t.replication_factor, "replication-factor") + card("Messages", num(t.messages), "messages") +
       card("Size", bytes(t.size_bytes), "size") + card("In/s", rate(t.rates.messages_in), "messages-in") +
-      card("Out/s", rate(t.rates.messages_out), "messages-out") + card("Topic id", t.topic_id, "topic-id");
+      card("Committed/s", rate(t.rates.messages_out), "messages-out") + card("Bytes in/s", byteRate(t.rates.bytes_in), "bytes-in") +
+      card("Bytes out/s", byteRate(t.rates.bytes_out), "bytes-out") + card("Topic id", t.topic_id, "topic-id");
     document.getElementById("partitions").innerHTML = table(
       [{label: "Partition", num: 1}, {label: "Leader", num: 1}, "Replicas", "ISR", "Offline replicas", {label: "Log start", num: 1},
        {label: "High watermark", num: 1}, {label: "LSO", num: 1}, {label: "Size", num: 1}, {label: "Segments", num: 1}],
@@ -234,9 +267,9 @@ function topicPage(name) {
       };
     }
     const h = await api("GET", `/api/history?topic=${enc}`);
-    chartInto(document.getElementById("chart"), [
-      {name: "in", color: "#2f5bd3", points: h.points.map(p => [p.t, p.messages_in])},
-      {name: "out", color: "#18a058", points: h.points.map(p => [p.t, p.messages_out])}]);
+    sourceInto("chart-source", h);
+    chartInto(document.getElementById("chart"), messageSeries(h));
+    chartInto(document.getElementById("bytes-chart"), byteSeries(h), noBytes(h));
   };
   every(load);
 }
@@ -353,7 +386,7 @@ function groupPage(id) {
     <div id="cards" class="cards"></div>
     <h2>Members</h2><div id="members"></div>
     <h2>Offsets and lag</h2><div id="offsets"></div>
-    <h2>Lag over the last minutes</h2><div id="chart"></div>
+    <h2>Lag over the last minutes</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
     <h2>Reset offsets</h2>
     <p class="muted">Only while the group has no members (kafka-consumer-groups --reset-offsets).</p>
     <form id="reset">
@@ -393,6 +426,7 @@ function groupPage(id) {
       g.offsets.map(o => ({cells: [esc(o.topic), o.partition, num(o.committed), num(o.log_end_offset), num(o.lag), esc(o.owner || "-")]})),
       {id: "offsets-table", empty: "no committed offsets"});
     const h = await api("GET", `/api/history?group=${enc}`);
+    sourceInto("chart-source", h);
     chartInto(document.getElementById("chart"), [{name: "total lag", color: "#d9822b", points: h.points.map(p => [p.t, p.lag])}]);
   };
   every(load);
