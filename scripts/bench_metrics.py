@@ -2,7 +2,10 @@
 
 Two clusters run side by side on one embedded Ray, the same but for
 ``rayqueue.metrics.enabled``: every replica, controller, coordinator and gateway of the
-"off" cluster records nothing. Each round runs the same workload on both, alternating which
+"off" cluster records nothing, and neither do its clients (``metric.reporters`` follows the
+cluster: the "on" clients export producer-metrics and consumer-fetch-manager-metrics to Ray
+every second, the "off" ones to nobody; both keep their in-process ``metrics()`` counters,
+as Kafka's clients always do). Each round runs the same workload on both, alternating which
 goes first: a producer ``send()``s 100-byte records one at a time (acks=all, a partition
 with three replicas, so followers fetch too) and a consumer reads them back. The best round
 of each is printed with the ratio on/off; the target is at most 3% lost (ratio >= 0.97).
@@ -29,20 +32,31 @@ from rayqueue import TopicPartition  # noqa: E402
 TARGET = 0.97
 
 
-def send_rate(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int) -> float:
+def check_reporting(client: rayqueue.Producer | rayqueue.Consumer, want: bool) -> None:
+    """The client reports to Ray exactly when its cluster records metrics."""
+    if client._metrics.ray_enabled is not want:
+        raise SystemExit(f"client metrics reporting is {client._metrics.ray_enabled}, wanted {want}")
+
+
+def send_rate(cluster: rayqueue.Cluster, topic: str, value: bytes, n: int, metered: bool) -> float:
     producer = cluster.producer(acks="all", linger_ms=5, batch_size=64 * 1024)
+    check_reporting(producer, metered)
     send = producer.send
     start = time.perf_counter()
     for _ in range(n):
         send(topic, value, partition=0)
     producer.flush()
     rate = n / (time.perf_counter() - start)
+    sent = producer.metrics()["record-send-total"]
     producer.close()
+    if sent != n:
+        raise SystemExit(f"record-send-total is {sent}, {n} records were sent")
     return rate
 
 
-def consume_rate(cluster: rayqueue.Cluster, topic: str, n: int) -> float:
+def consume_rate(cluster: rayqueue.Cluster, topic: str, n: int, metered: bool) -> float:
     consumer = cluster.consumer(auto_offset_reset="earliest")
+    check_reporting(consumer, metered)
     consumer.assign([TopicPartition(topic, 0)])
     start = time.perf_counter()
     seen = 0
@@ -59,7 +73,8 @@ def one_round(cluster: rayqueue.Cluster, name: str, value: bytes, n: int) -> tup
     admin = cluster.admin()
     admin.create_topic(name, 1, 3)
     try:
-        return send_rate(cluster, name, value, n), consume_rate(cluster, name, n)
+        metered = name.startswith("bench-metrics-on")
+        return send_rate(cluster, name, value, n, metered), consume_rate(cluster, name, n, metered)
     finally:
         admin.delete_topic(name)
 
