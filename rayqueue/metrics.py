@@ -249,7 +249,10 @@ class ClientMetrics:
         """A last export, and no more."""
         if self.ray_enabled:
             _exporter().remove(self)
-            self.export()
+            try:
+                self.export()
+            except Exception:  # noqa: BLE001 - closing a client must not fail on its metrics (Ray may be gone)
+                logger.debug("client metrics export failed", exc_info=True)
 
 
 @functools.cache
