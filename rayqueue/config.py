@@ -11,6 +11,20 @@ from storage.errors import InvalidConfigError
 
 logger = logging.getLogger(__name__)
 
+_METRICS_KEYS = [
+    ConfigKey(
+        "metric.reporters",
+        "list",
+        None,
+        "Where the client's metrics go besides metrics(): ray (ray.util.metrics), or none ([]); "
+        "by default ray when the cluster's rayqueue.metrics.enabled is on.",
+        choices=("ray",),
+        nullable=True,
+    ),
+    ConfigKey("metrics.sample.window.ms", "long", 30000, "Window of the metrics' rates, averages and maxima.", min=1),
+    ConfigKey("metrics.num.samples", "int", 2, "Windows kept for the metrics' rates, averages and maxima.", min=1),
+]
+
 PRODUCER_CONFIG = ConfigDef(
     "producer",
     [
@@ -62,6 +76,7 @@ PRODUCER_CONFIG = ConfigDef(
         ConfigKey(
             "transaction.timeout.ms", "int", 60000, "The coordinator aborts a transaction open this long.", min=1
         ),
+        *_METRICS_KEYS,
     ],
 )
 
@@ -161,6 +176,7 @@ CONSUMER_CONFIG = ConfigDef(
         ConfigKey("exclude.internal.topics", "boolean", True, "Regex subscriptions skip internal topics."),
         ConfigKey("key.deserializer", "any", None, "callable(bytes) -> key.", nullable=True),
         ConfigKey("value.deserializer", "any", None, "callable(bytes) -> value.", nullable=True),
+        *_METRICS_KEYS,
     ],
 )
 

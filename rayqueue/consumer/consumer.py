@@ -23,6 +23,7 @@ from rayqueue.consumer.fetcher import ConsumerRecord, Fetcher
 from rayqueue.consumer.subscription_state import ConsumerRebalanceListener, SubscriptionState
 from rayqueue.errors import InvalidConfigError, KafkaError
 from rayqueue.metadata import MetadataCache, call_controller
+from rayqueue.metrics import ClientMetrics
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 # In group mode poll() waits in slices this long, to act on rebalances between them.
@@ -69,7 +70,10 @@ class Consumer:
         self._cluster = cluster if cluster is not None else connect()
         self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"])
         self._subscriptions = SubscriptionState(cfg["auto.offset.reset"])
-        self._fetcher = Fetcher(self._subscriptions, self._metadata, cfg)
+        self._metrics = ClientMetrics(
+            "consumer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
+        )
+        self._fetcher = Fetcher(self._subscriptions, self._metadata, cfg, metrics=self._metrics)
         self._max_poll_records = cfg["max.poll.records"]
         self._closed = False
         self._group: ConsumerCoordinator | None = None
@@ -323,6 +327,14 @@ class Consumer:
             self._closed = True
             self._subscriptions.unsubscribe()
             self._fetcher.close()
+            self._metrics.close()
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's ``consumer-fetch-manager-metrics`` of this consumer, by name
+        (``records-consumed-total``, ``fetch-latency-avg``, ``records-lag-max``, ...:
+        ``rayqueue.metrics.CONSUMER_METRICS``). Counted per fetch answer as it is decoded
+        for the application (fetched ahead of ``poll``)."""
+        return self._metrics.snapshot()
 
     def __enter__(self) -> Consumer:
         return self

@@ -50,6 +50,7 @@ from actors.types import OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer.subscription_state import SubscriptionState, TopicPartitionState
 from rayqueue.errors import as_kafka_error
 from rayqueue.metadata import MetadataCache
+from rayqueue.metrics import ClientMetrics
 from storage.errors import CorruptRecordError, KafkaError, OffsetOutOfRangeError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.record_batch import RecordBatchBuilder, decode_columns
@@ -248,7 +249,7 @@ class _PartitionFetch:
     cursor: FetchCursor
     buffer: collections.deque = field(default_factory=collections.deque)  # chunks not handed out yet
     active: _Chunk | None = None  # the chunk an iteration is handing out
-    # Fetches under way, oldest first: (ObjectRef, requested offset).
+    # Fetches under way, oldest first: (ObjectRef, requested offset, monotonic time sent).
     in_flight: collections.deque = field(default_factory=collections.deque)
     stride: int = 0  # offsets a full answer spanned last time (0: the last answer was not full)
     readable_end: int = -1  # the HW (read_committed: the LSO) the last answer reported
@@ -272,6 +273,8 @@ class Fetcher:
     consumer does). ``max_in_flight``: fetches of a partition under way at once; a second
     one pays off where the reader's work per answer outweighs the leader's (building Python
     records), not where both compete for the same cores (decoding into Arrow: one is faster).
+    ``metrics`` (the Consumer's) is told of each fetch answer: its records, bytes, latency
+    and the lag it leaves.
     """
 
     def __init__(
@@ -284,7 +287,9 @@ class Fetcher:
         end_offsets: Mapping[TopicPartition, int] | None = None,
         retry_timeout_s: float | None = None,
         max_in_flight: int = _MAX_IN_FLIGHT,
+        metrics: ClientMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._subscriptions = subscriptions
         self._metadata = metadata
         self._fetches: dict[TopicPartition, _PartitionFetch] = {}
@@ -497,7 +502,7 @@ class Fetcher:
             # the error waits for a poll that has no records to hand out.
             self._on_fetch_error(tp, fetch, as_kafka_error(exc))
             return
-        in_flight.append((ref, start))
+        in_flight.append((ref, start, now))
 
     def wait_for_fetches(self, timeout: float) -> None:
         """Wait up to ``timeout`` for an answer, and take every answer that is in."""
@@ -518,7 +523,7 @@ class Fetcher:
     def _take_answers(self, tp: TopicPartition, fetch: _PartitionFetch, ref: Any) -> None:
         """Take the partition's oldest answer (``ref``), and the next ones already in."""
         while fetch.in_flight and fetch.in_flight[0][0] is ref:
-            _, start = fetch.in_flight.popleft()
+            _, start, sent = fetch.in_flight.popleft()
             try:
                 response = ray.get(ref)
             except Exception as exc:  # noqa: BLE001
@@ -535,14 +540,14 @@ class Fetcher:
                 self._abandon(fetch)
                 self._on_fetch_error(tp, fetch, error)
                 return
-            self._on_fetch(tp, fetch, response)
+            self._on_fetch(tp, fetch, response, sent)
             if not fetch.in_flight:
                 return
             ref = fetch.in_flight[0][0]
             if not ray.wait([ref], timeout=0)[0]:
                 return
 
-    def _on_fetch(self, tp: TopicPartition, fetch: _PartitionFetch, response: Any) -> None:
+    def _on_fetch(self, tp: TopicPartition, fetch: _PartitionFetch, response: Any, sent: float) -> None:
         state = fetch.state
         state.high_watermark = response.high_watermark
         state.log_start_offset = response.log_start_offset
@@ -559,6 +564,8 @@ class Fetcher:
         fetch.readable_end = fetched.readable_end
         if not fetched.bounds:
             fetch.stride = 0
+            if self._metrics is not None:
+                self._record(fetched, 0, sent)
             return
         # A full answer means a backlog: its span predicts where the next one will end.
         full = len(fetched.records) * 2 >= self._max_bytes
@@ -570,8 +577,17 @@ class Fetcher:
             chunk = self._decode(tp, fetched, fetched.next_offset)
         except CorruptRecordError as error:
             chunk = self._stop_at_corrupt_batch(tp, fetch, fetched, error)
+        if self._metrics is not None:
+            self._record(fetched, chunk.remaining(), sent)
         # Buffered even when empty (markers, aborted data only): taking it moves the position.
         fetch.buffer.append(chunk)
+
+    def _record(self, fetched: CompletedFetch, records: int, sent: float) -> None:
+        """One fetch answer's metrics: per answer, never per record. The lag is Kafka's
+        records-lag, the readable end (HW, or LSO with read_committed) minus the position."""
+        now = time.monotonic()
+        lag = max(0, fetched.readable_end - fetched.next_offset)
+        self._metrics.fetched(records, len(fetched.records), now - sent, lag, now)
 
     def _stop_at_corrupt_batch(
         self, tp: TopicPartition, fetch: _PartitionFetch, fetched: CompletedFetch, error: CorruptRecordError

@@ -29,6 +29,7 @@ from rayqueue.config import PRODUCER_CONFIG, producer_config
 from rayqueue.connection import ClusterHandle, connect
 from rayqueue.errors import TransactionAbortedError, as_kafka_error
 from rayqueue.metadata import MetadataCache
+from rayqueue.metrics import ClientMetrics
 from rayqueue.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from rayqueue.producer.accumulator import RecordAccumulator
 from rayqueue.producer.futures import BulkSendResult, FutureRecordMetadata, RecordMetadata
@@ -83,7 +84,10 @@ class Producer:
         )
         self._accumulator = RecordAccumulator(cfg, self._metadata, self._sticky, self._txn, cfg["enable.idempotence"])
         self._append = self._accumulator.append  # bound once: send() calls it for every record
-        self._sender = Sender(cfg, self._accumulator, self._metadata, self._txn, idempotence_explicit)
+        self._metrics = ClientMetrics(
+            "producer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
+        )
+        self._sender = Sender(cfg, self._accumulator, self._metadata, self._txn, idempotence_explicit, self._metrics)
         self._sender.start()
 
     # -- the user API ---------------------------------------------------------------------
@@ -184,6 +188,11 @@ class Producer:
         """Partition ids of ``topic`` (creating it when auto-creation is on)."""
         return list(range(self._metadata.num_partitions(topic)))
 
+    def metrics(self) -> dict[str, float]:
+        """Kafka's ``producer-metrics`` of this producer, by name (``record-send-total``,
+        ``batch-size-avg``, ``request-latency-max``, ...: ``rayqueue.metrics.PRODUCER_METRICS``)."""
+        return self._metrics.snapshot()
+
     def close(self, timeout: float | None = None) -> None:
         """Flush and stop the sender thread."""
         if self._closed:
@@ -194,6 +203,7 @@ class Producer:
             self._closed = self._guarded = True
             self._sender.initiate_close()
             self._sender.join(timeout=10)
+            self._metrics.close()
 
     # -- transactions ---------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from actors.protocol import AddPartitionsToTxnRequest, AppendOrigin, ProduceOrde
 from actors.types import TopicPartition
 from rayqueue.errors import as_kafka_error
 from rayqueue.metadata import MetadataCache
+from rayqueue.metrics import ClientMetrics
 from rayqueue.producer.accumulator import ProducerBatch, RecordAccumulator
 from rayqueue.producer.transaction_manager import TransactionManager
 from storage.errors import (
@@ -63,10 +64,11 @@ class InFlightRequest:
     """One produce call in flight: its batches, and when the sender stops waiting for it
     (its oldest batch's delivery.timeout.ms)."""
 
-    __slots__ = ("batches", "weight", "order", "deadline", "answered")
+    __slots__ = ("batches", "weight", "order", "deadline", "answered", "sent")
 
     def __init__(self, batches: list[ProducerBatch], weight: int, order: ProduceOrder | None, deadline: float) -> None:
         self.batches, self.weight, self.order, self.deadline = batches, weight, order, deadline
+        self.sent = time.monotonic()  # for request-latency
         self.answered = False  # the first outcome (answer or expiry) wins; a later one is dropped
 
 
@@ -80,8 +82,10 @@ class Sender:
         metadata: MetadataCache,
         txn: TransactionManager,
         idempotence_explicit: bool,
+        metrics: ClientMetrics,
     ) -> None:
         self._acc = accumulator
+        self._metrics = metrics
         self._lock = accumulator.lock  # one lock for the accumulator and the sender
         self._wakeup = accumulator.wakeup
         self._metadata = metadata
@@ -350,6 +354,7 @@ class Sender:
             batch.attempts += 1
             batch.stamp(txn.producer_id, txn.epoch, self._transactional)
         request = InFlightRequest(batches, weight, order, min(b.created for b in batches) + self._delivery_timeout)
+        self._metrics.batches_sent(batches, request.sent)  # once per call and batch, never per record
         try:
             leader = self._metadata.leader(tp)
             data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
@@ -371,6 +376,8 @@ class Sender:
         )
 
     def _on_resolved(self, request: InFlightRequest, future: Any) -> None:
+        now = time.monotonic()
+        self._metrics.request_answered(now - request.sent, now)
         with self._lock:
             self._unresolved -= 1
             if not self._unresolved:
@@ -457,6 +464,8 @@ class Sender:
         """Give a batch its outcome: free its place in the accumulator, tell the transaction
         of an error, complete the records' futures."""
         self._acc.deallocate(batch, error)
-        if error is not None and self._transactional:
-            self._txn.on_error(error)
+        if error is not None:
+            self._metrics.records_failed(batch.records, time.monotonic())
+            if self._transactional:
+                self._txn.on_error(error)
         batch.result.done(base_offset, log_append_time, error)

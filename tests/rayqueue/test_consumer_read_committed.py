@@ -140,6 +140,8 @@ class FakeMetadata(MetadataCache):
 
 class FakeCluster:
     controller = None
+    namespace = "fake"
+    config = {"rayqueue.metrics.enabled": False}  # its clients report no metrics to Ray
 
 
 TP = TopicPartition("t", 0)

@@ -227,6 +227,48 @@ def test_gateway_requests_are_timed_by_api(metrics_cluster):
     assert total(timed, "ray_rayqueue_request_total_time_ms_count", path="gateway", request="Metadata") >= 1
 
 
+def test_client_metrics_reach_the_scrape_with_their_client_id(metrics_cluster):
+    """A producer's and a consumer's metrics, exported from the driver by the clients'
+    exporter thread; a client with ``metric.reporters=[]`` exports nothing."""
+    cluster = metrics_cluster
+    cluster.admin().create_topic("metered-clients", 1, 1)
+    n = 700
+    values = [b"c" * VALUE_SIZE] * n
+    silent = cluster.producer(client_id="metered-silent", metric_reporters=[])
+    silent.send_many("metered-clients", values[:10], partition=0)
+    silent.flush()
+    silent.close()
+    producer = cluster.producer(client_id="metered-producer", linger_ms=5)
+    producer.send_many("metered-clients", values, partition=0)
+    producer.flush()
+    assert producer.metrics()["record-send-total"] == n
+    producer.close()
+    consumer = cluster.consumer(client_id="metered-consumer", auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("metered-clients", 0)])
+    assert len(consume_all(consumer, n + 10)) == n + 10
+    consumed = consumer.metrics()
+    consumer.close()
+
+    scraped = wait_metric(
+        "ray_rayqueue_producer_record_send_total", lambda v: v >= n, "producer metric", client_id="metered-producer"
+    )
+    assert total(scraped, "ray_rayqueue_producer_record_send_total", client_id="metered-producer") == n
+    assert total(scraped, "ray_rayqueue_producer_request_latency_avg_ms", client_id="metered-producer") is not None
+    scraped = wait_metric(
+        "ray_rayqueue_consumer_records_consumed_total",
+        lambda v: v >= n + 10,
+        "consumer metric",
+        client_id="metered-consumer",
+    )
+    assert total(scraped, "ray_rayqueue_consumer_records_consumed_total", client_id="metered-consumer") == n + 10
+    assert (
+        total(scraped, "ray_rayqueue_consumer_bytes_consumed_total", client_id="metered-consumer")
+        == (consumed["bytes-consumed-total"])
+    )
+    # Closed at the same time as the others, it would have been exported by now.
+    assert total(scraped, "ray_rayqueue_producer_record_send_total", client_id="metered-silent") is None
+
+
 def test_grafana_dashboard_names_only_scraped_metrics(metrics_cluster):
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["title"] and dashboard["schemaVersion"] >= 30 and dashboard["panels"]
