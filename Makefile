@@ -19,10 +19,11 @@ setup: $(STAMP)
 
 # Rebuild the compiled twins in place without reinstalling anything (a worktree run with
 # PYTHONPATH, or after editing a .pyx): the editable build runs in pip's isolated build
-# environment, and its install lands in a scratch prefix under build/. PY picks the Python.
+# environment, and its install lands in a scratch prefix under build/ (--ignore-installed: the
+# environment's own editable rayqueue, another checkout's, is left installed). PY picks the Python.
 PY ?= $(VENV)/bin/python
 twins:
-	$(PY) -m pip install --quiet --no-deps -e . --prefix build/twins-prefix
+	$(PY) -m pip install --quiet --no-deps --ignore-installed -e . --prefix build/twins-prefix
 
 demo: $(STAMP)
 	$(VENV)/bin/python scripts/demo.py
