@@ -406,6 +406,7 @@ def console_command(
     out.print("Ctrl-C stops it.")
     sys.stdout.flush()
     server.serve()
+    out.print("Stopped.")
 
 
 @app.command()

@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -176,7 +177,18 @@ class ConsoleServer:
         return self
 
     def serve(self) -> None:
-        """Serve in this thread until Ctrl-C / SIGTERM (uvicorn's own signal handling)."""
+        """Serve in this thread until Ctrl-C / SIGTERM (uvicorn's own signal handling), then
+        return normally. uvicorn hands the signal on to the handler it found once it has
+        shut down; that would be ray.init's (sys.exit with the signal number) or Python's
+        KeyboardInterrupt, so ours stands behind uvicorn's instead: it asks the server to
+        exit (a signal before uvicorn took over still stops it) and is all the re-raised
+        signal reaches."""
+
+        def exit_server(signum: int, frame: object) -> None:
+            self._server.should_exit = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, exit_server)
         self._server.run(sockets=[self._socket])
 
     def stop(self) -> None:

@@ -6,7 +6,9 @@ authentication included), as a person following the README would.
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 
 from tests.rayqueue.processes import RAYQUEUE, Background, ray_lines, run, user_env
 
@@ -41,9 +43,32 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
         assert code == 0 and {"a", "b", "c"} <= set(outputs["consume"].splitlines())
         code, outputs["status"] = run([*RAYQUEUE, "status", *at], env)
         assert code == 0 and re.search(r"Replica actors:\s+18", outputs["status"])
+        code, outputs["health"] = run([*RAYQUEUE, "health", *at], env)
+        assert code == 0 and "healthy:" in outputs["health"] and "none offline" in outputs["health"]
+        outputs["console"] = _console_serves_the_cluster(at, env, tmp_path)
     finally:
         code = start.stop()
         outputs["start"] = start.output()
     assert code == 0 and "Stopped." in outputs["start"], outputs["start"]
     noise = {command: ray_lines(text) for command, text in outputs.items() if ray_lines(text)}
     assert not noise, noise
+
+
+def _console_serves_the_cluster(at: list[str], env: dict[str, str], tmp_path) -> str:
+    """`rayqueue console` attaches, says it binds loopback only, serves the page and the API
+    with the cluster's numbers, and stops cleanly on SIGTERM; returns what it printed."""
+    console = Background([*RAYQUEUE, "console", "--port", "0", *at], env, tmp_path / "console.log")
+    try:
+        banner = console.wait_for("Ctrl-C stops it", 120)
+        assert "loopback only" in banner, banner
+        url = re.search(r"rayqueue console on (http://127\.0\.0\.1:\d+)", banner).group(1)
+        with urllib.request.urlopen(f"{url}/", timeout=30) as page:
+            assert page.status == 200 and "rayqueue" in page.read().decode()
+        with urllib.request.urlopen(f"{url}/api/overview", timeout=60) as answer:
+            overview = json.load(answer)
+        assert overview["namespace"] == at[-1]
+        assert len(overview["brokers"]) == 3 and overview["topics"] == 1 and overview["partitions"] == 6
+    finally:
+        code = console.stop()
+    assert code == 0 and "Stopped." in console.output(), console.output()
+    return console.output()
