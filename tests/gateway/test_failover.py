@@ -25,6 +25,7 @@ def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstra
     failed: list[str] = []
     consumed: list[bytes] = []
     stop = threading.Event()
+    killed = threading.Event()
 
     def on_delivery(err, msg) -> None:
         if err is None:
@@ -44,6 +45,12 @@ def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstra
             }
         )
         for i in range(TOTAL):
+            if i == TOTAL // 2:
+                # The second half goes out only once the leader is dead, so that it is
+                # produced across the failover (on a quiet machine the whole run could
+                # otherwise be acknowledged before the kill lands).
+                producer.flush(120)
+                killed.wait(120)
             producer.produce(topic, value=b"%d" % i, on_delivery=on_delivery)
             producer.poll(0)
             if i % 100 == 99:
@@ -63,12 +70,16 @@ def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstra
     for t in threads:
         t.start()
     try:
-        wait_for(lambda: len(acked) >= TOTAL // 4, timeout=120, what="a quarter acknowledged")
+        wait_for(lambda: len(acked) >= TOTAL // 2, timeout=120, what="the first half acknowledged")
         ray.kill(before.leader_handle, no_restart=True)
+        killed.set()
         threads[0].join(180)
         assert not threads[0].is_alive(), "the producer did not finish"
-        after = cluster.metadata([topic]).topics[topic].partitions[0]
-        assert after.leader_epoch > before.leader_epoch
+        wait_for(
+            lambda: cluster.metadata([topic]).topics[topic].partitions[0].leader_epoch > before.leader_epoch,
+            timeout=60,
+            what="a new leader epoch after the kill",
+        )
         assert failed == []
         assert len(acked) == TOTAL
         # Everything acknowledged is in the log, once.
@@ -84,5 +95,6 @@ def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstra
         assert consumed == log
     finally:
         stop.set()
+        killed.set()
         for t in threads:
             t.join(60)
