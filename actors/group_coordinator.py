@@ -953,11 +953,7 @@ class GroupCoordinator(Coordinator):
             error = (
                 exc if isinstance(exc, KafkaError) else InconsistentGroupProtocolError(f"assignment failed: {exc!r}")
             )
-            for m in members.values():
-                if m.join_future is not None and not m.join_future.done():
-                    m.join_future.set_exception(error)
-                m.join_future = None
-            group.state = GroupState.STABLE
+            _fail_joins(group, error)
             return
         group.protocol = protocol
         group.rebalance_protocol = protocol_of(assignor)
@@ -987,11 +983,7 @@ class GroupCoordinator(Coordinator):
         try:
             protocol = self._select_protocol(group)
         except KafkaError as error:
-            for m in members.values():
-                if m.join_future is not None and not m.join_future.done():
-                    m.join_future.set_exception(error)
-                m.join_future = None
-            group.state = GroupState.STABLE
+            _fail_joins(group, error)
             return
         group.protocol = protocol
         try:
@@ -1227,3 +1219,13 @@ def _check_assignment(assignment: dict[str, Any], subs: dict[str, list[str]], co
             if tp.topic not in counts or not 0 <= tp.partition < counts[tp.topic]:
                 raise InvalidRequestError(f"assignor returned unknown partition {tp}")
             seen.add(tp)
+
+
+def _fail_joins(group: _Group, error: BaseException) -> None:
+    """A rebalance that cannot complete: every waiting JoinGroup gets ``error`` and the
+    group goes back to Stable with its previous assignment."""
+    for m in group.members.values():
+        if m.join_future is not None and not m.join_future.done():
+            m.join_future.set_exception(error)
+        m.join_future = None
+    group.state = GroupState.STABLE
