@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench setup twins clean
+.PHONY: demo test test-fast lint bench setup twins jvm clean
 
 # The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
 # a changed .pyx reinstalls, which rebuilds them.
@@ -24,6 +24,11 @@ setup: $(STAMP)
 PY ?= $(VENV)/bin/python
 twins:
 	$(PY) -m pip install --quiet --no-deps --ignore-installed -e . --prefix build/twins-prefix
+
+# The JVM pieces (Kafka's clients, tools, broker, Streams, Connect; Spark's Kafka connector) at the
+# versions pinned in tests/jvm/pins.toml, resolved by Maven into ~/.m2 (classpaths in build/jvm/).
+jvm:
+	$(PYTHON) -m tests.jvm.maven
 
 demo: $(STAMP)
 	$(VENV)/bin/python scripts/demo.py
