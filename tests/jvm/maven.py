@@ -6,7 +6,7 @@ dependencies) into ``~/.m2``; the classpath it prints, paths into Maven's cache,
 ``build/jvm/<set>.classpath``. Nothing is downloaded but through Maven and no jar lands in
 the checkout. Used by ``make jvm``, the JVM tests (``tests/jvm``) and the Kafka peer benchmark.
 
-    python -m tests.jvm.maven            # resolve every set, print where the classpaths are
+    python -m tests.jvm.maven            # resolve every set, compile tests/jvm/java/*/
     python -m tests.jvm.maven kafka      # one set
 """
 
@@ -105,12 +105,54 @@ def classpath(set_name: str) -> str:
     return out.read_text().strip()
 
 
+JAVA_SOURCES = HERE / "java"
+CLASSES = BUILD / "classes"
+
+
+def compile_java(program_dir: str, set_name: str) -> Path:
+    """Compile ``tests/jvm/java/<program_dir>/*.java`` against a set's classpath with ``javac``
+    into ``build/jvm/classes/<program_dir>/`` (again only when a source is newer than the
+    classes); returns that directory, to put first on ``java -cp``."""
+    cp = classpath(set_name)
+    sources = sorted((JAVA_SOURCES / program_dir).glob("*.java"))
+    if not sources:
+        raise JvmUnavailable(f"no Java sources in {JAVA_SOURCES / program_dir}")
+    out = CLASSES / program_dir
+    stamp = out / ".compiled"
+    newest = max(s.stat().st_mtime for s in [*sources, PINS])
+    if stamp.exists() and stamp.stat().st_mtime >= newest:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    result = subprocess.run(
+        ["javac", "-nowarn", "-d", str(out), "-cp", cp, *map(str, sources)], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise JvmUnavailable(f"javac failed for {program_dir}:\n{result.stdout}{result.stderr}")
+    stamp.touch()
+    return out
+
+
+def compile_all() -> list[Path]:
+    """Compile every program directory under ``tests/jvm/java/``; each names its set in a
+    ``SET`` file beside its sources (``kafka`` when there is none)."""
+    done = []
+    for program_dir in sorted(p for p in JAVA_SOURCES.glob("*") if p.is_dir()) if JAVA_SOURCES.exists() else []:
+        set_file = program_dir / "SET"
+        set_name = set_file.read_text().strip() if set_file.exists() else "kafka"
+        done.append(compile_java(program_dir.name, set_name))
+    return done
+
+
 def main(argv: list[str]) -> int:
     names = argv or list(pins()["sets"])
     try:
         for name in names:
             cp = classpath(name)
             print(f"{name}: {len(cp.split(os.pathsep))} jars ({BUILD / (name + '.classpath')})")
+        if not argv:
+            for out in compile_all():
+                print(f"compiled {out}")
     except JvmUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,48 @@
+"""Fixtures of the JVM tests: the pinned classpaths and compiled Java programs (``maven.py``).
+
+Without java, javac or mvn these tests skip with the reason; under CI (``CI`` set, as
+``.ci/run`` sets it) a missing piece fails them instead, so they never skip silently there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.jvm import maven
+
+
+def _unavailable(exc: Exception):
+    if os.environ.get("CI"):
+        pytest.fail(f"JVM pieces unavailable under CI: {exc}")
+    pytest.skip(f"JVM pieces unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def jvm_classpath():
+    """``jvm_classpath(set_name) -> str``: a pinned set's classpath (paths into ~/.m2)."""
+
+    def get(set_name: str) -> str:
+        try:
+            return maven.classpath(set_name)
+        except maven.JvmUnavailable as exc:
+            _unavailable(exc)
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def java_program(jvm_classpath):
+    """``java_program(program_dir, set_name="kafka") -> str``: the classpath that runs the
+    compiled programs of ``tests/jvm/java/<program_dir>/`` (their classes first)."""
+
+    def get(program_dir: str, set_name: str = "kafka") -> str:
+        cp = jvm_classpath(set_name)
+        try:
+            classes = maven.compile_java(program_dir, set_name)
+        except maven.JvmUnavailable as exc:
+            _unavailable(exc)
+        return f"{classes}{os.pathsep}{cp}"
+
+    return get
