@@ -46,6 +46,28 @@ _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 @contextlib.contextmanager
+def _ray_node_on_loopback() -> Iterator[None]:
+    """Have ``ray.init`` take 127.0.0.1 as this node's address.
+
+    Ray's metrics agent listens on loopback when the node's address is loopback and on every
+    interface otherwise (Ray 2.60, ``ReporterAgent``: ``address=get_localhost_ip() if
+    is_localhost(ip) else ""``); it has no setting of its own for the bind address. Ray turns
+    a requested ``127.0.0.1`` into the machine's outward address, except in its single-machine
+    mode (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the default on Windows and macOS), which
+    keeps the node on loopback. That switch is read once, when Ray is imported, so it is set
+    here for the one ``ray.init`` call; once started, the node's address is the node's.
+    """
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+@contextlib.contextmanager
 def _quiet(logger_name: str) -> Iterator[None]:
     """Hide one logger's warnings for the duration (errors still show)."""
     target = logging.getLogger(logger_name)
@@ -109,18 +131,25 @@ def join_ray(address: str) -> None:
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
 
 
-def start_embedded_ray(num_cpus: int | None = None, metrics_export_port: int | None = None) -> None:
+def start_embedded_ray(
+    num_cpus: int | None = None, metrics_export_port: int | None = None, loopback: bool = False
+) -> None:
     """Start a Ray of this process's own, quietly: Ray's defaults (token authentication on,
     unless RAY_AUTH_MODE says otherwise), its logs in its session directory, and a worker
     start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY).
 
     ``metrics_export_port``: where Ray's metrics agent serves Prometheus (``/metrics``);
-    None lets Ray pick a free port.
+    None lets Ray pick a free port. With ``loopback`` the node's address is 127.0.0.1: its
+    metrics agent, GCS, raylet and workers listen on loopback only, and no other machine can
+    join this Ray or scrape it; without, the metrics agent listens on every interface.
     """
     extra: dict[str, Any] = {}
     if metrics_export_port:
         extra["_metrics_export_port"] = metrics_export_port
-    with _quiet(_RAY_AUTH_LOGGER):
+    if loopback:
+        extra["_node_ip_address"] = "127.0.0.1"
+    on_loopback = _ray_node_on_loopback() if loopback else contextlib.nullcontext()
+    with _quiet(_RAY_AUTH_LOGGER), on_loopback:
         # "local": never a Ray that `ray start` runs (or left behind in /tmp/ray) on this machine.
         ray.init(
             address="local",
@@ -133,9 +162,15 @@ def start_embedded_ray(num_cpus: int | None = None, metrics_export_port: int | N
         )
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None, metrics_export_port: int | None = None) -> bool:
+def ensure_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    metrics_export_port: int | None = None,
+    loopback: bool = False,
+) -> bool:
     """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one
-    (serving Prometheus metrics on ``metrics_export_port`` when given); True if started here.
+    (serving Prometheus metrics on ``metrics_export_port`` when given, on loopback only with
+    ``loopback``: :func:`start_embedded_ray`); True if started here.
 
     A Ray that runs already keeps exporting wherever it does.
     """
@@ -147,7 +182,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, metrics_
     if address and address != "local":
         join_ray(address)
         return False
-    start_embedded_ray(num_cpus, metrics_export_port)
+    start_embedded_ray(num_cpus, metrics_export_port, loopback)
     return True
 
 
