@@ -10,7 +10,6 @@ A :class:`Cluster` is a :class:`rayqueue.connection.ClusterHandle` that also mak
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from rayqueue.connection import (
     EMBEDDED_WORKER_STARTUP_CONCURRENCY,
     ClusterHandle,
     ensure_ray,
+    is_loopback,
     join_ray,
     start_embedded_ray,
     use_ray_token,
@@ -46,17 +46,6 @@ logger = logging.getLogger(__name__)
 
 # What an operator may ask of the metrics endpoint's interface besides a loopback address.
 EVERY_INTERFACE = ("0.0.0.0", "::", "*")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address, or ``localhost``) is reachable from this machine alone."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def metrics_on_loopback(listeners: Sequence[str] | str, metrics_host: str | None = None) -> bool:

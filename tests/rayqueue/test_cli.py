@@ -449,6 +449,40 @@ def test_the_metrics_bind_where_the_listeners_do():
     assert metrics_on_loopback("PLAINTEXT://0.0.0.0:0", "127.0.0.1")
 
 
+@pytest.mark.parametrize(
+    ("given", "env", "joined"),
+    [
+        ("127.0.0.1:6390", None, "127.0.0.1:6390"),
+        ("localhost:6390", None, "127.0.0.1:6390"),
+        ("auto", "127.0.0.1:6391", "127.0.0.1:6391"),
+        ("192.0.2.7:6390", None, "192.0.2.7:6390"),
+    ],
+)
+def test_a_ray_on_loopback_is_joined_at_loopback(monkeypatch, given, env, joined):
+    """`rayqueue start` on loopback listeners runs its Ray on 127.0.0.1 only and prints that
+    address; other commands given it must connect there, where Ray would otherwise connect to
+    the machine's outward address, on which that Ray does not listen. Ray's resolution of the
+    address is read inside ray.init (no Ray runs here); Ray's setting is restored after."""
+    import ray
+    from ray._private import ray_constants, services
+
+    from rayqueue import connection
+
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    monkeypatch.setattr(connection, "_check_ray_reachable", lambda address, token_on: None)
+    resolved = []
+    monkeypatch.setattr(
+        ray, "init", lambda address, **_: resolved.append(services.canonicalize_bootstrap_address(address))
+    )
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    connection.join_ray(given)
+    assert resolved == [joined]
+    assert ray_constants.ENABLE_RAY_CLUSTER == cluster_mode
+
+
 def test_groups_list_describe_reset_and_delete(cluster, new_topic):
     topic = new_topic(partitions=2)
     producer = cluster.producer()
