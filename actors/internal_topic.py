@@ -145,16 +145,17 @@ class InternalTopic:
         durable (acks=all), retrying through leader changes for up to 30 s; then
         CoordinatorNotAvailableError.
 
-        With a ``producer_id`` the batch is transactional (a transactional offset commit),
-        written with the coordinator's origin: epoch checks, no sequence. A non-retriable
-        error of such a batch is the producer's own and raised as such.
+        Written with the coordinator's origin, the one that an internal topic accepts (a
+        client's append to it is refused). With a ``producer_id`` the batch is transactional
+        (a transactional offset commit): epoch checks, no sequence. A non-retriable error of
+        such a batch is the producer's own and raised as such.
         """
         await self.ensure()
         if producer_id >= 0:
             builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
-            origin = AppendOrigin.COORDINATOR
         else:
-            builder, origin = RecordBatchBuilder(), AppendOrigin.CLIENT
+            builder = RecordBatchBuilder()
+        origin = AppendOrigin.COORDINATOR
         for key, value in records:
             builder.append(value, key=key)
         data = builder.build()
