@@ -9,6 +9,7 @@ reuses that Ray. This is the one module that prints; the library only logs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -20,7 +21,7 @@ import string
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -164,6 +165,31 @@ def _handle_errors(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+class _WarningsOf(logging.Handler):
+    """Collects the warning lines of one library logger, for the CLI to print its own way."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _captured_warnings(logger_name: str) -> Iterator[list[str]]:
+    """The warnings ``logger_name`` logs meanwhile, kept from the terminal's log output."""
+    library = logging.getLogger(logger_name)
+    handler, propagate = _WarningsOf(), library.propagate
+    library.addHandler(handler)
+    library.propagate = False
+    try:
+        yield handler.messages
+    finally:
+        library.removeHandler(handler)
+        library.propagate = propagate
 
 
 def _connect(name: str, address: str | None) -> Cluster:
@@ -644,9 +670,12 @@ def topics_create(
 ) -> None:
     """Create a topic (kafka-topics --create)."""
     admin = _connect(name, address).admin()
-    meta = admin.create_topic(topic, partitions, replication_factor, configs=_parse_kv(config, "--config"))
+    with _captured_warnings("rayqueue.admin") as warnings:  # printed below, not through logging
+        meta = admin.create_topic(topic, partitions, replication_factor, configs=_parse_kv(config, "--config"))
     rf = len(meta.partitions[0].replicas) if meta.partitions else 0
     out.print(f"Created topic [bold]{topic}[/] ({len(meta.partitions)} partitions, replication factor {rf}).")
+    for warning in warnings:
+        err.print(Text(f"WARNING: {warning}", style="yellow"))
 
 
 @topics_app.command("list")
