@@ -2,8 +2,10 @@
 
 The group and transaction coordinators keep their state as records in compacted internal
 topics (``__consumer_offsets``, ``__transaction_state``): :class:`InternalTopic` creates the
-topic on first use, writes to it with acks=all and reads it back; :class:`Coordinator` is
-the actor lifecycle both share (load the topic once per actor life, refuse calls until then).
+topic when its coordinator first loads (so ``rayqueue.launch`` returns with both topics
+created and led, and a first group or transaction never waits for a topic creation), writes
+to it with acks=all and reads it back; :class:`Coordinator` is the actor lifecycle both
+share (load the topic once per actor life, refuse calls until then).
 
 A (re)started coordinator rebuilds its state by replaying every partition from its log start
 to its log end. Kafka's coordinators read their local log to its end. Here the coordinator
@@ -180,13 +182,9 @@ class InternalTopic:
 
     async def replay(self) -> AsyncIterator[tuple[int, RecordBatch, int]]:
         """Every batch of the topic, partition by partition, as ``(partition, batch, first
-        offset to apply)``; nothing when the topic does not exist yet (the first write creates it)."""
-        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
-        meta = md.topics.get(self.name)
-        if meta is None:
-            return
-        self.num_partitions = len(meta.partitions)
-        self._ready = True
+        offset to apply)``; the topic is created first when it does not exist yet (nothing
+        to replay then, but every partition has a leader when this ends)."""
+        await self.ensure()
         for p in range(self.num_partitions):
             part = await self.leader(p)
             async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):
