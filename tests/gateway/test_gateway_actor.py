@@ -9,8 +9,7 @@ import time
 
 import ray
 
-from actors.gateway.actor import Gateway, gateway_actor_name
-from actors.gateway.listeners import BrokerListener
+from actors.gateway.actor import gateway_actor_name
 from tests.gateway.clients import Confluent, Rec
 from tests.helpers import wait_for
 
@@ -88,43 +87,3 @@ def test_a_gateway_killed_again_and_again_listens_again_each_time(cluster, new_t
             what=f"produce and fetch through the gateway after kill {kill + 1}",
         )
         assert ray.get(handle.stats.remote(), timeout=10)["listening"]
-
-
-class _SlowToRestart(Gateway):
-    """A gateway whose constructor, after a restart, goes on for a while after it asked to
-    start (as a restarted process does on a loaded machine), so that Ray tells the new process
-    that the actor is RESTARTING before the constructor returns: the moment that failed the
-    start of 2 of 14 restarted gateways. It listens on a plain socket and registers nowhere,
-    so that the session cluster's Metadata is left alone."""
-
-    def __init__(self, namespace, config, listener) -> None:
-        super().__init__(namespace, config, listener)
-        if ray.get_runtime_context().was_current_actor_reconstructed:
-            time.sleep(3.0)
-
-    async def _start(self):
-        import asyncio
-
-        self._plain = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
-        return self._plain.sockets[0].getsockname()[:2]
-
-
-def test_a_restarted_gateway_starts_even_when_ray_says_restarting_before_its_constructor_returns(ray_session):
-    gateway = (
-        ray.remote(_SlowToRestart)
-        .options(num_cpus=0, max_concurrency=1000, max_restarts=-1)
-        .remote("rayqueue-slow-gateway-test", {}, BrokerListener(0, "127.0.0.1", 0, "127.0.0.1", 0))
-    )
-    try:
-        assert ray.get(gateway.start.remote(), timeout=60)
-        for kill in range(3):
-            pid = ray.get(gateway.stats.remote(), timeout=30)["pid"]
-            os.kill(pid, signal.SIGKILL)
-
-            def listening_again(old=pid):
-                stats = ray.get(gateway.stats.remote(), timeout=10)
-                return stats["pid"] != old and stats["address"] is not None
-
-            wait_for(listening_again, timeout=60, interval=0.2, what=f"listening again by itself after kill {kill + 1}")
-    finally:
-        ray.kill(gateway, no_restart=True)
