@@ -34,7 +34,7 @@ from rayqueue.producer.futures import FutureRecordMetadata, ProduceRequestResult
 from rayqueue.producer.transaction_manager import TransactionManager
 from storage import RecordBatchBuilder
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
-from storage.errors import KafkaTimeoutError, RecordTooLargeError
+from storage.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
 from storage.extensions import bind, load
 
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
@@ -62,6 +62,7 @@ class ProducerBatch:
         "finished",
         "seal_at",
         "retry_at",
+        "last_error",
     )
 
     _sequence = itertools.count()
@@ -81,6 +82,7 @@ class ProducerBatch:
         self.finished = False
         self.seal_at = 0  # send() seals the open batch once its size reaches this
         self.retry_at = 0.0  # monotonic time before which a failed batch is not resent
+        self.last_error: BaseException | None = None  # the retriable error of its last try, if any
 
     def stamp(self, producer_id: int, epoch: int, transactional: bool) -> None:
         """Write the producer id, epoch and base sequence (and the transactional flag) into a
@@ -96,12 +98,20 @@ class ProducerBatch:
         self.stamped = True
 
     def timeout_error(self, now: float, cause: BaseException | str | None = None) -> KafkaTimeoutError:
-        """The error of a batch past delivery.timeout.ms (in Kafka's words)."""
+        """The error of a batch past delivery.timeout.ms (in Kafka's words), with why it was
+        not delivered: ``cause``, and the error its last try was answered with (Kafka's
+        producer reports the batch's last error too), which is also the ``__cause__``."""
         waited = (now - self.created) * 1000
-        reason = f" ({cause})" if cause is not None else ""
-        return KafkaTimeoutError(
+        reasons = [] if cause is None else [str(cause)]
+        last = self.last_error
+        if last is not None and last is not cause:
+            reasons.append(f"last error: {last if isinstance(last, KafkaError) else f'{type(last).__name__}: {last}'}")
+        reason = f" ({'; '.join(reasons)})" if reasons else ""
+        error = KafkaTimeoutError(
             f"Expiring {self.records} record(s) for {self.tp}: {waited:.0f} ms has passed since batch creation{reason}"
         )
+        error.__cause__ = last
+        return error
 
 
 class RecordAccumulator:

@@ -452,8 +452,17 @@ class Sender:
             again, failed = [], []
             with self._lock:
                 for batch in batches:
+                    batch.last_error = error  # told if the batch expires (Kafka: the batch's last error)
                     (again if self.can_retry(batch, now) else failed).append(batch)
                 self._acc.reenqueue(tp, again, now + self._backoff)
+            if again:
+                # Once per failed call, as Kafka's Sender logs each retry.
+                logger.warning(
+                    "Got error produce response on topic-partition %s, retrying (%d attempts left). Error: %s",
+                    tp,
+                    max(0, self._retries - max(b.attempts for b in again) + 1),
+                    error,
+                )
         for batch in failed:
             final = error  # a retriable error after the last retry, as Kafka reports it
             if retry and now - batch.created > self._delivery_timeout:

@@ -16,6 +16,7 @@ from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AllocateProducerIdsRequest,
+    AppendOrigin,
     DescribeTransactionsRequest,
     EndTxnRequest,
     FetchRequest,
@@ -469,7 +470,8 @@ def test_epoch_bumps_retries_and_exhaustion(cluster, request):
     leader, epoch = leader_of(cluster, TRANSACTION_STATE_TOPIC, offsets_partition_for(tid, partitions))
     builder = RecordBatchBuilder()
     builder.append(json.dumps(record).encode(), key=transaction_key(tid))
-    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch)))
+    # As the coordinator writes it: a client's append to an internal topic is refused.
+    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch, AppendOrigin.COORDINATOR)))
     restart(coordinator)
     assert state_of(coordinator, tid).producer_epoch == 32766
     rotated = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from actors.controller import INTERNAL_TOPICS, validate_topic_name
+from actors.controller import validate_topic_name
 from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
 from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import Api, RequestContext
-from actors.types import PartitionMetadata
+from actors.types import INTERNAL_TOPICS, PartitionMetadata
 from storage.errors import InvalidTopicError, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
 
 METADATA_KEY = 3
