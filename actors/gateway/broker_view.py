@@ -121,8 +121,10 @@ class BrokerView:
             tid = topic_uuid(meta.topic_id)
             if tid is not None:
                 self._by_id[tid] = name
-        gone = (set(self._topics) if asked is None else set(asked)) - snapshot.topics.keys()
-        for name in gone:
+        # Forget the cached topics the controller no longer has (only cached ones: a Metadata
+        # request may name 100,000 topics that do not exist; a loop over those would hold the event loop).
+        known = self._fetched_at.keys() if asked is None else self._fetched_at.keys() & set(asked)
+        for name in known - snapshot.topics.keys():
             self.invalidate(name)
 
     async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
@@ -171,6 +173,30 @@ class BrokerView:
             if part.leader < 0:
                 raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is led by broker {part.leader}, not {self.broker_id}")
+
+    async def not_led_here(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """For a request naming partitions of ``topic``: the error code of each one this
+        broker does not lead (absent: led here). One metadata refresh at most when some are
+        not led here, however many partitions are named (a per-partition refresh would ask
+        the controller once per unknown partition)."""
+        errors = self._not_led(await self.topic(topic), partitions)
+        if errors:
+            errors = self._not_led(await self.topic(topic, refresh=True), partitions)
+        return errors
+
+    def _not_led(self, meta: TopicMetadata | None, partitions: list[int]) -> dict[int, int]:
+        if meta is None:
+            return dict.fromkeys(partitions, UnknownTopicOrPartitionError.code)
+        errors = {}
+        count = len(meta.partitions)
+        for index in partitions:
+            if not 0 <= index < count:
+                errors[index] = UnknownTopicOrPartitionError.code
+                continue
+            part = meta.partitions[index]
+            if part.leader != self.broker_id or part.leader_handle is None:
+                errors[index] = LeaderNotAvailableError.code if part.leader < 0 else NotLeaderOrFollowerError.code
+        return errors
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str:
         """The name of a cached topic id; UnknownTopicIdError when none is cached."""
