@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -42,6 +44,7 @@ REFRESH_BACKOFF_S = 0.2  # a topic's cached metadata is asked for again at most 
 MAX_AGE_S = 30.0  # cached topic metadata older than this is asked for again
 CONTROLLER_RETRY_S = 10.0  # how long a controller that is restarting is waited for
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+METADATA_BATCH = 5000  # topic names per controller call
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID | None:
@@ -103,7 +106,17 @@ class BrokerView:
         await _register_listener(self.controller, self.broker_id, host, port)
 
     async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
-        """Fresh metadata from the controller (``None``: every topic); refreshes the cache."""
+        """Fresh metadata from the controller (``None``: every topic); refreshes the cache.
+        Many names are asked in batches: one call's arguments are pickled on the event loop."""
+        if topics is not None and len(topics) > METADATA_BATCH:
+            parts = [
+                await self.cluster(topics[i : i + METADATA_BATCH], auto_create)
+                for i in range(0, len(topics), METADATA_BATCH)
+            ]
+            merged: dict[str, TopicMetadata] = {}
+            for part in parts:
+                merged.update(part.topics)
+            return dataclasses.replace(parts[-1], topics=merged)
         request = MetadataRequest(None if topics is None else tuple(topics), auto_create)
         snapshot = await _get_metadata(self.controller, request)
         self._remember(snapshot, topics)
@@ -174,29 +187,32 @@ class BrokerView:
                 raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is led by broker {part.leader}, not {self.broker_id}")
 
-    async def not_led_here(self, topic: str, partitions: list[int]) -> dict[int, int]:
-        """For a request naming partitions of ``topic``: the error code of each one this
-        broker does not lead (absent: led here). One metadata refresh at most when some are
-        not led here, however many partitions are named (a per-partition refresh would ask
-        the controller once per unknown partition)."""
-        errors = self._not_led(await self.topic(topic), partitions)
-        if errors:
-            errors = self._not_led(await self.topic(topic, refresh=True), partitions)
-        return errors
+    async def refusals(self, topic: str, partitions: list[int]) -> Callable[[int], int | None]:
+        """For a request naming partitions of ``topic``: a function giving the error code of
+        a partition this broker does not lead (None: led here). One metadata refresh at most
+        when some are not led here, however many partitions are named (a refresh per
+        partition asked the controller once per unknown partition)."""
+        meta = await self.topic(topic)
+        if not set(partitions) <= self._led_here(meta):
+            meta = await self.topic(topic, refresh=True)
+        led = self._led_here(meta)
+        count = len(meta.partitions) if meta is not None else 0
 
-    def _not_led(self, meta: TopicMetadata | None, partitions: list[int]) -> dict[int, int]:
+        def refusal(index: int) -> int | None:
+            if index in led:
+                return None
+            if meta is None or not 0 <= index < count:
+                return UnknownTopicOrPartitionError.code
+            if meta.partitions[index].leader < 0:
+                return LeaderNotAvailableError.code
+            return NotLeaderOrFollowerError.code
+
+        return refusal
+
+    def _led_here(self, meta: TopicMetadata | None) -> set[int]:
         if meta is None:
-            return dict.fromkeys(partitions, UnknownTopicOrPartitionError.code)
-        errors = {}
-        count = len(meta.partitions)
-        for index in partitions:
-            if not 0 <= index < count:
-                errors[index] = UnknownTopicOrPartitionError.code
-                continue
-            part = meta.partitions[index]
-            if part.leader != self.broker_id or part.leader_handle is None:
-                errors[index] = LeaderNotAvailableError.code if part.leader < 0 else NotLeaderOrFollowerError.code
-        return errors
+            return set()
+        return {p.partition for p in meta.partitions if p.leader == self.broker_id and p.leader_handle is not None}
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str:
         """The name of a cached topic id; UnknownTopicIdError when none is cached."""

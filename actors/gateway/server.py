@@ -74,8 +74,9 @@ SPARE_BUFFERS = 64  # RECEIVE_BUFFER-sized buffers a server keeps for reuse
 # Elements (array items) a request's walk may visit on the event loop; a request with more
 # is decoded on the worker thread (a Produce has a handful; 50k partitions do not).
 LOOP_ELEMENTS = 2000
-# Items (topics, partitions) a handler works through between two yields to the event loop.
-PACE = 1000
+# Items (topics, partitions) a handler works through between two yields to the event loop
+# (a few microseconds each: a millisecond or so at a time).
+PACE = 256
 # Chunks at least this large are written as they are; smaller ones are joined first.
 LARGE_CHUNK = 32 * 1024
 MIN_REQUEST = 8  # api key, api version, correlation id
@@ -168,8 +169,7 @@ class RequestContext:
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.schema: Schema = schema(api_key, version)
-        # A request too big to decode on the event loop: its response is encoded off it too,
-        # and handlers walking its items yield now and then.
+        # A request too big to decode on the event loop: its response is encoded off it too.
         self.big = big
 
     @property

@@ -71,11 +71,11 @@ async def per_topic(
     for t in topics:
         name = getattr(t, name_field)
         parts = t.partitions
-        refused = await view.not_led_here(name, [getattr(p, index_field) for p in parts])
+        refusal = await view.refusals(name, [getattr(p, index_field) for p in parts])
         entries: list[Any] = [None] * len(parts)
         calls = []
         for i, p in enumerate(parts):
-            code = refused.get(getattr(p, index_field))
+            code = refusal(getattr(p, index_field))
             if code is None:
                 calls.append(i)
             else:
