@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.config import connection_overrides
 from actors.controller import CONTROLLER_NAME
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
@@ -49,13 +51,31 @@ def gateway_actor_name(broker_id: int) -> str:
 
 
 def limits_of(config: dict[str, Any]) -> Limits:
-    """The connection limits a broker configuration sets."""
+    """The connection and memory limits a broker configuration sets."""
     return Limits(
         max_request_bytes=config["socket.request.max.bytes"],
         idle_ms=config["connections.max.idle.ms"],
         max_connections=config["max.connections"],
+        max_connections_per_ip=config["max.connections.per.ip"],
+        max_connections_per_ip_overrides=_by_address(connection_overrides(config["max.connections.per.ip.overrides"])),
+        queued_max_request_bytes=config["queued.max.request.bytes"],
         max_inflight=config["rayqueue.gateway.max.inflight.requests"],
     )
+
+
+def _by_address(overrides: dict[str, int]) -> dict[str, int]:
+    """Per-host overrides keyed by every address the host names resolve to (as Kafka does);
+    a name that does not resolve is skipped with a warning."""
+    out = {}
+    for host, count in overrides.items():
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except OSError as exc:
+            logger.warning("max.connections.per.ip.overrides: %s does not resolve (%s); skipped", host, exc)
+            continue
+        for address in addresses:
+            out[address] = count
+    return out
 
 
 def _named(name: str, namespace: str) -> Any:
@@ -166,7 +186,7 @@ class Gateway:
 
     async def stats(self) -> dict[str, Any]:
         """Process, address, open connections, requests served (and by API key and
-        version), connections closed for bad input."""
+        version), connections closed for bad input, request memory in use."""
         server = self._server
         return {
             "broker_id": self._listener.broker_id,
@@ -178,6 +198,10 @@ class Gateway:
             "closed_for_errors": server.closed_for_errors if server else 0,
             "served": dict(server.served) if server else {},
             "read_ahead_hits": server.state.read_ahead_hits if server else 0,
+            # queued.max.request.bytes: in use now and at most so far; requests decoded off the loop
+            "request_memory": server.memory.used if server else 0,
+            "request_memory_peak": server.memory.peak if server else 0,
+            "big_requests": server.big_requests if server else 0,
         }
 
     async def ping(self) -> int:
