@@ -1,9 +1,11 @@
 """Running tests over both twins of the hot paths: the pure-Python reference and the compiled one.
 
-A module with a twin picks it once at import (``storage.extensions.pick``).
-:func:`use` (``storage.extensions.using``) sets every twinned name to one twin in the module
-that picked it, for the duration of a test; the ``twin`` fixture (``tests/conftest.py``)
-also points the requesting test module's own imports of a twinned class (the builder) at it.
+A module with a twin picks it once at import (``storage.extensions.pick``), and nothing
+rebinds it in production. For a test, :func:`use` sets every twinned name to one twin in the
+module that picked it (``storage.extensions.using``: the kernels, looked up there on every
+call, follow) and, in the modules that imported the builder class by name to build batches
+(:data:`BUILDER_IMPORTERS`, and the requesting test module), that name too; all is put back
+after the test. The ``twin`` fixture (``tests/conftest.py``) runs a module's tests once per twin.
 """
 
 from __future__ import annotations
@@ -14,12 +16,27 @@ from types import ModuleType
 
 # Every module that has a twin, imported now so that its twins are registered before a
 # fixture switches them.
-import storage.cleaner  # noqa: F401
+import actors.internal_topic
+import rayqueue.consumer.fetcher
+import rayqueue.producer.accumulator
+import storage.cleaner
+import storage.legacy
 import storage.log_validator  # noqa: F401
 import storage.records.builder  # noqa: F401
 import storage.records.columns  # noqa: F401
+import storage.records.control
 import storage.records.reader  # noqa: F401
 from storage import extensions
+
+# The modules that build batches with the builder class they imported by name.
+BUILDER_IMPORTERS: tuple[ModuleType, ...] = (
+    actors.internal_topic,
+    rayqueue.consumer.fetcher,
+    rayqueue.producer.accumulator,
+    storage.cleaner,
+    storage.legacy,
+    storage.records.control,
+)
 
 KINDS = ("pure", "compiled")
 
@@ -42,11 +59,11 @@ def pair(module: str, name: str) -> tuple[object, object]:
 @contextlib.contextmanager
 def use(kind: str, *test_modules: ModuleType) -> Iterator[None]:
     """Run the ``kind`` twins for a while: every twinned name in its own module, and the
-    twinned names ``test_modules`` imported (``from ... import RecordBatchBuilder``)."""
+    twinned names that :data:`BUILDER_IMPORTERS` and ``test_modules`` imported."""
     saved = []
     try:
         for (module, name), (pure, compiled) in extensions.PAIRS.items():
-            for test_module in test_modules:
+            for test_module in (*BUILDER_IMPORTERS, *test_modules):
                 current = getattr(test_module, name, None)
                 if current is not None and (current is pure or current is compiled):
                     saved.append((test_module, name, current))

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# cython: embedsignature=True, binding=True
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of ``storage/cleaner.py``'s offset map (the reference: read it first).
 
 ``SkimpyOffsetMap`` with the same digests (MD5, as Kafka's, from OpenSSL's libcrypto: the
@@ -77,8 +77,13 @@ cdef inline uint64_t mix(const uint8_t* digest) noexcept:
 
 
 cdef class SkimpyOffsetMap:
-    """Key -> latest offset with bounded memory: compiled twin of cleaner.SkimpyOffsetMap (see
-    there for the collision rules). Digests must be 16 bytes."""
+    """SkimpyOffsetMap(max_entries=None, hash_fn=None, check_fn=None)
+--
+
+    Key -> latest offset with bounded memory: compiled twin of cleaner.SkimpyOffsetMap (see
+    there for the collision rules). Digests must be 16 bytes. (The first line is the class's
+    signature for ``inspect.signature`` and ``help()``.)
+    """
 
     cdef public Py_ssize_t max_entries
     cdef public int64_t latest_offset

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# cython: embedsignature=True, binding=True
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of ``storage/log_validator.py``'s kernels over an append's request (the
 reference: read it first).
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# cython: embedsignature=True, binding=True
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of ``storage/records/builder.py``'s ``RecordBatchBuilder`` (the reference:
 read it first): the whole class, with the same methods, the same bytes and the same errors.
 Records are encoded straight into one growing C buffer; ``build`` copies it once into the
@@ -251,8 +251,12 @@ cdef _Column column_of(object column, str what):
 
 
 cdef class RecordBatchBuilder:
-    """Compiled twin of builder.RecordBatchBuilder: accumulates records and builds one v2
-    batch (compressed, with its CRC), as Kafka's ``MemoryRecordsBuilder`` does.
+    """RecordBatchBuilder(compression=0, *, timestamp_type=0, base_offset=0, partition_leader_epoch=-1, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, is_control=False, max_batch_bytes=None, delete_horizon_ms=None)
+--
+
+    Compiled twin of builder.RecordBatchBuilder: accumulates records and builds one v2
+    batch (compressed, with its CRC), as Kafka's ``MemoryRecordsBuilder`` does. (The first
+    line is the class's signature for ``inspect.signature`` and ``help()``.)
 
     ``append`` adds one record; ``append_many``/``from_columns`` add whole columns. With
     ``max_batch_bytes`` an append that would make the (uncompressed) batch larger raises

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# cython: embedsignature=True, binding=True
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of ``storage/records/columns.py``'s pass over every record (the reference:
 read it first): ``parse_columns``, the records of many batches as row columns, with the same
 results and the same errors. The columns module picks it at import when this extension is

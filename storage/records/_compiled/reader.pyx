@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-# cython: embedsignature=True, binding=True
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of the per-record loops of ``storage/records/reader.py`` (the reference:
 read it first): kernels over a batch's bytes, with the same results and the same errors.
 
