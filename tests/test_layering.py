@@ -182,3 +182,12 @@ def test_a_light_storage_module_loads_neither_pyarrow_nor_numpy() -> None:
     loaded = json.loads(done.stdout)
     assert not [m for m in loaded if m.split(".")[0] in ("pyarrow", "numpy")], loaded
     assert "storage.log" not in loaded and "storage.records.builder" not in loaded, loaded
+
+
+def test_the_log_loads_no_pyarrow() -> None:
+    """The broker's log reads and validates batches with numpy at most; Arrow is the columns'."""
+    code = "import sys, storage.log; print('pyarrow' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "False"

@@ -24,7 +24,6 @@ import storage.legacy
 import storage.log_validator  # noqa: F401
 import storage.records.builder  # noqa: F401
 import storage.records.columns  # noqa: F401
-import storage.records.control
 import storage.records.reader  # noqa: F401
 from storage import extensions
 
@@ -35,7 +34,6 @@ BUILDER_IMPORTERS: tuple[ModuleType, ...] = (
     rayqueue.producer.accumulator,
     storage.cleaner,
     storage.legacy,
-    storage.records.control,
 )
 
 KINDS = ("pure", "compiled")

@@ -19,11 +19,12 @@ leadership), so this keeps per-partition order across retries.
 
 Idempotence: the sender gets a producer id and epoch from the transaction coordinator
 when it starts, builds each batch when it first goes out with the producer id, epoch and
-sequence set first (one build and one CRC per batch; a retry sends the same bytes), and restarts the sequences under a new epoch once nothing is in flight after
-a sequenced batch failed (KIP-360). The broker answers a duplicate with the original
-offsets, so a retried batch goes alone in its request. Without idempotence each call of a
-partition carries its number (``ProduceOrder``) so that the leader appends concurrent
-calls in send order.
+sequence set first (``ProducerBatch.close``: one build and one CRC per batch; a retry
+sends the same bytes), and restarts the sequences under a new epoch once nothing is in
+flight after a sequenced batch failed (KIP-360). The broker answers a duplicate with the
+original offsets, so a retried batch goes alone in its request. Without idempotence each
+call of a partition carries its number (``ProduceOrder``, from ``ProduceTurns``) so that
+the leader appends concurrent calls in send order.
 """
 
 from __future__ import annotations

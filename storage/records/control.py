@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 from storage.batch_header import NO_PARTITION_LEADER_EPOCH
 from storage.errors import CorruptRecordError
-from storage.records.builder import RecordBatchBuilder
 
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
@@ -64,6 +63,9 @@ def build_control_batch(
     Transactional and control attributes set, one record: key = version int16 0 + type
     int16 (0 abort, 1 commit), value = version int16 0 + coordinatorEpoch int32.
     """
+    # Imported here: the readers need this module (ControlRecord), not the builder and its pyarrow.
+    from storage.records.builder import RecordBatchBuilder
+
     builder = RecordBatchBuilder(
         0,
         base_offset=base_offset,

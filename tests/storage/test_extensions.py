@@ -19,7 +19,6 @@ import rayqueue.producer.accumulator
 import storage.cleaner
 import storage.log_validator
 import storage.records.builder
-import storage.records.control
 import storage.records.reader
 from storage import extensions
 from storage.records.builder import RecordBatchBuilder
@@ -109,7 +108,7 @@ def test_an_extension_older_than_its_source_is_stale(tmp_path: Path) -> None:
 def test_each_twin_is_chosen_once_at_import() -> None:
     """Every importer holds the twin its defining module picked; nothing rebinds them."""
     builder = storage.records.builder.RecordBatchBuilder
-    assert storage.records.control.RecordBatchBuilder is builder
+    assert storage.cleaner.RecordBatchBuilder is builder
     assert rayqueue.producer.accumulator.RecordBatchBuilder is builder
     assert storage.RecordBatchBuilder is builder  # the package's lazy export
     for (module, name), (pure, compiled) in extensions.PAIRS.items():
@@ -127,7 +126,7 @@ def test_using_switches_each_name_in_its_own_module_and_puts_it_back() -> None:
         assert storage.cleaner.SkimpyOffsetMap is extensions.twin_of("pure", "storage.cleaner", "SkimpyOffsetMap")
         assert storage.log_validator.check_request.__module__ == "storage.log_validator"
         # Only the defining module: an importer of the class keeps what it imported.
-        assert storage.records.control.RecordBatchBuilder is RecordBatchBuilder
+        assert rayqueue.producer.accumulator.RecordBatchBuilder is RecordBatchBuilder
     assert storage.records.reader._iter_records is kernel
     assert storage.cleaner.SkimpyOffsetMap is offset_map
     with pytest.raises(ValueError):
