@@ -99,7 +99,8 @@ from storage.errors import (
     UnstableOffsetCommitError,
 )
 from storage.log import LATEST_TIMESTAMP
-from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch
+from storage.records.control import CONTROL_ABORT, CONTROL_COMMIT
+from storage.records.reader import RecordBatch
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,8 @@ from storage.errors import (
     error_for_code,
 )
 from storage.log import EARLIEST_TIMESTAMP
-from storage.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.reader import RecordBatch, iter_batches
 
 # After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500

@@ -88,7 +88,7 @@ from storage.errors import (
 from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.record_batch import build_control_batch
+from storage.records.control import build_control_batch
 
 logger = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested  # noqa: E402
 from actors.gateway.server import Api, KafkaServer, Limits  # noqa: E402
 from actors.gateway.versions import API_VERSIONS  # noqa: E402
 from storage.batch_header import batch_boundaries, read_header  # noqa: E402
-from storage.record_batch import RecordBatchBuilder  # noqa: E402
+from storage.records.builder import RecordBatchBuilder  # noqa: E402
 
 VALUE_SIZE = 100
 TARGET = 0.5

@@ -43,7 +43,6 @@ from storage.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from storage.extensions import bind, load
 
 
 class Producer:
@@ -403,7 +402,3 @@ def _as_list(values: Any) -> list:
     if hasattr(values, "to_pylist"):  # pyarrow arrays and chunked arrays
         return values.to_pylist()
     return list(values)
-
-
-# The compiled twin (rayqueue/producer/_compiled/producer.pyx), when built: send().
-bind(globals(), load(__name__, "rayqueue.producer._compiled.producer"), ("Producer.send",))

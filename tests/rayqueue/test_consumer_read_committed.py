@@ -28,7 +28,10 @@ from actors.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
 from rayqueue.metadata import MetadataCache
 from storage.batch_header import batch_boundaries, read_header
-from storage.record_batch import RecordBatchBuilder, build_control_batch, committed_batches, decode_columns
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.control import build_control_batch
+from storage.records.reader import committed_batches
 from tests.helpers import wait_for
 
 TS = 1_700_000_000_000

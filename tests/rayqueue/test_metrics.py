@@ -26,7 +26,7 @@ from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.errors import NotLeaderOrFollowerError
-from storage.record_batch import RecordBatchBuilder
+from storage.records.builder import RecordBatchBuilder
 from tests.helpers import consume_all, wait_for
 
 NAMESPACE = "rayqueue-metrics-test"
