@@ -25,7 +25,9 @@ from actors.transaction_coordinator import TransactionCoordinator, transaction_k
 from actors.types import OffsetAndMetadata, TopicPartition
 from storage import Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET
-from storage.record_batch import RecordBatchBuilder, build_control_batch, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.control import build_control_batch
+from storage.records.reader import iter_batches
 
 NO_METRICS = {"rayqueue.metrics.enabled": False}
 TP = TopicPartition("t", 0)

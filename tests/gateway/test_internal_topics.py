@@ -35,7 +35,7 @@ from actors.types import INTERNAL_TOPICS, METADATA_TOPIC, OFFSETS_TOPIC, TRANSAC
 from rayqueue import TopicPartition
 from rayqueue.errors import InvalidTopicError
 from storage import Log, log_config
-from storage.record_batch import RecordBatchBuilder
+from storage.records.builder import RecordBatchBuilder
 from tests.gateway.wire import Wire, build_request, parse_bootstrap
 from tests.helpers import wait_for
 
