@@ -181,6 +181,7 @@ class Figures:
         values = [got] if len(names) == 1 else list(got)
         for name, value in zip(names, values, strict=True):
             self.add(name, side, value)
+            print(f"  {name} {side}: {_fmt(value, self.by_name[name].unit)} {self.by_name[name].unit}", flush=True)
         return got
 
     def skip(self, name: str, reason: str) -> None:
