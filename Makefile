@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_gateway.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
 	$(VENV)/bin/python scripts/bench_metrics.py
+	$(VENV)/bin/python scripts/bench_vs_kafka.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
