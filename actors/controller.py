@@ -40,6 +40,7 @@ from actors.config import broker_config, topic_defaults
 from actors.gateway.probe import probe_listeners
 from actors.metadata_log import MetadataLog
 from actors.metrics import TICK_S, Recorder
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.protocol import (
     AllocateProducerIdsRequest,
@@ -59,15 +60,7 @@ from actors.protocol import (
     MetadataRequest,
     require,
 )
-from actors.types import (
-    INTERNAL_TOPICS,
-    METADATA_TOPIC,
-    BrokerMetadata,
-    ClusterMetadata,
-    PartitionMetadata,
-    TopicMetadata,
-    TopicPartition,
-)
+from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.config import LOG_CONFIG, validate_log_config
 from storage.errors import (
     ElectionNotNeededError,
@@ -87,7 +80,6 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "controller"
 SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
 # How often the controller checks that each listed broker's listener answers (the
 # listener-up gauge): an ApiVersions round trip each, bounded by the probe's timeout.
@@ -108,11 +100,6 @@ def _restarted_by_ray() -> bool:
     if context.get_actor_id() is None:
         return False
     return bool(context.was_current_actor_reconstructed)
-
-
-def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
-    """The Ray actor name of one replica (unique within the cluster's namespace)."""
-    return f"replica|{topic}|{partition}|{broker_id}"
 
 
 def validate_topic_name(name: str) -> None:

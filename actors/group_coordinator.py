@@ -54,6 +54,7 @@ from actors import internal_records as stored
 from actors.assignors import EAGER, lookup_assignor, protocol_of
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
+from actors.names import INTERNAL_TOPICS, OFFSETS_TOPIC, offsets_partition_for
 from actors.protocol import (
     CompleteTxnRequest,
     DeleteGroupsRequest,
@@ -75,8 +76,6 @@ from actors.protocol import (
     require,
 )
 from actors.types import (
-    INTERNAL_TOPICS,
-    OFFSETS_TOPIC,
     GroupDescription,
     JoinGroupResult,
     MemberDescription,
@@ -104,7 +103,6 @@ from storage.records.reader import RecordBatch
 
 logger = logging.getLogger(__name__)
 
-GROUP_COORDINATOR_NAME = "group_coordinator"
 PROTOCOL_TYPE = "consumer"
 
 
@@ -113,20 +111,6 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 
 _TICK_S = 0.1  # how often expiry and rebalance deadlines are checked
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group: Kafka's ``Utils.abs(hash) % n``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
 
 
 def _dumps(value: Any) -> bytes:

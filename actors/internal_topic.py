@@ -26,8 +26,8 @@ from typing import Any
 import ray
 
 from actors.config import broker_config
-from actors.controller import CONTROLLER_NAME
 from actors.fetch import FetchCursor
+from actors.names import CONTROLLER_NAME
 from actors.protocol import (
     AppendOrigin,
     CreateTopicsRequest,

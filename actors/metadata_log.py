@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.internal_records import SkippedRecords, json_object
-from actors.types import METADATA_TOPIC
+from actors.names import METADATA_TOPIC
 from storage import Log, RecordBatchBuilder, iter_batches, log_config
 
 # Never deleted by retention, fsynced on every record.

@@ -41,6 +41,7 @@ from typing import Any
 import ray
 
 from actors.metrics import PATH_ACTOR, TICK_S, Recorder, error_name
+from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     NO_EPOCH,
     AbortedTransaction,
@@ -63,7 +64,7 @@ from actors.protocol import (
     checked_request,
     require,
 )
-from actors.types import INTERNAL_TOPICS, OffsetAndTimestamp
+from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset

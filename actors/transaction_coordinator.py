@@ -38,13 +38,15 @@ from typing import Any
 import ray
 
 from actors import internal_records as stored
-from actors.group_coordinator import (
-    GROUP_COORDINATOR_NAME,
-    OFFSETS_TOPIC,
-    offsets_partition_for,
-)
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
+from actors.names import (
+    GROUP_COORDINATOR_NAME,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    offsets_partition_for,
+    transaction_partition_for,
+)
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -59,7 +61,7 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
-from actors.types import TRANSACTION_STATE_TOPIC, ProducerIdAndEpoch, TopicPartition, TransactionDescription
+from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -74,8 +76,6 @@ from storage.errors import (
 )
 
 logger = logging.getLogger(__name__)
-
-TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 
 
 NO_PRODUCER_ID = -1
@@ -620,7 +620,7 @@ class TransactionCoordinator(Coordinator):
         self._txns[tid] = txn
 
     def _partition_for(self, tid: str) -> int:
-        return offsets_partition_for(tid, self._topic.num_partitions)
+        return transaction_partition_for(tid, self._topic.num_partitions)
 
     # -- data partitions ------------------------------------------------------------------
 

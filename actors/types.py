@@ -5,14 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# The internal topics, written only by the coordinators (Kafka's Topic.INTERNAL_TOPICS): a
-# client's produce to one is refused with INVALID_TOPIC_EXCEPTION, whatever path it comes by.
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
-# The controller's metadata log, as skipped-record logs and metrics name it (KRaft's topic).
-METADATA_TOPIC = "__cluster_metadata"
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class TopicPartition:

@@ -19,10 +19,11 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, load_toml
-from actors.controller import CONTROLLER_NAME, Controller
+from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
-from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
-from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
+from actors.group_coordinator import GroupCoordinator
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
+from actors.transaction_coordinator import TransactionCoordinator
 from rayqueue import connection
 from rayqueue.admin import Admin
 from rayqueue.connection import (

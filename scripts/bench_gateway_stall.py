@@ -36,8 +36,8 @@ from kio.index import load_request_schema, load_response_schema  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 import rayqueue  # noqa: E402
-from actors.gateway.actor import gateway_actor_name  # noqa: E402
 from actors.gateway.codec import build, nested  # noqa: E402
+from actors.names import gateway_actor_name  # noqa: E402
 
 
 class _Chunks(list):

@@ -23,15 +23,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import connection_overrides
-from actors.controller import CONTROLLER_NAME
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
-from actors.group_coordinator import GROUP_COORDINATOR_NAME
 from actors.metrics import TICK_S, GatewayMetrics
-from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME, gateway_actor_name
 from actors.types import ClusterMetadata
 
 logger = logging.getLogger(__name__)
@@ -43,11 +41,6 @@ START_BACKOFF_S = 0.5
 START_BACKOFF_MAX_S = 10.0
 # The API families served.
 FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, groups.APIS, transactions.APIS)
-
-
-def gateway_actor_name(broker_id: int) -> str:
-    """The Ray actor name of a broker's gateway."""
-    return f"gateway|{broker_id}"
 
 
 def limits_of(config: dict[str, Any]) -> Limits:

@@ -335,7 +335,7 @@ class Producer:
     def _group_coordinator(self) -> Any:
         handle = self._cluster.group_coordinator
         if handle is None:
-            from actors.group_coordinator import GROUP_COORDINATOR_NAME
+            from actors.names import GROUP_COORDINATOR_NAME
 
             try:
                 handle = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._cluster.namespace)

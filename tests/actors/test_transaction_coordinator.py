@@ -11,7 +11,7 @@ import time
 import pytest
 import ray
 
-from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -27,7 +27,7 @@ from actors.protocol import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
-from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
+from actors.transaction_coordinator import transaction_key
 from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import (
     InvalidProducerEpochError,

@@ -10,7 +10,7 @@ import struct
 
 import ray
 
-from actors.gateway.actor import gateway_actor_name
+from actors.names import gateway_actor_name
 from actors.types import TopicPartition
 from tests.gateway.wire import Wire, build_request, leader_address, request_frame
 from tests.helpers import consume_all

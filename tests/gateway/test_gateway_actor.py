@@ -9,7 +9,7 @@ import time
 
 import ray
 
-from actors.gateway.actor import gateway_actor_name
+from actors.names import gateway_actor_name
 from tests.gateway.clients import Confluent, Rec
 from tests.helpers import wait_for
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from actors.gateway.actor import gateway_actor_name
+from actors.names import gateway_actor_name
 from tests.gateway.hostile import (
     WIDTH,
     filled,

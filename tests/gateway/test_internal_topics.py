@@ -28,10 +28,10 @@ import ray
 from prometheus_client.parser import text_string_to_metric_families
 
 import rayqueue
-from actors.group_coordinator import group_key, offset_key, offsets_partition_for
+from actors.group_coordinator import group_key, offset_key
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from actors.protocol import AppendOrigin, ProduceRequest
 from actors.transaction_coordinator import transaction_key
-from actors.types import INTERNAL_TOPICS, METADATA_TOPIC, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from rayqueue import TopicPartition
 from rayqueue.errors import InvalidTopicError
 from storage import Log, log_config

@@ -428,7 +428,7 @@ def test_broker_open_transaction_holds_read_committed_at_the_lso(cluster, new_to
 
 
 def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, new_topic):
-    from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+    from actors.names import OFFSETS_TOPIC, offsets_partition_for
     from storage.errors import UnstableOffsetCommitError
 
     topic = new_topic()

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import rayqueue
-from actors.gateway.actor import gateway_actor_name
+from actors.names import gateway_actor_name
 from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.cli import app

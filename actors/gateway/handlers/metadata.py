@@ -12,7 +12,8 @@ from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView
 from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import PACE, Api, RequestContext
-from actors.types import INTERNAL_TOPICS, PartitionMetadata
+from actors.names import INTERNAL_TOPICS
+from actors.types import PartitionMetadata
 from storage.errors import InvalidTopicError, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
 
 METADATA_KEY = 3
