@@ -34,7 +34,7 @@ def _short_lived(**extra):
 
 
 def test_the_timeout_error_names_the_batch_s_last_error():
-    batch = ProducerBatch(TopicPartition("t", 0), None, b"")
+    batch = ProducerBatch(TopicPartition("t", 0), None)
     batch.records = 1
     assert "last error" not in str(batch.timeout_error(time.monotonic(), "no answer from the leader yet"))
     batch.last_error = NotEnoughReplicasError("t-0: ISR [0] is smaller than min.insync.replicas=2")
