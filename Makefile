@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 # The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
 # a changed .pyx reinstalls, which rebuilds them.
-TWIN_SOURCES := $(wildcard storage/_compiled/*.pyx rayqueue/*/_compiled/*.pyx)
+TWIN_SOURCES := $(wildcard storage/_compiled/*.pyx storage/*/_compiled/*.pyx)
 
 $(STAMP): pyproject.toml setup.py $(TWIN_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_gateway.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
 	$(VENV)/bin/python scripts/bench_metrics.py
+	$(VENV)/bin/python scripts/bench_vs_kafka.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

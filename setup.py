@@ -16,12 +16,11 @@ from setuptools.command.build_ext import build_ext
 
 # One extension per pure module it mirrors: <package>/_compiled/<name>.pyx twins <package>/<name>.py.
 TWINS = [
-    "storage/_compiled/record_batch.pyx",
-    "storage/_compiled/log.pyx",
-    "storage/_compiled/segment.pyx",
+    "storage/records/_compiled/reader.pyx",
+    "storage/records/_compiled/columns.pyx",
+    "storage/records/_compiled/builder.pyx",
+    "storage/_compiled/log_validator.pyx",
     "storage/_compiled/cleaner.pyx",
-    "rayqueue/producer/_compiled/producer.pyx",
-    "rayqueue/producer/_compiled/accumulator.pyx",
 ]
 
 # The offset map's MD5 comes from OpenSSL's libcrypto (headers: libssl-dev), the library

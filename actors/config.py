@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
+from storage.errors import InvalidConfigError
 
 # broker key -> topic key, as Kafka's LogConfig.TopicConfigSynonyms
 TOPIC_SYNONYMS: dict[str, str] = {
@@ -146,7 +147,36 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("socket.request.max.bytes", "int", 104857600, "The largest Kafka request a gateway accepts.", min=1),
         ConfigKey("connections.max.idle.ms", "long", 600000, "A gateway closes connections idle this long.", min=1),
-        ConfigKey("max.connections", "int", 2147483647, "Connections one gateway accepts at a time.", min=1),
+        # Kafka's connection limits default to 2^31-1 (none); these fit a 24 GB node with a few
+        # gateways: an idle connection costs a gateway a few KB, a busy one its receive buffer
+        # (bounded with the others by queued.max.request.bytes), and each is a file descriptor.
+        ConfigKey(
+            "max.connections", "int", 10000, "Connections one gateway accepts at a time; it closes the next.", min=1
+        ),
+        ConfigKey(
+            "max.connections.per.ip",
+            "int",
+            1000,
+            "Connections one gateway accepts from one client address; it closes the next.",
+            min=1,
+        ),
+        ConfigKey(
+            "max.connections.per.ip.overrides",
+            "list",
+            (),
+            "Per-address exceptions to max.connections.per.ip, e.g. 127.0.0.1:5000,client-host:200.",
+        ),
+        # Kafka's default is -1 (unbounded). 512 MiB per gateway: five requests of the largest
+        # size (socket.request.max.bytes) at once, and a node running three or four gateways
+        # keeps this memory to about 2 GB of its 24. Must be -1 or at least
+        # socket.request.max.bytes (as Kafka requires), or the largest request could never be read.
+        ConfigKey(
+            "queued.max.request.bytes",
+            "long",
+            536870912,
+            "Bytes of partial and queued requests a gateway holds before it stops reading (-1: no bound).",
+            min=-1,
+        ),
         ConfigKey(
             "fetch.max.bytes", "int", 57671680, "The most bytes a gateway returns for one Fetch request.", min=1024
         ),
@@ -171,7 +201,29 @@ BROKER_CONFIG.keys["log.retention.ms"] = ConfigKey(
 
 def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
     """A broker configuration with Kafka's defaults and the given overrides."""
-    return BROKER_CONFIG.parse(values, **kwargs)
+    config = BROKER_CONFIG.parse(values, **kwargs)
+    queued, largest = config["queued.max.request.bytes"], config["socket.request.max.bytes"]
+    if queued == 0 or 0 < queued < largest:
+        raise InvalidConfigError(
+            f"queued.max.request.bytes={queued} must be -1 or at least socket.request.max.bytes={largest}"
+        )
+    connection_overrides(config["max.connections.per.ip.overrides"])
+    return config
+
+
+def connection_overrides(entries: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` (``host:count`` entries) as {host: count}."""
+    overrides = {}
+    for entry in entries:
+        host, _, count = entry.strip().rpartition(":")
+        try:
+            value = int(count)
+        except ValueError:
+            value = -1
+        if not host or value < 0:
+            raise InvalidConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count")
+        overrides[host.strip("[]")] = value
+    return overrides
 
 
 def topic_defaults(broker: Config) -> dict[str, Any]:

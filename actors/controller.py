@@ -35,9 +35,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import internal_records as stored
 from actors.config import broker_config, topic_defaults
+from actors.gateway.probe import probe_listeners
 from actors.metadata_log import MetadataLog
 from actors.metrics import TICK_S, Recorder
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.protocol import (
     AllocateProducerIdsRequest,
@@ -77,15 +80,16 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "controller"
 SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
+# How often the controller checks that each listed broker's listener answers (the
+# listener-up gauge): an ApiVersions round trip each, bounded by the probe's timeout.
+LISTENER_PROBE_INTERVAL_S = 5.0
 STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
 MAX_TOPIC_NAME_LENGTH = 249
 INT32_MAX = 2**31 - 1
 # Kafka's controller refuses a request that would add more partitions than this (KAFKA-17870).
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 NO_LEADER = -1
 _ATTACHED, _STARTED = "attached", "started"
 
@@ -96,11 +100,6 @@ def _restarted_by_ray() -> bool:
     if context.get_actor_id() is None:
         return False
     return bool(context.was_current_actor_reconstructed)
-
-
-def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
-    """The Ray actor name of one replica (unique within the cluster's namespace)."""
-    return f"replica|{topic}|{partition}|{broker_id}"
 
 
 def validate_topic_name(name: str) -> None:
@@ -253,6 +252,32 @@ class _Topic:
     topic_id: str = ""
 
 
+# The fields of each metadata record type, as the controller writes them (a type that
+# includes None is optional), and its fields that are lists of broker ids.
+_RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "cluster": {"cluster_id": (str,)},
+    "controller_epoch": {"epoch": (int,)},
+    "broker": {"broker_id": (int,), "node_id": (str,), "data_dir": (str,), "alive": (bool, type(None))},
+    "listener": {"broker_id": (int,), "host": (str,), "port": (int,)},
+    "topic": {"name": (str,), "configs": (dict,), "topic_id": (str, type(None))},
+    "topic_id": {"name": (str,), "topic_id": (str,)},
+    "topic_config": {"name": (str,), "configs": (dict,)},
+    "partition": {
+        "topic": (str,),
+        "partition": (int,),
+        "replicas": (list,),
+        "leader": (int,),
+        "leader_epoch": (int,),
+        "isr": (list,),
+        "partition_epoch": (int,),
+        "target": (list, type(None)),
+    },
+    "delete_topic": {"name": (str,)},
+    "producer_ids": {"next_producer_id": (int,)},
+}
+_INT_LISTS = {"partition": ("replicas", "isr", "target")}
+
+
 @dataclass
 class ClusterState:
     """Everything the metadata log records, rebuilt by replaying it."""
@@ -265,8 +290,18 @@ class ClusterState:
     next_producer_id: int = 0
 
     def apply(self, record: dict[str, Any]) -> None:
-        """Apply one metadata record."""
+        """Apply one metadata record. One that is not what the controller writes (an unknown
+        type, a field missing or of the wrong type, a topic or broker it does not know)
+        raises ValueError/TypeError/KeyError and changes nothing."""
         kind = record["type"]
+        fields = _RECORD_FIELDS.get(kind)
+        if fields is None:
+            raise ValueError(f"unknown metadata record type {kind!r:.40}")
+        for name, types in fields.items():
+            stored.field(record, name, types, None if type(None) in types else stored.REQUIRED)
+        for name in _INT_LISTS.get(kind, ()):
+            if record.get(name) is not None:
+                stored.items_of(record[name], int, name)
         if kind == "cluster":
             self.cluster_id = record["cluster_id"]
         elif kind == "controller_epoch":
@@ -284,7 +319,7 @@ class ClusterState:
             )
         elif kind == "listener":
             # Kafka's RegisterBrokerRecord endpoints: where the broker's gateway is reached.
-            known = self.brokers[record["broker_id"]]
+            known = self.brokers[record["broker_id"]]  # KeyError: a broker never registered
             self.brokers[record["broker_id"]] = replace(known, host=record["host"], port=record["port"])
         elif kind == "topic":
             self.topics[record["name"]] = _Topic(record["name"], record["configs"], topic_id=record.get("topic_id", ""))
@@ -294,6 +329,8 @@ class ClusterState:
             self.topics[record["name"]].configs = record["configs"]
         elif kind == "partition":
             partitions = self.topics[record["topic"]].partitions
+            if not 0 <= record["partition"] <= len(partitions):
+                raise ValueError(f"partition {record['partition']} of {record['topic']} ({len(partitions)} known)")
             state = _Partition(
                 record["replicas"],
                 record["leader"],
@@ -310,8 +347,6 @@ class ClusterState:
             self.topics.pop(record["name"], None)
         elif kind == "producer_ids":
             self.next_producer_id = max(self.next_producer_id, record["next_producer_id"])
-        else:
-            raise InvalidRequestError(f"unknown metadata record type {kind!r}")
 
 
 class Controller:
@@ -321,10 +356,17 @@ class Controller:
         self._namespace = namespace
         self._config = broker_config(config)
         self._root = Path(self._config["log.dirs"])
-        self._metadata = MetadataLog(self._root / "__cluster_metadata-0")
+        self._metadata = MetadataLog(self._root / f"{METADATA_TOPIC}-0")
         self._state = ClusterState()
-        for record in self._metadata.replay():
-            self._state.apply(record)
+        # A record that cannot be read or applied is skipped (logged and counted), as
+        # Kafka's loaders skip theirs: one bad record must not keep the cluster down.
+        self._skipped = stored.SkippedRecords(METADATA_TOPIC)
+        for offset, record in self._metadata.entries(self._skipped):
+            try:
+                self._state.apply(record)
+            except stored.READ_ERRORS as exc:
+                self._skipped.skip(0, offset, exc)
+        self._skipped_reported = 0  # of _skipped.count, handed to the metric so far
         if not self._state.cluster_id:
             self._write({"type": "cluster", "cluster_id": new_cluster_id()})
         self._write({"type": "controller_epoch", "epoch": self._state.controller_epoch + 1})
@@ -340,6 +382,9 @@ class Controller:
         self._metrics_enabled = self._config["rayqueue.metrics.enabled"]
         self._recorder = Recorder(namespace, True) if self._metrics_enabled else None
         self._metrics_task: asyncio.Task | None = None
+        self._listener_task: asyncio.Task | None = None
+        self._listeners_down: dict[int, str] = {}  # broker id -> why its listener did not answer
+        self._probed: set[int] = set()  # brokers whose listener-up gauge was set
         self._exported_topics: set[str] = set()
         self._started = False
         self._stopping = False
@@ -349,11 +394,15 @@ class Controller:
             self._state.cluster_id,
             len(self._state.topics),
         )
+        self._restart_task: asyncio.Task | None = None
         if _restarted_by_ray():
             # Leaders call alter_partition and replicas die whether or not a client calls us:
-            # a restarted controller brings itself up. The call runs once __init__ returns.
+            # a restarted controller brings itself up. A task of the actor's own event loop
+            # (where an async actor's constructor runs), not a remote call to itself: Ray
+            # fails that call (ACTOR_UNAVAILABLE) when it is told, before the constructor
+            # returns, that the actor is still restarting.
             # (A first start waits for register_brokers, which binds brokers to live nodes.)
-            ray.get_runtime_context().current_actor.start.remote()
+            self._restart_task = asyncio.get_running_loop().create_task(self.start())
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -418,12 +467,14 @@ class Controller:
                 self._rebalancer = asyncio.get_running_loop().create_task(self._rebalance_loop())
             if self._metrics_task is None and self._recorder is not None:
                 self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
+                self._listener_task = asyncio.get_running_loop().create_task(self._listener_loop())
             self._started = True
 
     async def shutdown(self, delete_data: bool = False) -> None:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
-        for task in [*self._watches.values(), *self._reassignments.values(), self._rebalancer, self._metrics_task]:
+        tasks = [self._rebalancer, self._metrics_task, self._listener_task, self._restart_task]
+        for task in [*self._watches.values(), *self._reassignments.values(), *tasks]:
             if task is not None:
                 task.cancel()
         closes = [asyncio.ensure_future(handle.close.remote(delete_data)) for handle in self._handles.values()]
@@ -680,6 +731,7 @@ class Controller:
             "partitions": sum(len(t.partitions) for t in self._state.topics.values()),
             "replica_actors": len(self._handles),
             "data_root": str(self._root),
+            "metadata_records_skipped": self._skipped.count,
         }
 
     async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
@@ -1253,9 +1305,48 @@ class Controller:
             except Exception:  # metrics must never take the controller down
                 logger.exception("recording controller metrics failed")
 
+    async def _listener_loop(self) -> None:
+        """Every LISTENER_PROBE_INTERVAL_S: is each listed broker's listener serving?"""
+        while not self._stopping:
+            await asyncio.sleep(LISTENER_PROBE_INTERVAL_S)
+            try:
+                await self._probe_listeners()
+            except Exception:  # metrics must never take the controller down
+                logger.exception("probing the brokers' listeners failed")
+
+    async def _probe_listeners(self) -> None:
+        """Set the listener-up gauge of every broker Metadata names (alive, with a registered
+        listener) from an ApiVersions round trip to its advertised address; a broker no
+        longer named reads 0. A change of state is logged once."""
+        rec = self._recorder
+        listed = [
+            (b.broker_id, b.host, b.port) for b in self._state.brokers.values() if b.alive and b.host and b.port > 0
+        ]
+        reasons = await probe_listeners(listed)
+        for broker_id, host, port in listed:
+            reason = reasons[broker_id]
+            if reason is not None and broker_id not in self._listeners_down:
+                logger.warning("broker %d's listener %s:%d does not answer: %s", broker_id, host, port, reason)
+            elif reason is None and broker_id in self._listeners_down:
+                logger.info("broker %d's listener %s:%d answers again", broker_id, host, port)
+            if reason is None:
+                self._listeners_down.pop(broker_id, None)
+            else:
+                self._listeners_down[broker_id] = reason
+        for broker_id in self._probed | set(reasons):
+            up = reasons.get(broker_id, "not listed") is None
+            rec.metrics.listener_up.set(1 if up else 0, rec.tags(broker=broker_id))
+        self._probed |= set(reasons)
+
     def _record_state(self) -> None:
         rec = self._recorder
         m = rec.metrics
+        if self._skipped.count > self._skipped_reported:
+            # Skipped while the metadata log was replayed, before there was a recorder.
+            rec.add(
+                m.internal_records_skipped, self._skipped.count - self._skipped_reported, (("topic", METADATA_TOPIC),)
+            )
+            self._skipped_reported = self._skipped.count
         rec.flush()
         offline = 0
         leaders = dict.fromkeys(self._state.brokers, 0)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from actors.protocol import NO_EPOCH, FetchRequest, FetchResponse, IsolationLevel
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import KafkaError
-from storage.record_batch import committed_batches
+from storage.records.reader import committed_batches
 
 # Empty answers in a row, from below the readable end, that a read lets pass before it gives up. A leader
 # answers at once with records whenever the position is below its readable end, so an empty

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import numbers
@@ -49,10 +50,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors import internal_records as stored
 from actors.assignors import EAGER, lookup_assignor, protocol_of
-from actors.controller import INTERNAL_TOPICS
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
+from actors.names import INTERNAL_TOPICS, OFFSETS_TOPIC, offsets_partition_for
 from actors.protocol import (
     CompleteTxnRequest,
     DeleteGroupsRequest,
@@ -96,12 +98,11 @@ from storage.errors import (
     UnstableOffsetCommitError,
 )
 from storage.log import LATEST_TIMESTAMP
-from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch
+from storage.records.control import CONTROL_ABORT, CONTROL_COMMIT
+from storage.records.reader import RecordBatch
 
 logger = logging.getLogger(__name__)
 
-GROUP_COORDINATOR_NAME = "group_coordinator"
-OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 
 
@@ -110,20 +111,6 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 
 _TICK_S = 0.1  # how often expiry and rebalance deadlines are checked
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group: Kafka's ``Utils.abs(hash) % n``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
 
 
 def _dumps(value: Any) -> bytes:
@@ -152,12 +139,31 @@ def encode_offset(om: OffsetAndMetadata) -> bytes:
     )
 
 
-def decode_offset(value: bytes) -> OffsetAndMetadata:
-    """Inverse of :func:`encode_offset`."""
-    d = json.loads(value)
+def decode_offset(value: bytes | None) -> OffsetAndMetadata:
+    """Inverse of :func:`encode_offset`; ValueError/TypeError/KeyError for anything else."""
+    d = stored.json_object(value)
     return OffsetAndMetadata(
-        d["offset"], d.get("metadata", ""), d.get("commit_timestamp", -1), d.get("leader_epoch", -1)
+        stored.field(d, "offset", int),
+        stored.field(d, "metadata", (str, type(None)), ""),
+        stored.field(d, "commit_timestamp", int, -1),
+        stored.field(d, "leader_epoch", int, -1),
     )
+
+
+def decode_key(key: bytes | None) -> tuple[Any, ...]:
+    """A ``__consumer_offsets`` key: ``(1, group, topic, partition)`` or ``(2, group)``;
+    ValueError/TypeError for anything else (an unknown key version too)."""
+    k = stored.loads(key, "key")
+    if not isinstance(k, list) or not k or type(k[0]) is not int:
+        raise ValueError(f"the key is {k!r:.60}, not a [version, ...] list")
+    if k[0] == OFFSET_KEY_VERSION and len(k) == 4:
+        stored.items_of(k[1:3], str, "group and topic of an offset key")
+        stored.items_of(k[3:], int, "partition of an offset key")
+        return tuple(k)
+    if k[0] == GROUP_KEY_VERSION and len(k) == 2:
+        stored.items_of(k[1:], str, "group of a group key")
+        return tuple(k)
+    raise ValueError(f"unknown key {k!r:.60}")
 
 
 def _now_ms() -> int:
@@ -207,21 +213,27 @@ class _Member:
         }
 
     @classmethod
-    def from_record(cls, d: dict[str, Any]) -> _Member:
+    def from_record(cls, d: Any) -> _Member:
+        """A member as its group's record stored it; ValueError/TypeError/KeyError when the
+        record is not one (every field checked before anything is built)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a member is {type(d).__name__}, not an object")
         m = cls(
-            d["member_id"],
-            d.get("instance_id"),
-            d.get("client_id", ""),
-            d["session_timeout_ms"],
-            d["rebalance_timeout_ms"],
-            list(d.get("protocols", [])),
-            tuple(d.get("topics", ())),
-            d.get("pattern"),
+            stored.field(d, "member_id", str),
+            stored.field(d, "instance_id", (str, type(None)), None),
+            stored.field(d, "client_id", str, ""),
+            stored.field(d, "session_timeout_ms", int),
+            stored.field(d, "rebalance_timeout_ms", int),
+            list(stored.items_of(d.get("protocols", []), str, "protocols")),
+            tuple(stored.items_of(d.get("topics", []), str, "topics")),
+            stored.field(d, "pattern", (str, type(None)), None),
         )
-        m.assignment = [TopicPartition(t, p) for t, p in d.get("assignment", [])]
-        if d.get("metadata") is not None:
-            m.metadata = {k: base64.b64decode(v) for k, v in d["metadata"].items()}
-        m.member_assignment = base64.b64decode(d.get("member_assignment", ""))
+        m.assignment = [TopicPartition(t, p) for t, p in stored.topic_partitions(d.get("assignment", []), "assignment")]
+        metadata = stored.field(d, "metadata", (dict, type(None)), None)
+        if metadata is not None:
+            stored.items_of(list(metadata.values()), str, "protocol metadata")
+            m.metadata = {k: base64.b64decode(v, validate=True) for k, v in metadata.items()}
+        m.member_assignment = base64.b64decode(stored.field(d, "member_assignment", str, ""), validate=True)
         m.owned = list(m.assignment)
         m.touch()
         return m
@@ -261,17 +273,23 @@ class _Group:
         }
 
     def load_record(self, d: dict[str, Any]) -> None:
-        self.generation = d["generation"]
-        self.protocol = d.get("protocol", "")
-        self.rebalance_protocol = d.get("rebalance_protocol", EAGER)
-        self.leader = d.get("leader", "")
-        self.state_timestamp_ms = d.get("state_timestamp", _now_ms())
-        self.snapshot = dict(d.get("snapshot", {}))
-        self.client_assigned = bool(d.get("client_assigned", False))
+        """Take the group's stored metadata; a record that is not one raises
+        ValueError/TypeError/KeyError before anything changes."""
+        generation = stored.field(d, "generation", int)
+        protocol = stored.field(d, "protocol", str, "")
+        rebalance_protocol = stored.field(d, "rebalance_protocol", str, EAGER)
+        leader = stored.field(d, "leader", str, "")
+        state_timestamp_ms = stored.field(d, "state_timestamp", int, _now_ms())
+        snapshot = stored.field(d, "snapshot", dict, {})
+        stored.items_of(list(snapshot.values()), int, "snapshot")
+        client_assigned = stored.field(d, "client_assigned", bool, False)
+        members = [_Member.from_record(md) for md in stored.items_of(d.get("members", []), dict, "members")]
+        self.generation, self.protocol, self.rebalance_protocol = generation, protocol, rebalance_protocol
+        self.leader, self.state_timestamp_ms, self.snapshot = leader, state_timestamp_ms, dict(snapshot)
+        self.client_assigned = client_assigned
         self.members = {}
         self.static = {}
-        for md in d.get("members", []):
-            m = _Member.from_record(md)
+        for m in members:
             self.members[m.member_id] = m
             if m.instance_id:
                 self.static[m.instance_id] = m.member_id
@@ -306,6 +324,7 @@ class GroupCoordinator(Coordinator):
         self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
         self._exported_groups: set[str] = set()
         self._exported_offsets: set[tuple[str, TopicPartition]] = set()
+        self._skipped = 0  # unreadable __consumer_offsets records skipped by the load
 
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
@@ -313,47 +332,63 @@ class GroupCoordinator(Coordinator):
         return len(self._groups)
 
     async def _load(self) -> None:
-        """Replay ``__consumer_offsets`` into the cache (a restarted coordinator's first job)."""
+        """Replay ``__consumer_offsets`` into the cache (a restarted coordinator's first job).
+        A record it cannot read is skipped, logged and counted (``skipped_records``)."""
         started = time.monotonic()
         records = 0
+        skipped = stored.SkippedRecords(OFFSETS_TOPIC, self._count_skipped)
         async for p, batch, first in self._topic.replay():
-            records += self._replay_batch(p, batch, first)
+            records += self._replay_batch(p, batch, first, skipped)
         for group in self._groups.values():
             for m in group.members.values():
                 m.touch()
+        self._skipped += skipped.count
         self._loaded = True
         logger.info(
-            "group coordinator loaded %d groups from %d records in %.2fs",
+            "group coordinator loaded %d groups from %d records in %.2fs (%d unreadable records skipped)",
             len(self._groups),
             records,
             time.monotonic() - started,
+            skipped.count,
         )
 
-    def _replay_batch(self, p: int, batch: RecordBatch, first: int) -> int:
+    def _count_skipped(self, topic: str) -> None:
+        if self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.internal_records_skipped, 1, (("topic", topic),))
+
+    async def skipped_records(self) -> int:
+        """How many unreadable ``__consumer_offsets`` records this actor's load skipped."""
+        return self._skipped
+
+    def _replay_batch(self, p: int, batch: RecordBatch, first: int, skipped: stored.SkippedRecords) -> int:
         """Apply one batch of partition ``p`` read on load, from offset ``first``; returns how
-        many records it held."""
+        many records it held. What cannot be read is skipped (``skipped``)."""
         count = 0
         if batch.is_control:
-            marker = batch.control_record()
-            if batch.base_offset >= first and marker.type in (CONTROL_ABORT, CONTROL_COMMIT):
+            if batch.base_offset < first:
+                return 0
+            try:
+                marker = batch.control_record()
+            except Exception as exc:  # noqa: BLE001 - an unreadable marker is skipped like any record
+                skipped.skip(p, batch.base_offset, exc)
+                return 0
+            if marker.type in (CONTROL_ABORT, CONTROL_COMMIT):
                 self._end_pending(batch.producer_id, marker.is_commit, partition=p)
-        elif batch.is_transactional:
-            for record in batch:
-                if record.offset >= first:
-                    self._apply_pending(batch.producer_id, record.key, record.value)
-                    count += 1
-        else:
-            for record in batch:
-                if record.offset >= first:
-                    self._apply(record.key, record.value)
-                    count += 1
+            return 0
+        apply = functools.partial(self._apply_pending, batch.producer_id) if batch.is_transactional else self._apply
+        for record in skipped.records(p, batch, first):
+            try:
+                apply(record.key, record.value)
+            except stored.READ_ERRORS as exc:
+                skipped.skip(p, record.offset, exc)
+                continue
+            count += 1
         return count
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one ``__consumer_offsets`` record to the cache (replay and live writes alike)."""
-        if key is None:
-            return
-        k = json.loads(key)
+        """Apply one ``__consumer_offsets`` record to the cache (replay). A record that is not
+        one the coordinator writes raises ValueError/TypeError/KeyError and changes nothing."""
+        k = decode_key(key)
         if k[0] == OFFSET_KEY_VERSION:
             _, group_id, topic, partition = k
             tp = TopicPartition(topic, partition)
@@ -363,8 +398,9 @@ class GroupCoordinator(Coordinator):
                     group.offsets.pop(tp, None)
                     self._drop_if_unused(group)
             else:
-                self._groups.setdefault(group_id, _Group(group_id)).offsets[tp] = decode_offset(value)
-        elif k[0] == GROUP_KEY_VERSION:
+                offset = decode_offset(value)
+                self._groups.setdefault(group_id, _Group(group_id)).offsets[tp] = offset
+        else:
             group_id = k[1]
             if value is None:
                 group = self._groups.get(group_id)
@@ -374,18 +410,19 @@ class GroupCoordinator(Coordinator):
                     group.state = GroupState.EMPTY
                     self._drop_if_unused(group)
             else:
-                self._groups.setdefault(group_id, _Group(group_id)).load_record(json.loads(value))
+                record = stored.json_object(value)
+                group = self._groups.get(group_id) or _Group(group_id)
+                group.load_record(record)  # checks every field before it changes the group
+                self._groups[group_id] = group
 
     def _apply_pending(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
         """A transactional offset commit read on replay: pending until its marker."""
-        if key is None or value is None:
-            return
-        k = json.loads(key)
-        if k[0] == OFFSET_KEY_VERSION:
-            _, group_id, topic, partition = k
-            self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[TopicPartition(topic, partition)] = (
-                decode_offset(value)
-            )
+        k = decode_key(key)
+        if k[0] != OFFSET_KEY_VERSION:
+            raise ValueError(f"a transactional batch holds a group record (key {k!r:.60})")
+        _, group_id, topic, partition = k
+        offset = decode_offset(value)
+        self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[TopicPartition(topic, partition)] = offset
 
     def _end_pending(self, producer_id: int, committed: bool, partition: int | None = None) -> int:
         """Apply (commit) or drop (abort) a producer's pending offsets; only the groups of

@@ -2,8 +2,10 @@
 
 The group and transaction coordinators keep their state as records in compacted internal
 topics (``__consumer_offsets``, ``__transaction_state``): :class:`InternalTopic` creates the
-topic on first use, writes to it with acks=all and reads it back; :class:`Coordinator` is
-the actor lifecycle both share (load the topic once per actor life, refuse calls until then).
+topic when its coordinator first loads (so ``rayqueue.launch`` returns with both topics
+created and led, and a first group or transaction never waits for a topic creation), writes
+to it with acks=all and reads it back; :class:`Coordinator` is the actor lifecycle both
+share (load the topic once per actor life, refuse calls until then).
 
 A (re)started coordinator rebuilds its state by replaying every partition from its log start
 to its log end. Kafka's coordinators read their local log to its end. Here the coordinator
@@ -24,8 +26,8 @@ from typing import Any
 import ray
 
 from actors.config import broker_config
-from actors.controller import CONTROLLER_NAME
 from actors.fetch import FetchCursor
+from actors.names import CONTROLLER_NAME
 from actors.protocol import (
     AppendOrigin,
     CreateTopicsRequest,
@@ -44,7 +46,8 @@ from storage.errors import (
     error_for_code,
 )
 from storage.log import EARLIEST_TIMESTAMP
-from storage.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.reader import RecordBatch, iter_batches
 
 # After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500
@@ -145,16 +148,17 @@ class InternalTopic:
         durable (acks=all), retrying through leader changes for up to 30 s; then
         CoordinatorNotAvailableError.
 
-        With a ``producer_id`` the batch is transactional (a transactional offset commit),
-        written with the coordinator's origin: epoch checks, no sequence. A non-retriable
-        error of such a batch is the producer's own and raised as such.
+        Written with the coordinator's origin, the one that an internal topic accepts (a
+        client's append to it is refused). With a ``producer_id`` the batch is transactional
+        (a transactional offset commit): epoch checks, no sequence. A non-retriable error of
+        such a batch is the producer's own and raised as such.
         """
         await self.ensure()
         if producer_id >= 0:
             builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
-            origin = AppendOrigin.COORDINATOR
         else:
-            builder, origin = RecordBatchBuilder(), AppendOrigin.CLIENT
+            builder = RecordBatchBuilder()
+        origin = AppendOrigin.COORDINATOR
         for key, value in records:
             builder.append(value, key=key)
         data = builder.build()
@@ -179,13 +183,9 @@ class InternalTopic:
 
     async def replay(self) -> AsyncIterator[tuple[int, RecordBatch, int]]:
         """Every batch of the topic, partition by partition, as ``(partition, batch, first
-        offset to apply)``; nothing when the topic does not exist yet (the first write creates it)."""
-        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
-        meta = md.topics.get(self.name)
-        if meta is None:
-            return
-        self.num_partitions = len(meta.partitions)
-        self._ready = True
+        offset to apply)``; the topic is created first when it does not exist yet (nothing
+        to replay then, but every partition has a leader when this ends)."""
+        await self.ensure()
         for p in range(self.num_partitions):
             part = await self.leader(p)
             async for batch, first in replay_partition(part.leader_handle, part.leader_epoch):

@@ -2,7 +2,8 @@
 
 Each change is one JSON record in a v2 batch appended to a ``storage.Log`` that fsyncs
 every append (``flush.messages=1``). A restarted controller replays the records in order
-to rebuild its state, as KRaft's ``__cluster_metadata`` log does.
+to rebuild its state, as KRaft's ``__cluster_metadata`` log does. A record that is not a
+JSON object with a ``type`` is skipped, logged and counted, never the end of a start.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from actors.internal_records import SkippedRecords, json_object
+from actors.names import METADATA_TOPIC
 from storage import Log, RecordBatchBuilder, iter_batches, log_config
 
 # Never deleted by retention, fsynced on every record.
@@ -35,15 +38,30 @@ class MetadataLog:
         builder.append(json.dumps(record, sort_keys=True).encode(), key=record["type"].encode())
         return self._log.append(builder.build()).first_offset
 
-    def replay(self) -> Iterator[dict[str, Any]]:
-        """Every record from the start, in order."""
+    def entries(self, skipped: SkippedRecords | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(offset, record)`` for every record from the start, in order. One that is not a
+        JSON object with a string ``type`` is left out and told to ``skipped`` (logged and
+        counted; a fresh SkippedRecords when None)."""
+        skipped = skipped if skipped is not None else SkippedRecords(METADATA_TOPIC)
         offset = self._log.log_start_offset
         while offset < self._log.log_end_offset:
             data = self._log.read(offset, 1 << 20).records
             for batch in iter_batches(data):
-                for record in batch:
-                    yield json.loads(record.value)
+                for record in skipped.records(0, batch, offset):
+                    try:
+                        value = json_object(record.value)
+                        if not isinstance(value.get("type"), str):
+                            raise ValueError("the record has no string 'type'")
+                    except ValueError as exc:
+                        skipped.skip(0, record.offset, exc)
+                        continue
+                    yield record.offset, value
                 offset = batch.next_offset
+
+    def replay(self) -> Iterator[dict[str, Any]]:
+        """Every readable record from the start, in order (see :meth:`entries`)."""
+        for _, record in self.entries():
+            yield record
 
     def close(self) -> None:
         """Close the underlying log cleanly."""

@@ -267,7 +267,20 @@ class BrokerMetrics:
             "Age of the oldest open transaction, in ms (0: none open)",
             (),
         )
+        # Replays of the internal topics and the metadata log (the coordinators, the controller).
+        self.internal_records_skipped = _counter(
+            "rayqueue_internal_records_skipped_total",
+            "the coordinators' load errors (Kafka logs and skips such records; no MBean)",
+            "Unreadable records skipped when an internal topic or the metadata log was replayed",
+            ("topic",),
+        )
         # The Kafka protocol gateway.
+        self.listener_up = _gauge(
+            "rayqueue_broker_listener_up",
+            "none: a readiness probe's ApiVersions round trip",
+            "1 when the broker's advertised listener answers ApiVersions, 0 when it does not",
+            ("broker",),
+        )
         self.gateway_connections = _gauge(
             "rayqueue_gateway_connections",
             "kafka.server:type=socket-server-metrics,name=connection-count",

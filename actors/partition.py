@@ -41,6 +41,7 @@ from typing import Any
 import ray
 
 from actors.metrics import PATH_ACTOR, TICK_S, Recorder, error_name
+from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     NO_EPOCH,
     AbortedTransaction,
@@ -73,6 +74,7 @@ from storage.errors import (
     FencedLeaderEpochError,
     InvalidRecordError,
     InvalidRequestError,
+    InvalidTopicError,
     KafkaStorageError,
     LogDirLockedError,
     NotEnoughReplicasAfterAppendError,
@@ -87,7 +89,7 @@ from storage.errors import (
 from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.record_batch import build_control_batch
+from storage.records.control import build_control_batch
 
 logger = logging.getLogger(__name__)
 
@@ -391,7 +393,10 @@ class PartitionReplica:
         (producer data: every record validated, epoch and sequence checks) or COORDINATOR
         (transactional offset commits: epoch checks only), or its value. Control batches
         are refused from either (InvalidRecordError): transaction markers are written only
-        by ``write_txn_marker``. A retried batch the log already holds appends nothing
+        by ``write_txn_marker``. An internal topic (``__consumer_offsets``,
+        ``__transaction_state``) takes only the coordinators' appends: a CLIENT one is
+        InvalidTopicError, as Kafka's ReplicaManager refuses appends to internal topics
+        unless ``internalTopicsAllowed``. A retried batch the log already holds appends nothing
         and is answered with its original offsets (for acks=-1 once the HW covers them).
         A bad request is InvalidRequestError (InvalidRequiredAcksError for ``acks``) and
         leaves the log as it was.
@@ -406,10 +411,14 @@ class PartitionReplica:
         order = request.checked_order()
         try:
             request = request.checked()
+            if request.origin is AppendOrigin.CLIENT and self.topic in INTERNAL_TOPICS:
+                # Only the coordinators write their state: one client record there could
+                # stop the next start (Kafka: InvalidTopicException, internalTopicsAllowed).
+                raise InvalidTopicError(f"cannot append to internal topic {self.topic}")
             if request.origin is AppendOrigin.COORDINATOR and _has_control_batch(request.records):
                 # The coordinators' markers go through write_txn_marker, which builds them itself.
                 raise InvalidRecordError("control batches are written by write_txn_marker only")
-        except (InvalidRequestError, InvalidRecordError) as exc:
+        except (InvalidRequestError, InvalidRecordError, InvalidTopicError) as exc:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
                 await self._notify()

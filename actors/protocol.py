@@ -36,9 +36,10 @@ cannot import this module) and re-exported here.
 
 from __future__ import annotations
 
+import collections
 import enum
 import numbers
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -88,6 +89,7 @@ __all__ = [
     "OffsetFetchRequest",
     "OffsetForLeaderEpochRequest",
     "ProduceOrder",
+    "ProduceTurns",
     "ProduceRequest",
     "ProduceResponse",
     "ReplicaRole",
@@ -243,6 +245,34 @@ class ProduceOrder(_Message):
             int_field("order number", self.number, 0, INT64_MAX),
             int_field("order oldest", self.oldest, 0, INT64_MAX),
         )
+
+
+class ProduceTurns:
+    """One producer session's produce calls, numbered per partition: the ``ProduceOrder`` each
+    call carries (rayqueue's producer without idempotence, and each Kafka client connection
+    at the gateway). Not thread-safe: the caller serialises ``take`` and ``done``."""
+
+    __slots__ = ("session", "_next", "_open")
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self._next: dict[Hashable, int] = {}
+        self._open: dict[Hashable, collections.deque[int]] = {}  # per partition, its unanswered numbers
+
+    def take(self, partition: Hashable) -> ProduceOrder:
+        """The order of a new call to ``partition``: the next number, after the oldest unanswered one."""
+        number = self._next.get(partition, 0)
+        self._next[partition] = number + 1
+        unanswered = self._open.setdefault(partition, collections.deque())
+        unanswered.append(number)
+        return ProduceOrder(self.session, number, unanswered[0])
+
+    def done(self, partition: Hashable, number: int) -> None:
+        """Call ``number`` to ``partition`` has its answer (or failed): it no longer holds later ones."""
+        unanswered = self._open[partition]
+        unanswered.remove(number)
+        if not unanswered:
+            del self._open[partition]
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,13 +37,16 @@ from typing import Any
 
 import ray
 
-from actors.group_coordinator import (
-    GROUP_COORDINATOR_NAME,
-    OFFSETS_TOPIC,
-    offsets_partition_for,
-)
+from actors import internal_records as stored
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
+from actors.names import (
+    GROUP_COORDINATOR_NAME,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    offsets_partition_for,
+    transaction_partition_for,
+)
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -73,9 +76,6 @@ from storage.errors import (
 )
 
 logger = logging.getLogger(__name__)
-
-TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 NO_PRODUCER_ID = -1
@@ -135,18 +135,18 @@ class TransactionMetadata:
 
     @classmethod
     def from_record(cls, transactional_id: str, d: dict[str, Any]) -> TransactionMetadata:
-        """Inverse of :meth:`to_record`."""
+        """Inverse of :meth:`to_record`; ValueError/TypeError/KeyError for a record that is not one."""
         return cls(
             transactional_id,
-            d["producer_id"],
-            d["producer_epoch"],
-            d["timeout_ms"],
-            TransactionState(d["state"]),
-            {TopicPartition(t, p) for t, p in d.get("partitions", [])},
-            d.get("start_ms", -1),
-            d.get("last_update_ms", _now_ms()),
-            d.get("last_producer_id", NO_PRODUCER_ID),
-            d.get("last_producer_epoch", NO_PRODUCER_EPOCH),
+            stored.field(d, "producer_id", int),
+            stored.field(d, "producer_epoch", int),
+            stored.field(d, "timeout_ms", int),
+            TransactionState(stored.field(d, "state", str)),
+            {TopicPartition(t, p) for t, p in stored.topic_partitions(d.get("partitions", []), "partitions")},
+            stored.field(d, "start_ms", int, -1),
+            stored.field(d, "last_update_ms", int, _now_ms()),
+            stored.field(d, "last_producer_id", int, NO_PRODUCER_ID),
+            stored.field(d, "last_producer_epoch", int, NO_PRODUCER_EPOCH),
         )
 
     def copy(self, **changes: Any) -> TransactionMetadata:
@@ -193,6 +193,7 @@ class TransactionCoordinator(Coordinator):
         self._next_pid = 0
         self._pid_end = 0  # the current block is [_next_pid, _pid_end)
         self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
+        self._skipped = 0  # unreadable __transaction_state records skipped by the load
 
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
@@ -200,15 +201,22 @@ class TransactionCoordinator(Coordinator):
         return len(self._txns)
 
     async def _load(self) -> None:
-        """Replay ``__transaction_state``, then complete every transaction left in a Prepare state."""
+        """Replay ``__transaction_state``, then complete every transaction left in a Prepare
+        state. A record it cannot read is skipped, logged and counted (``skipped_records``)."""
         started = time.monotonic()
         records = 0
-        async for _, batch, first in self._topic.replay():
-            if not batch.is_control:
-                for record in batch:
-                    if record.offset >= first and record.key is not None:
-                        self._apply(record.key, record.value)
-                        records += 1
+        skipped = stored.SkippedRecords(TRANSACTION_STATE_TOPIC, self._count_skipped)
+        async for p, batch, first in self._topic.replay():
+            if batch.is_control:
+                continue
+            for record in skipped.records(p, batch, first):
+                try:
+                    self._apply(record.key, record.value)
+                except stored.READ_ERRORS as exc:
+                    skipped.skip(p, record.offset, exc)
+                    continue
+                records += 1
+        self._skipped += skipped.count
         self._loaded = True
         pending = [
             t
@@ -218,21 +226,36 @@ class TransactionCoordinator(Coordinator):
         for txn in pending:
             self._spawn(self._complete_after_load(txn.transactional_id))
         logger.info(
-            "transaction coordinator loaded %d transactional ids from %d records in %.2fs (%d to complete)",
+            "transaction coordinator loaded %d transactional ids from %d records in %.2fs "
+            "(%d to complete, %d unreadable records skipped)",
             len(self._txns),
             records,
             time.monotonic() - started,
             len(pending),
+            skipped.count,
         )
 
-    def _apply(self, key: bytes, value: bytes | None) -> None:
-        version, tid = json.loads(key)
-        if version != TXN_KEY_VERSION:
-            return
+    def _count_skipped(self, topic: str) -> None:
+        if self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.internal_records_skipped, 1, (("topic", topic),))
+
+    async def skipped_records(self) -> int:
+        """How many unreadable ``__transaction_state`` records this actor's load skipped."""
+        return self._skipped
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one ``__transaction_state`` record (replay); one that is not what the
+        coordinator writes raises ValueError/TypeError/KeyError and changes nothing."""
+        k = stored.loads(key, "key")
+        if not isinstance(k, list) or len(k) != 2 or type(k[0]) is not int or k[0] != TXN_KEY_VERSION:
+            raise ValueError(f"the key is {k!r:.60}, not [{TXN_KEY_VERSION}, transactional id]")
+        if not isinstance(k[1], str):
+            raise ValueError(f"the key is {k!r:.60}, not [{TXN_KEY_VERSION}, transactional id]")
+        tid = k[1]
         if value is None:
             self._txns.pop(tid, None)
         else:
-            self._txns[tid] = TransactionMetadata.from_record(tid, json.loads(value))
+            self._txns[tid] = TransactionMetadata.from_record(tid, stored.json_object(value))
 
     async def _complete_after_load(self, tid: str) -> None:
         async with self._lock(tid):
@@ -597,7 +620,7 @@ class TransactionCoordinator(Coordinator):
         self._txns[tid] = txn
 
     def _partition_for(self, tid: str) -> int:
-        return offsets_partition_for(tid, self._topic.num_partitions)
+        return transaction_partition_for(tid, self._topic.num_partitions)
 
     # -- data partitions ------------------------------------------------------------------
 
@@ -663,6 +686,7 @@ class TransactionCoordinator(Coordinator):
         while True:
             await asyncio.sleep(TICK_S)
             try:
+                rec.flush()  # counters summed since the last tick (skipped records)
                 now = _now_ms()
                 starts = [t.start_ms for t in self._txns.values() if t.state in open_states]
                 rec.metrics.transactions_open.set(len(starts), rec.tags())

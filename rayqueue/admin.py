@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ from rayqueue.errors import (
 )
 from rayqueue.metadata import MetadataCache, call_controller
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+logger = logging.getLogger(__name__)
 
 # Kafka's default.api.timeout.ms: how long a call to partition leaders keeps retrying.
 _API_TIMEOUT_S = 60.0
@@ -125,7 +128,11 @@ class Admin:
         broker's num.partitions / default.replication.factor (KIP-464); 0 and other negatives
         are InvalidPartitionsError / InvalidReplicationFactorError, as is a replication factor
         above the number of live brokers. A name that differs from an existing topic's only
-        in '.' versus '_' is an InvalidTopicError (their metric names would collide)."""
+        in '.' versus '_' is an InvalidTopicError (their metric names would collide).
+
+        A replication factor below the topic's effective ``min.insync.replicas`` is logged as
+        a warning (see :meth:`min_isr_warning`): the topic is created, but every acks=all
+        produce to it will fail with NOT_ENOUGH_REPLICAS."""
         request = CreateTopicsRequest(
             name,
             -1 if num_partitions is None else num_partitions,
@@ -133,7 +140,26 @@ class Admin:
             None if replica_assignment is None else tuple(tuple(r) for r in replica_assignment),
             _config_dict(configs),
         )
-        return call_controller(self._controller.create_topic, request)
+        meta = call_controller(self._controller.create_topic, request)
+        warning = self.min_isr_warning(meta)
+        if warning is not None:
+            logger.warning("%s", warning)
+        return meta
+
+    def min_isr_warning(self, meta: TopicMetadata) -> str | None:
+        """Why acks=all cannot succeed on a topic whose replication factor is below its
+        effective ``min.insync.replicas`` (its override, else the broker's); None when it can."""
+        if not meta.partitions:
+            return None
+        rf = len(meta.partitions[0].replicas)
+        min_isr = self.describe_configs(meta.name)["min.insync.replicas"][0]
+        if rf >= min_isr:
+            return None
+        return (
+            f"topic {meta.name!r} has replication factor {rf}, below its min.insync.replicas={min_isr}: "
+            f"every acks=all produce to it will fail with NOT_ENOUGH_REPLICAS (acks=0 and 1 are not affected); "
+            f"raise the replication factor or lower min.insync.replicas"
+        )
 
     def create_topics(self, topics: Iterable[NewTopic]) -> list[TopicMetadata]:
         """Create several topics, in order."""

@@ -9,6 +9,7 @@ reuses that Ray. This is the one module that prints; the library only logs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -20,7 +21,7 @@ import string
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -42,7 +43,14 @@ from rayqueue.cluster import Cluster, connect, is_loopback, join_ray, launch, me
 from rayqueue.console import DEFAULT_HOST as DEFAULT_CONSOLE_HOST
 from rayqueue.console import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
 from rayqueue.errors import KafkaError, UnknownTopicOrPartitionError, as_kafka_error
-from rayqueue.snapshot import ClusterSnapshot, RateSampler, TopicRate, take_snapshot
+from rayqueue.snapshot import (
+    LISTENER_PROBE_TIMEOUT_S,
+    ClusterSnapshot,
+    RateSampler,
+    TopicRate,
+    listeners_down,
+    take_snapshot,
+)
 
 if TYPE_CHECKING:
     from rayqueue.console.app import ConsoleServer
@@ -158,6 +166,31 @@ def _handle_errors(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+class _WarningsOf(logging.Handler):
+    """Collects the warning lines of one library logger, for the CLI to print its own way."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _captured_warnings(logger_name: str) -> Iterator[list[str]]:
+    """The warnings ``logger_name`` logs meanwhile, kept from the terminal's log output."""
+    library = logging.getLogger(logger_name)
+    handler, propagate = _WarningsOf(), library.propagate
+    library.addHandler(handler)
+    library.propagate = False
+    try:
+        yield handler.messages
+    finally:
+        library.removeHandler(handler)
+        library.propagate = propagate
 
 
 def _connect(name: str, address: str | None) -> Cluster:
@@ -613,8 +646,9 @@ def health(
     address: AddressOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the controller.", min=0.1)] = 10.0,
 ) -> None:
-    """Readiness check: exit 0 when the controller answers and no partition is offline;
-    otherwise print the reason and exit 1 (for a deployment's probe)."""
+    """Readiness check: exit 0 when the controller answers, no partition is offline and every
+    broker's Kafka listener answers an ApiVersions request; otherwise print the reasons and
+    exit 1 (for a deployment's probe)."""
     try:
         cluster = _connect(name, address)
         # A bounded wait: a probe must answer, not ride through a long controller restart.
@@ -624,12 +658,26 @@ def health(
         raise _fail(
             _one_line(f"unhealthy: the controller of {name!r} does not answer: {type(error).__name__}: {error}")
         ) from None
+    problems = []
     offline = sorted(f"{p.topic}-{p.partition}" for t in meta.topics.values() for p in t.partitions if p.offline)
     if offline:
         shown = ", ".join(offline[:20]) + (f" and {len(offline) - 20} more" if len(offline) > 20 else "")
-        raise _fail(f"unhealthy: {len(offline)} offline partition(s) (no live leader): {shown}")
+        problems.append(f"unhealthy: {len(offline)} offline partition(s) (no live leader): {shown}")
+    # Metadata sends Kafka clients to these addresses: each must really accept them.
+    for broker, reason in listeners_down(meta, timeout_s=min(timeout, LISTENER_PROBE_TIMEOUT_S)):
+        problems.append(
+            _one_line(f"unhealthy: broker {broker.broker_id}'s listener {broker.host}:{broker.port} is down: {reason}")
+        )
+    if problems:
+        for problem in problems[:-1]:
+            err.print(Text(problem, style="bold red"))
+        raise _fail(problems[-1])
     partitions = sum(len(t.partitions) for t in meta.topics.values())
-    out.print(f"healthy: controller epoch {meta.controller_epoch}, {partitions} partitions, none offline")
+    listening = sum(1 for b in meta.brokers if b.alive and b.host and b.port > 0)
+    out.print(
+        f"healthy: controller epoch {meta.controller_epoch}, {partitions} partitions, none offline, "
+        f"{listening} listener(s) answering"
+    )
 
 
 def _partition_table(partitions: Iterable[Any], with_topic: bool = False) -> Table:
@@ -670,9 +718,12 @@ def topics_create(
 ) -> None:
     """Create a topic (kafka-topics --create)."""
     admin = _connect(name, address).admin()
-    meta = admin.create_topic(topic, partitions, replication_factor, configs=_parse_kv(config, "--config"))
+    with _captured_warnings("rayqueue.admin") as warnings:  # printed below, not through logging
+        meta = admin.create_topic(topic, partitions, replication_factor, configs=_parse_kv(config, "--config"))
     rf = len(meta.partitions[0].replicas) if meta.partitions else 0
     out.print(f"Created topic [bold]{topic}[/] ({len(meta.partitions)} partitions, replication factor {rf}).")
+    for warning in warnings:
+        err.print(Text(f"WARNING: {warning}", style="yellow"))
 
 
 @topics_app.command("list")

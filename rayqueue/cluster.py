@@ -19,11 +19,12 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.config import broker_config, load_toml
-from actors.controller import CONTROLLER_NAME, Controller
+from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
 from actors.gateway.listeners import parse_listeners
-from actors.group_coordinator import GROUP_COORDINATOR_NAME, GroupCoordinator
-from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME, TransactionCoordinator
+from actors.group_coordinator import GroupCoordinator
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
+from actors.transaction_coordinator import TransactionCoordinator
 from rayqueue import connection
 from rayqueue.admin import Admin
 from rayqueue.connection import (
@@ -197,12 +198,15 @@ def launch(
     nodes.insert(0, here)
     ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
     coordinator = _start_singleton(GroupCoordinator, GROUP_COORDINATOR_NAME, namespace, cfg, here)
-    ray.get(coordinator.start.remote(), timeout=timeout_s)
     txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
-    ray.get(txn_coordinator.start.remote(), timeout=timeout_s)
+    # Each loads its internal topic, creating it on a new cluster, so that the first group or
+    # transaction finds it created and led rather than waiting for it. Together, and while
+    # the gateways start: creating the topics' replica actors is most of a launch's time.
+    loads = [coordinator.start.remote(), txn_coordinator.start.remote()]
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
     if cfg["listeners"]:  # Kafka's own clients reach the brokers through these
         start_gateways(namespace, dict(cfg), cluster.metadata([]), timeout_s)
+    ray.get(loads, timeout=timeout_s)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()

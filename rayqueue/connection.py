@@ -20,10 +20,8 @@ from typing import Any
 import ray
 
 from actors.config import BROKER_CONFIG
-from actors.controller import CONTROLLER_NAME
-from actors.group_coordinator import GROUP_COORDINATOR_NAME
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.protocol import MetadataRequest
-from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
 from actors.types import ClusterMetadata
 from rayqueue.metadata import call_controller
 from storage.config import Config

@@ -40,7 +40,7 @@ from rayqueue.consumer.subscription_state import SubscriptionState
 from rayqueue.errors import InvalidConfigError, NetworkError, is_retriable
 from rayqueue.metadata import MetadataCache
 from rayqueue.producer import Producer
-from storage.record_batch import HEADERS_TYPE, decode_columns
+from storage.records.columns import HEADERS_TYPE, decode_columns
 
 logger = logging.getLogger(__name__)
 

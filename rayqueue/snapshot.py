@@ -7,6 +7,7 @@ and the web console show what ``rayqueue topics describe`` / ``groups describe``
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -15,8 +16,10 @@ from typing import Any
 
 import ray
 
+from actors.gateway.broker_view import listed_brokers
+from actors.gateway.probe import probe_listeners
 from actors.protocol import TransactionState
-from actors.types import MemberDescription, TopicPartition
+from actors.types import BrokerMetadata, ClusterMetadata, MemberDescription, TopicPartition
 from rayqueue.admin import Admin, PartitionLogInfo
 from rayqueue.connection import ClusterHandle
 from rayqueue.errors import as_kafka_error
@@ -27,6 +30,9 @@ logger = logging.getLogger(__name__)
 # default.api.timeout.ms; its partition shows without offsets instead.
 _LEADER_TIMEOUT_S = 5.0
 
+
+# How long a broker's listener may take to answer ApiVersions before it counts as down.
+LISTENER_PROBE_TIMEOUT_S = 2.0
 
 # A transaction is open from its first partition until its markers are written; a completed
 # one keeps its start time at the coordinator, but has no age.
@@ -294,6 +300,19 @@ def take_snapshot(
         transactions,
         tuple(errors),
     )
+
+
+def listeners_down(
+    meta: ClusterMetadata, timeout_s: float = LISTENER_PROBE_TIMEOUT_S
+) -> list[tuple[BrokerMetadata, str]]:
+    """The brokers Metadata names (alive, with a registered listener) whose advertised
+    address does not answer an ApiVersions request within ``timeout_s``, each with why:
+    connected to for real, from this process, as a Kafka client would."""
+    brokers = listed_brokers(meta.brokers)
+    if not brokers:
+        return []
+    reasons = asyncio.run(probe_listeners([(b.broker_id, b.host, b.port) for b in brokers], timeout_s))
+    return [(b, reasons[b.broker_id]) for b in brokers if reasons[b.broker_id] is not None]
 
 
 def _partition_logs_one_by_one(admin: Admin, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionLogInfo]:

@@ -2,7 +2,7 @@
 
 Measures rayqueue's per-record paths (``RecordBatchBuilder.append``, iterating
 ``RecordBatch``) and its bulk paths (``append_many``/``from_columns``, ``decode_columns``)
-with each twin of the codec (``storage.extensions.use``), and in the same process the
+with each twin of the codec (``storage.extensions.using``), and in the same process the
 baselines: aiokafka's compiled record builder and reader (the targets: the compiled
 ``append`` and iteration at 1.0x or more) and kafka-python's pure-Python codec. Batches
 hold ``RECORDS_PER_BATCH`` records (about 1 MiB, Kafka's default ``max.message.bytes``).
@@ -26,8 +26,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-import storage.record_batch as record_batch  # noqa: E402
 from storage import extensions  # noqa: E402
+from storage.records.builder import RecordBatchBuilder  # noqa: E402
+from storage.records.columns import decode_columns  # noqa: E402
+from storage.records.reader import RecordBatch  # noqa: E402
 
 VALUE_SIZE = 100
 RECORDS_PER_BATCH = 8000
@@ -65,10 +67,14 @@ def _columns(n: int) -> tuple[list[bytes], pa.Array, list[bytes]]:
 
 def bench_twin(kind: str, records_per_batch: int = RECORDS_PER_BATCH, min_seconds: float = 0.6) -> dict[str, float]:
     """Encode/decode rates (records/s) of one twin of the codec."""
-    extensions.use(kind)
+    with extensions.using(kind):
+        return _bench_twin(kind, records_per_batch, min_seconds)
+
+
+def _bench_twin(kind: str, records_per_batch: int, min_seconds: float) -> dict[str, float]:
     n = records_per_batch
     values, arrow_values, varied = _columns(n)
-    builder_class = record_batch.RecordBatchBuilder
+    builder_class = extensions.twin_of(kind, "storage.records.builder", "RecordBatchBuilder")
 
     def encode_append() -> bytes:
         builder = builder_class()
@@ -96,12 +102,12 @@ def bench_twin(kind: str, records_per_batch: int = RECORDS_PER_BATCH, min_second
 
     def decode_iter() -> int:
         count = 0
-        for _ in record_batch.RecordBatch(batch):
+        for _ in RecordBatch(batch):
             count += 1
         return count
 
     def decode_iter_varied() -> int:
-        return sum(1 for _ in record_batch.RecordBatch(batch_varied))
+        return sum(1 for _ in RecordBatch(batch_varied))
 
     return {
         "RecordBatchBuilder.append, one at a time": _rate(encode_append, n, min_seconds),
@@ -110,8 +116,8 @@ def bench_twin(kind: str, records_per_batch: int = RECORDS_PER_BATCH, min_second
         "append_many, 50-150 byte values": _rate(encode_many_varied, n, min_seconds),
         "RecordBatch iteration": _rate(decode_iter, n, min_seconds),
         "RecordBatch iteration, 50-150 bytes": _rate(decode_iter_varied, n, min_seconds),
-        "decode_columns (4 batches)": _rate(lambda: len(record_batch.decode_columns(fetch)), 4 * n, min_seconds),
-        "decode_columns, 50-150 bytes": _rate(lambda: len(record_batch.decode_columns(batch_varied)), n, min_seconds),
+        "decode_columns (4 batches)": _rate(lambda: len(decode_columns(fetch)), 4 * n, min_seconds),
+        "decode_columns, 50-150 bytes": _rate(lambda: len(decode_columns(batch_varied)), n, min_seconds),
     }
 
 
@@ -120,8 +126,7 @@ def bench_baselines(records_per_batch: int = RECORDS_PER_BATCH, min_seconds: flo
     n = records_per_batch
     values, _, _ = _columns(n)
     out: dict[str, float] = {}
-    extensions.use("compiled" if extensions.compiled_available() else "pure")
-    builder = record_batch.RecordBatchBuilder()
+    builder = RecordBatchBuilder()
     for v in values:
         builder.append(v, None, TIMESTAMP)
     batch = builder.build()
@@ -171,7 +176,6 @@ def main() -> None:
     twins = [kind for kind in TWINS if kind == "pure" or extensions.compiled_available()]
     results = {kind: bench_twin(kind) for kind in twins}
     base = bench_baselines()
-    extensions.use(twins[0])
     print(
         f"\nrecord batch codec, {VALUE_SIZE}-byte values, uncompressed, {RECORDS_PER_BATCH} records/batch"
         " (records per CPU second, best of several runs)"

@@ -27,7 +27,6 @@ import multiprocessing
 import os
 import shutil
 import socket
-import statistics
 import struct
 import tempfile
 import time
@@ -39,6 +38,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import ray  # noqa: E402
 from bench_produce_fetch import consume, produce_bulk  # noqa: E402
 from bench_ray import start_ray  # noqa: E402
+from bench_stats import percentiles  # noqa: E402
 from kio.index import load_response_schema  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
@@ -47,7 +47,7 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested  # noqa: E402
 from actors.gateway.server import Api, KafkaServer, Limits  # noqa: E402
 from actors.gateway.versions import API_VERSIONS  # noqa: E402
 from storage.batch_header import batch_boundaries, read_header  # noqa: E402
-from storage.record_batch import RecordBatchBuilder  # noqa: E402
+from storage.records.builder import RecordBatchBuilder  # noqa: E402
 
 VALUE_SIZE = 100
 TARGET = 0.5
@@ -269,12 +269,6 @@ def ck_consume(bootstrap: str, topic: str, n: int, tuned: bool = True) -> float:
 
 
 # -- latency ----------------------------------------------------------------------------------------
-
-
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    """(p50, p99) in ms."""
-    ordered = sorted(samples)
-    return statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99) - 1] * 1000
 
 
 class _Chunks(list):

@@ -23,19 +23,18 @@ Run: ``.venv/bin/python scripts/bench_gateway_groups.py [--records N] [--rounds 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import shutil
 import statistics
 import tempfile
-import time
-from typing import Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+import bench_clients as bc  # noqa: E402
 import ray  # noqa: E402
-from bench_gateway import CONSUMER_TUNED, percentiles  # noqa: E402
+from bench_gateway import CONSUMER_TUNED  # noqa: E402
 from bench_ray import start_ray  # noqa: E402
+from bench_stats import percentiles  # noqa: E402
 
 import rayqueue  # noqa: E402
 
@@ -46,188 +45,24 @@ TXN_TARGET = 0.8
 STALL_S = 120.0  # a group that has not read everything by then is stuck: fail, do not hang
 
 
-# -- consumer groups ------------------------------------------------------------------------------
+# -- the clients' settings (the workloads themselves are in bench_clients) -------------------------
+
+# Members read with librdkafka's queue threshold raised (bench_gateway.CONSUMER_TUNED) and commit nothing.
+MEMBER_CONFIG = {"enable.auto.commit": False, **CONSUMER_TUNED}
+FILL_CONFIG = {"linger.ms": 5, "queue.buffering.max.messages": 2_000_000}
+PRODUCER_CONFIG = {"linger.ms": 5, "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000}
 
 
-def member(bootstrap: str, group: str, topic: str, assigned: Any, read: Any, go: Any, stop: Any) -> None:
-    """A group member in this (child) process: joins with its partitions paused, reports how
-    many it holds in ``assigned``, reads once ``go`` is set and counts records in ``read``."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **CONSUMER_TUNED,
-        }
-    )
-
-    def on_assign(c: Any, partitions: list[Any]) -> None:
-        c.assign(partitions)
-        if not go.is_set():
-            c.pause(partitions)
-        assigned.value = len(partitions)
-
-    def on_revoke(c: Any, partitions: list[Any]) -> None:
-        c.unassign()
-        assigned.value = 0
-
-    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-    while not go.is_set() and not stop.is_set():
-        consumer.consume(1, 0.05)
-    consumer.resume(consumer.assignment())
-    count = 0
-    while not stop.is_set():
-        msgs = consumer.consume(10_000, 0.1)
-        count += sum(1 for m in msgs if m.error() is None)
-        read.value = count
-    consumer.close()
-
-
-def group_rate(cluster: rayqueue.Cluster, topic: str, n: int, size: int, tag: str) -> float:
+def group_rate(cluster: rayqueue.Cluster, topic: str, n: int, size: int) -> float:
     """records/s of a group of ``size`` confluent-kafka consumers reading ``topic`` (``n`` records)."""
-    spawn = multiprocessing.get_context("spawn")
-    go, stop = spawn.Event(), spawn.Event()
-    assigned = [spawn.Value("i", 0) for _ in range(size)]
-    read = [spawn.Value("q", 0) for _ in range(size)]
-    group = f"bench-{size}-{tag}"
-    procs = [
-        spawn.Process(
-            target=member, args=(cluster.bootstrap_servers, group, topic, assigned[i], read[i], go, stop), daemon=True
-        )
-        for i in range(size)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not _formed(cluster, group, assigned, size):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the group of {size} did not form: {[a.value for a in assigned]}")
-            time.sleep(0.05)
-        start = time.perf_counter()
-        go.set()
-        while sum(r.value for r in read) < n:
-            if time.perf_counter() - start > STALL_S:
-                raise TimeoutError(f"the group of {size} read {sum(r.value for r in read)} of {n} records")
-            time.sleep(0.002)
-        rate = n / (time.perf_counter() - start)
-        assert sum(r.value for r in read) == n, "a record was read twice"
-        return rate
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
 
+    def stable(group: str) -> bool:
+        desc = cluster.admin().describe_groups([group]).get(group)
+        return desc is not None and desc.state == "Stable" and len(desc.members) == size
 
-def _formed(cluster: rayqueue.Cluster, group: str, assigned: list[Any], size: int) -> bool:
-    """Every member holds partitions, together all of them, and the group is stable."""
-    if sum(a.value for a in assigned) != PARTITIONS or any(a.value == 0 for a in assigned):
-        return False
-    desc = cluster.admin().describe_groups([group]).get(group)
-    return desc is not None and desc.state == "Stable" and len(desc.members) == size
-
-
-def fill(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    """``n`` records spread evenly over the topic's partitions, with confluent-kafka."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 2_000_000})
-    errors: list[Any] = []
-    _queue(producer, topic, value, n, errors)
-    assert producer.flush(120) == 0 and not errors, errors[:3]
-
-
-# -- transactions ---------------------------------------------------------------------------------
-
-
-def _producer(bootstrap: str, transactional_id: str | None) -> Any:
-    from confluent_kafka import Producer
-
-    config = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "queue.buffering.max.messages": 2_000_000,
-        "queue.buffering.max.kbytes": 2_000_000,
-    }
-    if transactional_id:
-        config["transactional.id"] = transactional_id
-    producer = Producer(config)
-    if transactional_id:
-        producer.init_transactions(60)
-    return producer
-
-
-def _queue(producer: Any, topic: str, value: bytes, count: int, errors: list[Any]) -> None:
-    """Queue ``count`` records spread evenly over the partitions."""
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-
-    for p in range(PARTITIONS):
-        per = count // PARTITIONS + (p < count % PARTITIONS)
-        for i in range(0, per, 10_000):
-            producer.produce_batch(
-                topic, [{"value": value}] * min(10_000, per - i), partition=p, on_delivery=on_delivery
-            )
-            producer.poll(0)
-
-
-def idempotent_rate(bootstrap: str, topic: str, n: int, txn_records: int, value: bytes) -> float:
-    """records/s of the idempotent producer, flushing after every ``txn_records`` as the
-    transactional one does, so that the two differ only in the transaction."""
-    producer, errors = _producer(bootstrap, None), []
-    _queue(producer, topic, value, PARTITIONS, errors)  # connect and learn the leaders first
-    producer.flush(60)
-    start = time.perf_counter()
-    for _ in range(n // txn_records):
-        _queue(producer, topic, value, txn_records, errors)
-        assert producer.flush(120) == 0
-    rate = n / (time.perf_counter() - start)
-    assert not errors, errors[:3]
-    return rate
-
-
-def transactional_rate(
-    bootstrap: str, topic: str, n: int, txn_records: int, value: bytes, tid: str
-) -> tuple[float, list[float]]:
-    """records/s of the transactional producer, and each commit's seconds."""
-    producer, errors, commits = _producer(bootstrap, tid), [], []
-    producer.begin_transaction()
-    _queue(producer, topic, value, PARTITIONS, errors)
-    producer.commit_transaction(60)
-    start = time.perf_counter()
-    for _ in range(n // txn_records):
-        producer.begin_transaction()
-        _queue(producer, topic, value, txn_records, errors)
-        assert producer.flush(120) == 0
-        t = time.perf_counter()
-        producer.commit_transaction(60)
-        commits.append(time.perf_counter() - t)
-    rate = n / (time.perf_counter() - start)
-    assert not errors, errors[:3]
-    return rate, commits
-
-
-def commit_latencies(bootstrap: str, topic: str, count: int, value: bytes, tid: str) -> list[float]:
-    """Seconds of ``commit_transaction`` over ``count`` transactions of 10 records (one partition)."""
-    producer, out = _producer(bootstrap, tid), []
-    for _ in range(count):
-        producer.begin_transaction()
-        for _ in range(10):
-            producer.produce(topic, value, partition=0)
-        assert producer.flush(60) == 0
-        t = time.perf_counter()
-        producer.commit_transaction(60)
-        out.append(time.perf_counter() - t)
-    return out
+    return bc.group_rate(
+        cluster.bootstrap_servers, topic, n, size, PARTITIONS, MEMBER_CONFIG, formed=stable, stall_s=STALL_S
+    )
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -250,22 +85,24 @@ def main() -> None:
     try:
         admin, bootstrap = cluster.admin(), cluster.bootstrap_servers
         admin.create_topic("bench-groups", PARTITIONS, 1)
-        fill(bootstrap, "bench-groups", n, value)
+        bc.fill(bootstrap, "bench-groups", n, value, PARTITIONS, FILL_CONFIG)
         # One unmeasured read first: the first group to read the topic pays for the cold start
         # (page cache, the gateways' first fetches, librdkafka's first connections), which
         # made one consumer alone look several times slower than it is.
-        group_rate(cluster, "bench-groups", n, 1, "warm-up")
+        group_rate(cluster, "bench-groups", n, 1)
         for r in range(args.rounds):
             rates = {
-                "one": group_rate(cluster, "bench-groups", n, 1, str(r)),
-                "three": group_rate(cluster, "bench-groups", n, 3, str(r)),
+                "one": group_rate(cluster, "bench-groups", n, 1),
+                "three": group_rate(cluster, "bench-groups", n, 3),
             }
             topics = [f"bench-txn-{kind}-{r}" for kind in ("idem", "txn")]
             for t in topics:
                 admin.create_topic(t, PARTITIONS, 1)
-            rates["idempotent"] = idempotent_rate(bootstrap, topics[0], n, args.txn_records, value)
-            rates["transactional"], commits = transactional_rate(
-                bootstrap, topics[1], n, args.txn_records, value, f"bench-txn-{r}"
+            rates["idempotent"] = bc.idempotent_rate(
+                bootstrap, topics[0], n, args.txn_records, value, PARTITIONS, PRODUCER_CONFIG
+            )
+            rates["transactional"], commits = bc.transactional_rate(
+                bootstrap, topics[1], n, args.txn_records, value, f"bench-txn-{r}", PARTITIONS, PRODUCER_CONFIG
             )
             big_commits += commits
             for t in topics:
@@ -273,7 +110,9 @@ def main() -> None:
             for key, rate in rates.items():
                 best[key] = max(best.get(key, 0.0), rate)
         admin.create_topic("bench-txn-latency", 1, 1)
-        small = commit_latencies(bootstrap, "bench-txn-latency", args.latency_txns, value, "bench-txn-latency")
+        small = bc.commit_latencies(
+            bootstrap, "bench-txn-latency", args.latency_txns, value, "bench-txn-latency", PRODUCER_CONFIG
+        )
     finally:
         cluster.shutdown(delete_data=True)
         ray.shutdown()

@@ -4,7 +4,7 @@ Every figure is measured in one run on one disk (the temporary directory, ``/tmp
 default; ``--dir`` picks another), as CPU time of this process (the machine is shared:
 wall-clock figures swing with whatever else runs). Appends are leader appends (every
 record walked, Kafka's LogValidator), made with each twin of the append path (compiled and
-pure Python, ``storage.extensions.use``), and compared with ``os.write`` of the same batch
+pure Python, ``storage.extensions.using``), and compared with ``os.write`` of the same batch
 bytes to a plain file, and with that write plus the CRC-32C of the same bytes (Kafka's
 broker checks the CRC too: the sum is the real limit). Reads are compared with
 ``os.pread`` of the same file in the same chunk size. Both sides hit the page cache (no
@@ -35,12 +35,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import storage.log as log_module  # noqa: E402
+import storage.log_validator as log_validator  # noqa: E402
 from storage import AppendOrigin, Log, extensions  # noqa: E402
 from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, BatchHeader, crc32c  # noqa: E402
 from storage.log_files import RECOVERY_POINT_FILE  # noqa: E402
 from storage.log_validator import decompressed_limit  # noqa: E402
-from storage.record_batch import RecordBatchBuilder  # noqa: E402
+from storage.records.builder import RecordBatchBuilder  # noqa: E402
 
 BATCH_SIZES = {"1 KB": 1024, "64 KB": 64 * 1024, "1 MB": 1024 * 1024}
 CODECS = {"none": 0, "lz4": 3}
@@ -130,8 +130,7 @@ def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[dict
 
     def logged(kind: str) -> float:
         shutil.rmtree(log_dir, ignore_errors=True)
-        extensions.use(kind)
-        with Log(log_dir, config) as log:
+        with extensions.using(kind), Log(log_dir, config) as log:
             append = log.append
             start = clock()
             for batch in batches:
@@ -145,14 +144,13 @@ def bench_append(workdir: Path, batches: list[bytes], rounds: int) -> tuple[dict
         best["raw+crc"] = min(best["raw+crc"], raw(True))
         for kind in twins():
             best[kind] = min(best[kind], logged(kind))
-    extensions.use(twins()[0])
     raw_path.unlink(missing_ok=True)
     return best, log_dir
 
 
 def _checks(views: list[memoryview], origin: AppendOrigin) -> float:
     """Seconds of the append's request checks (the twin in use) over ``views`` from ``origin``."""
-    check, limit = log_module._check_request, decompressed_limit(2 * 1024 * 1024)
+    check, limit = log_validator.check_request, decompressed_limit(2 * 1024 * 1024)
     start = clock()
     for view in views:
         check(view, 2 * 1024 * 1024, True, origin, False, limit, BatchHeader)
@@ -165,11 +163,10 @@ def bench_walk(batches: list[bytes], rounds: int) -> dict[str, float]:
     out = {}
     views = [memoryview(b) for b in batches]
     for kind in twins():
-        extensions.use(kind)
-        leader = min(_checks(views, AppendOrigin.CLIENT) for _ in range(rounds))
-        follower = min(_checks(views, AppendOrigin.REPLICATION) for _ in range(rounds))
+        with extensions.using(kind):
+            leader = min(_checks(views, AppendOrigin.CLIENT) for _ in range(rounds))
+            follower = min(_checks(views, AppendOrigin.REPLICATION) for _ in range(rounds))
         out[kind] = max(leader - follower, 1e-9)
-    extensions.use(twins()[0])
     return out
 
 

@@ -3,7 +3,7 @@
 This is the broker's hot path. A produce request carries one or more complete record
 batches; the broker checks each header and CRC, then patches ``baseOffset`` and
 ``partitionLeaderEpoch`` in place (neither is covered by the CRC) and appends the same
-bytes. No record inside a batch is looked at. Decoding records is ``record_batch``'s job.
+bytes. No record inside a batch is looked at. Decoding records is ``storage.records``' job.
 
 Layout (big-endian), as in the seeds and Kafka's ``DefaultRecordBatch``::
 
@@ -282,6 +282,35 @@ def set_max_timestamp(buf: bytearray, header: BatchHeader, timestamp_type: int, 
     _INT16.pack_into(buf, p + ATTRIBUTES_OFFSET, attributes)
     _INT64.pack_into(buf, p + MAX_TIMESTAMP_OFFSET, timestamp)
     _UINT32.pack_into(buf, p + CRC_OFFSET, crc32c(memoryview(buf)[p + ATTRIBUTES_OFFSET : p + header.size]))
+
+
+_PRODUCER_STATE = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+
+
+def with_producer_state(
+    batch: bytes | bytearray | memoryview,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+) -> bytes:
+    """A copy of the one batch ``batch`` with its producer id, epoch, base sequence and
+    transactional flag set and its CRC recomputed (Kafka's reopenAndRewriteProducerState:
+    the header rewritten, the records untouched). One copy and one CRC pass: only the
+    header's 36 changed bytes are made anew, the records are read where they are."""
+    view = memoryview(batch)
+    attributes = _INT16.unpack_from(view, ATTRIBUTES_OFFSET)[0]
+    attributes = attributes | TRANSACTIONAL_MASK if transactional else attributes & ~TRANSACTIONAL_MASK
+    # attributes .. baseSequence: the CRC'd header bytes before recordsCount.
+    fields = b"".join(
+        (
+            _INT16.pack(attributes),
+            view[ATTRIBUTES_OFFSET + 2 : PRODUCER_ID_OFFSET],
+            _PRODUCER_STATE.pack(producer_id, producer_epoch, base_sequence),
+        )
+    )
+    crc = _crc32c.crc32c(view[RECORDS_COUNT_OFFSET:], _crc32c.crc32c(fields))
+    return b"".join((view[:CRC_OFFSET], _UINT32.pack(crc), fields, view[RECORDS_COUNT_OFFSET:]))
 
 
 def base_offset_of(buf: bytes | bytearray | memoryview, position: int = 0) -> int:

@@ -68,7 +68,6 @@ in the background, off the produce and fetch paths.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 import os
@@ -93,38 +92,27 @@ from storage.batch_header import (
 )
 from storage.checkpoint import read_offset, write_offset
 from storage.errors import CorruptRecordError
-from storage.extensions import bind, load
+from storage.extensions import load, pick
 from storage.log import Log
 from storage.log_files import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, INDEX_SUFFIXES, LOG_SUFFIX
-from storage.record_batch import CONTROL_ABORT, CONTROL_COMMIT, RecordBatch, RecordBatchBuilder
+from storage.offset_map import DEFAULT_OFFSET_MAP_ENTRIES, CheckFn, HashFn, OffsetMapFullError, md5_digest
+from storage.records.builder import RecordBatchBuilder
+from storage.records.control import CONTROL_ABORT, CONTROL_COMMIT
+from storage.records.reader import RecordBatch
 from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OFFSET_MAP_ENTRIES = 1_000_000  # about 150 MB of Python objects at most
 _INT32_MAX = 2**31 - 1
 _READ_CHUNK = 4 * 1024 * 1024
 _WRITE_CHUNK = 1024 * 1024
 _MASK64 = 2**64 - 1
 
-HashFn = Callable[[bytes], bytes]
-CheckFn = Callable[[bytes], int]
-
-
-def md5_digest(key: bytes) -> bytes:
-    """The map's key digest: MD5, as Kafka's SkimpyOffsetMap (16 bytes; hashlib's is OpenSSL's,
-    which the compiled twin calls directly)."""
-    return hashlib.md5(key, usedforsecurity=False).digest()
-
 
 # ---------------------------------------------------------------------------------------
 # The offset map
 # ---------------------------------------------------------------------------------------
-
-
-class OffsetMapFullError(Exception):
-    """The offset map has no room for another key."""
 
 
 class SkimpyOffsetMap:
@@ -861,6 +849,8 @@ __all__ = [
 ]
 
 
-# The compiled twin (storage/_compiled/cleaner.pyx), when built: the offset map, its MD5 digests
-# from OpenSSL's libcrypto directly.
-bind(globals(), load(__name__, "storage._compiled.cleaner"), ("SkimpyOffsetMap",))
+# The offset map: the compiled class (storage/_compiled/cleaner.pyx) when built, else the
+# pure one above; chosen here, once.
+SkimpyOffsetMap = pick(  # type: ignore[misc]
+    __name__, "SkimpyOffsetMap", SkimpyOffsetMap, load(__name__, "storage._compiled.cleaner")
+)

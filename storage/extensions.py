@@ -1,12 +1,19 @@
 """Which twin of a hot path runs: the compiled extension or the pure-Python reference.
 
-The record codec, the broker's append bookkeeping, the cleaner's offset map and the
-producer's send path each exist twice, as aiokafka's ``record`` package does it: a
-pure-Python module that is the reference (readable, always there) and a Cython twin named
-after it (``storage/_compiled/record_batch.pyx`` for ``storage/record_batch.py``, ...),
-built by ``pip install -e .`` (``make setup``). A pure module ends by asking :func:`load`
-for its twin and, when it is there, rebinds its hot names to the compiled ones, so callers
-import the same names either way.
+The record codec (the batch builder, and the per-record loops of the readers and of the
+leader's record walk), the leader's request checks and the cleaner's offset map each exist
+twice, as aiokafka's ``record`` package does it: a pure-Python implementation that is the
+reference (readable, always there) and a Cython twin of it in the ``_compiled`` package
+beside its module (``storage/records/_compiled/builder.pyx`` for
+``storage/records/builder.py``, ...), built by ``pip install -e .`` (``make setup``). A twin
+is a whole self-contained class (``RecordBatchBuilder``, ``SkimpyOffsetMap``) or a kernel
+over a buffer (a function that walks every record of a batch); it never reaches into a
+pure object's private attributes.
+
+A module with a twin picks, once, at its import, which implementation each of its twinned
+names is (:func:`load`, then :func:`pick`), as aiokafka's ``default_records`` picks its
+``_crecords``; nothing is rebound afterwards. Tests and benchmarks that run both twins in one
+process use :func:`using`, which sets each twinned name in its own module only, for a while.
 
 ``RAYQUEUE_NO_EXTENSIONS=1`` forces the pure-Python twins (as ``AIOKAFKA_NO_EXTENSIONS``
 does). When the extensions are not built (no compiler when installing), or are older than
@@ -15,21 +22,27 @@ their sources, the pure twins run and one warning says so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
+import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 ENV_SWITCH = "RAYQUEUE_NO_EXTENSIONS"
 NO_EXTENSIONS = os.environ.get(ENV_SWITCH, "").strip().lower() not in ("", "0", "false", "no")
 
 # module name of each pure module -> "compiled" or "pure", as picked at its import.
 ACTIVE: dict[str, str] = {}
-# (pure module name, attribute) -> (pure object, compiled object), for every rebound name.
-TWINS: dict[tuple[str, str], tuple[object, object]] = {}
+# (module name, name) -> (pure object, compiled object or None), for every name a module picked.
+PAIRS: dict[tuple[str, str], tuple[object, object | None]] = {}
 _warned = False
+
+T = TypeVar("T")
 
 
 class ExtensionsWarning(RuntimeWarning):
@@ -87,28 +100,15 @@ def load(pure_module: str, compiled_module: str) -> ModuleType | None:
     return module
 
 
-def bind(namespace: dict[str, object], compiled: ModuleType | None, names: tuple[str, ...]) -> None:
-    """Rebind ``names`` in a pure module's ``namespace`` to the compiled twin's, when there is one.
+def pick(module: str, name: str, pure: T, compiled: ModuleType | None, compiled_name: str | None = None) -> T:
+    """The implementation of ``module``'s twinned ``name`` this process runs, chosen once.
 
-    A name may be ``Class.attribute`` (a method whose twin is a compiled function). A twin
-    that needs some of the pure module's own objects lists them in its ``PURE_NAMES``; they
-    are handed to it here, so that it never imports its pure module back. The pure objects
-    stay recorded in :data:`TWINS` (the tests run both twins through it).
+    ``compiled``'s ``compiled_name`` (default ``name``) when the compiled twin was loaded
+    (:func:`load`), else ``pure``. Both are recorded in :data:`PAIRS` for :func:`using`.
     """
-    module = str(namespace["__name__"])
-    if compiled is not None:
-        for name in getattr(compiled, "PURE_NAMES", ()):
-            setattr(compiled, name, namespace[name])
-    for name in names:
-        owner_name, _, attribute = name.rpartition(".")
-        owner = namespace[owner_name] if owner_name else None
-        pure = getattr(owner, attribute) if owner is not None else namespace[name]
-        twin = pure if compiled is None else getattr(compiled, name.replace(".", "_"))
-        TWINS[(module, name)] = (pure, twin)
-        if owner is not None:
-            setattr(owner, attribute, twin)
-        else:
-            namespace[name] = twin
+    twin = getattr(compiled, compiled_name or name) if compiled is not None else None
+    PAIRS[(module, name)] = (pure, twin)
+    return pure if twin is None else twin
 
 
 def compiled_available() -> bool:
@@ -116,54 +116,48 @@ def compiled_available() -> bool:
     return bool(ACTIVE) and all(kind == "compiled" for kind in ACTIVE.values())
 
 
-def use(kind: str, packages: tuple[str, ...] = ("storage", "actors", "rayqueue", "tests", "scripts")) -> int:
-    """Switch this process to the ``kind`` ("pure" or "compiled") twins of every module imported
-    so far, for benchmarks and tests that run both in one process; return how many bindings
-    changed.
-
-    Methods are set on their class; other names in every loaded module of ``packages`` (and
-    ``__main__``) that hold one twin are pointed at the other. Objects already made stay what
-    they are (a builder made before the switch keeps its class).
-    """
-    if kind not in ("pure", "compiled"):
+def twin_of(kind: str, module: str, name: str) -> object:
+    """The ``kind`` ("pure" or "compiled") implementation of ``module``'s twinned ``name``."""
+    pure, compiled = PAIRS[(module, name)]
+    if kind == "pure":
+        return pure
+    if kind != "compiled":
         raise ValueError(f"kind must be 'pure' or 'compiled', not {kind!r}")
-    if kind == "compiled" and not compiled_available():
-        raise RuntimeError(f"the compiled twins are not all in use: {ACTIVE}")
-    import sys
+    if compiled is None:
+        raise RuntimeError(f"the compiled twin of {module}.{name} is not in use: {ACTIVE}")
+    return compiled
 
-    wanted: dict[int, object] = {}
-    changed = 0
-    for (module_name, name), (pure, compiled) in TWINS.items():
-        target = pure if kind == "pure" else compiled
-        wanted[id(pure)] = wanted[id(compiled)] = target
-        owner_name, _, attribute = name.rpartition(".")
-        if owner_name:  # a method: set on its class, which every importer shares
-            owner = getattr(sys.modules[module_name], owner_name)
-            if owner.__dict__.get(attribute) is not target:
-                setattr(owner, attribute, target)
-                changed += 1
-    for name, module in list(sys.modules.items()):
-        if module is None or (name.split(".", 1)[0] not in packages and name != "__main__"):
-            continue
-        namespace = getattr(module, "__dict__", None)
-        if namespace is None:
-            continue
-        for attr, value in list(namespace.items()):
-            target = wanted.get(id(value))
-            if target is not None and target is not value:
-                namespace[attr] = target
-                changed += 1
-    return changed
+
+@contextlib.contextmanager
+def using(kind: str) -> Iterator[None]:
+    """Run the ``kind`` ("pure" or "compiled") twins for a while: for tests and benchmarks.
+
+    Every twinned name is set to that twin in the module that picked it, and put back on
+    exit. Only there: a module that imported a twinned class by name (``from
+    storage.records.builder import RecordBatchBuilder``) keeps the one it imported; the
+    kernels are looked up in their own module on every call, so they follow.
+    """
+    saved = []
+    try:
+        for (module, name), _ in PAIRS.items():
+            namespace = sys.modules[module]
+            saved.append((namespace, name, getattr(namespace, name)))
+            setattr(namespace, name, twin_of(kind, module, name))
+        yield
+    finally:
+        for namespace, name, value in reversed(saved):
+            setattr(namespace, name, value)
 
 
 __all__ = [
     "ACTIVE",
     "ENV_SWITCH",
     "NO_EXTENSIONS",
-    "TWINS",
+    "PAIRS",
     "ExtensionsWarning",
-    "bind",
     "compiled_available",
     "load",
-    "use",
+    "pick",
+    "twin_of",
+    "using",
 ]

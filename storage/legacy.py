@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from storage import compression
 from storage.batch_header import CREATE_TIME, LOG_APPEND_TIME, MAGIC_OFFSET, NO_TIMESTAMP
 from storage.errors import CorruptRecordError, UnknownMagicError
-from storage.record_batch import Buffer, Record, RecordBatchBuilder
+from storage.records import Buffer
+from storage.records.builder import RecordBatchBuilder
+from storage.records.reader import Record
 
 _ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _TIMESTAMP = struct.Struct(">q")

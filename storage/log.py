@@ -36,25 +36,20 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from storage import batch_header
+from storage import batch_header, log_validator
 from storage.batch_header import (
     CONTROL_MASK,
     CREATE_TIME,
-    HEADER,
-    HEADER_SIZE,
     MAGIC_OFFSET,
     TRANSACTIONAL_MASK,
     BatchHeader,
-    check_batches,
     read_header,
 )
 from storage.checkpoint import fsync_dir, read_offset, write_offset
@@ -66,7 +61,6 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from storage.extensions import bind, load
 from storage.file_lock import FileLock
 from storage.log_files import (
     CLEAN_SHUTDOWN_FILE,
@@ -77,7 +71,15 @@ from storage.log_files import (
     SWAP_SUFFIX,
 )
 from storage.log_loader import load_segments
-from storage.log_validator import decompressed_limit, validate_batches
+from storage.log_results import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchDataInfo,
+    LogAppendInfo,
+    TimestampOffset,
+)
+from storage.log_validator import decompressed_limit
 from storage.producer_state import (
     Analysis,
     AppendOrigin,
@@ -90,59 +92,6 @@ from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
-
-EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
-LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
-MAX_TIMESTAMP = -3  # ListOffsets (KIP-734): the record with the largest timestamp
-
-
-class LogAppendInfo(NamedTuple):
-    """What an append did. ``headers`` are the appended batches' headers after offset assignment;
-    their ``position`` is within the appended buffer.
-
-    A named tuple, not a frozen dataclass: one is built per append on the produce path and
-    a tuple costs a third as much to create.
-    """
-
-    first_offset: int
-    last_offset: int
-    log_append_time: int
-    log_start_offset: int
-    max_timestamp: int
-    batch_count: int
-    size_bytes: int
-    headers: list[BatchHeader]
-    # True when the request repeated a batch the log holds: nothing was appended and the
-    # offsets are the original batch's.
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDataInfo:
-    """The result of a read: whole batches starting with the one that holds ``fetch_offset``.
-
-    ``first_offset`` is the base offset of the first batch returned (at or below
-    ``fetch_offset``) and ``next_offset`` the offset to fetch next (just past the last
-    batch returned); both are ``fetch_offset`` when ``records`` is empty.
-    """
-
-    records: bytes
-    fetch_offset: int
-    first_offset: int
-    next_offset: int
-    log_start_offset: int
-    log_end_offset: int
-    segment_base_offset: int = -1
-    position: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampOffset:
-    """A ListOffsets answer: an offset and the timestamp found there (-1 for earliest/latest)."""
-
-    timestamp: int
-    offset: int
-
 
 _View = tuple[tuple[LogSegment, ...], tuple[int, ...]]
 
@@ -296,7 +245,7 @@ class Log:
         elif type(origin) is not AppendOrigin or origin is AppendOrigin.REPLICATION:
             origin = _leader_origin(origin)
         # Before the lock: validation is the costly part of an append and reads only the request.
-        headers, fixes = _check_request(
+        headers, fixes = log_validator.check_request(
             view,
             self._max_message_bytes if assign_offsets else 2**31 - 1,
             assign_offsets,
@@ -339,7 +288,7 @@ class Log:
                 source = buf
             else:
                 first_offset = self._log_end_offset
-                parts, headers, next_offset = _patch_headers(view, headers, first_offset, leader_epoch)
+                parts, headers, next_offset = log_validator.patch_headers(view, headers, first_offset, leader_epoch)
             first = headers[0]
             single = len(headers) == 1
             max_timestamp = first.max_timestamp if single else max(h.max_timestamp for h in headers)
@@ -994,66 +943,10 @@ class Log:
         )
 
 
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # a header's first 16 bytes: baseOffset, batchLength, leader epoch
 _new_tuple = tuple.__new__
 _TXN_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
 # A replay that met no producer batch writes no snapshot (an fsync) unless it walked this many headers.
 _REPLAY_WITHOUT_SNAPSHOT = 10_000
-
-
-class _Slot(NamedTuple):
-    """Where a batch header sits in the buffer of patched headers."""
-
-    position: int
-    last_offset_delta: int
-
-
-def _check_request(
-    view: memoryview,
-    max_batch_size: int,
-    leader: bool,
-    origin: AppendOrigin,
-    compacted: bool,
-    max_decompressed: int,
-    header_type: type[BatchHeader] = BatchHeader,
-) -> tuple[list[BatchHeader], list[tuple[int, int]]]:
-    """An append's checks of its request, before the lock: every batch's header and CRC
-    (``check_batches``; ``leader``: as a producer writes them, within ``max_batch_size``),
-    then every record (``validate_batches``, Kafka's LogValidator). Returns the headers
-    (``header_type`` tuples) and the header fixes."""
-    headers = check_batches(view, max_batch_size, leader)
-    return headers, validate_batches(view, headers, origin, compacted=compacted, max_decompressed=max_decompressed)
-
-
-def _patch_headers(
-    view: memoryview, headers: list[BatchHeader], first_offset: int, leader_epoch: int
-) -> tuple[list[memoryview], list[BatchHeader], int]:
-    """Assign offsets without copying the batches: only their 61-byte headers are copied.
-
-    baseOffset and partitionLeaderEpoch lie in the header and outside the CRC, so the
-    patched headers plus the caller's untouched bodies, written with one ``writev``, are
-    exactly the patched batches. Returns the write parts, the new headers (positions in
-    ``view``) and the next offset.
-    """
-    if len(headers) == 1:  # the common case: patch the two fields directly, no loops
-        h = headers[0]
-        # BatchHeader fields: position, baseOffset, batchLength, partitionLeaderEpoch, the rest.
-        new = _new_tuple(BatchHeader, (h[0], first_offset, h[2], leader_epoch, *h[4:]))
-        patched = _OFFSET_LENGTH_EPOCH.pack(first_offset, h[2], leader_epoch)  # the header's first 16 bytes
-        return [patched, view[_OFFSET_LENGTH_EPOCH.size :]], [new], first_offset + h.last_offset_delta + 1
-    patched = bytearray(b"".join([view[h.position : h.position + HEADER_SIZE] for h in headers]))
-    # assign_offsets reads only position and lastOffsetDelta; a NamedTuple is far cheaper
-    # to build than a copy of the frozen header.
-    moved = [_Slot(n * HEADER_SIZE, h.last_offset_delta) for n, h in enumerate(headers)]
-    next_offset = batch_header.assign_offsets(patched, moved, first_offset, leader_epoch)  # type: ignore[arg-type]
-    patched_view = memoryview(patched)
-    parts, new_headers = [], []
-    for n, h in enumerate(headers):
-        at = n * HEADER_SIZE
-        parts.append(patched_view[at : at + HEADER_SIZE])
-        parts.append(view[h.position + HEADER_SIZE : h.position + h.batch_length + batch_header.LOG_OVERHEAD])
-        new_headers.append(BatchHeader(h.position, *HEADER.unpack_from(patched, at)))
-    return parts, new_headers, next_offset
 
 
 def _no_step(_name: str) -> None:
@@ -1072,8 +965,3 @@ def _leader_origin(origin: object) -> AppendOrigin:
         allowed = ", ".join(o.value for o in AppendOrigin if o is not AppendOrigin.REPLICATION)
         raise InvalidRequestError(f"append origin {origin!r} cannot assign offsets; use one of {allowed}")
     return found
-
-
-# The compiled twin (storage/_compiled/log.pyx), when built: the append (the request's
-# checks, the offset patch and the bookkeeping around the write).
-bind(globals(), load(__name__, "storage._compiled.log"), ("_check_request", "_patch_headers", "Log.append"))

@@ -130,7 +130,7 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 
 def read_marker(buf: bytes | bytearray | memoryview, position: int = 0) -> tuple[int, int]:
     """(control type, coordinator epoch) of the control batch at ``position``: type 0 abort, 1 commit."""
-    from storage.record_batch import RecordBatch  # the codec: only control batches, which are tiny
+    from storage.records.reader import RecordBatch  # the codec: only control batches, which are tiny
 
     record = RecordBatch(buf, position).control_record()
     return record.type, record.coordinator_epoch

@@ -32,7 +32,6 @@ from storage.batch_header import (
     scan_valid_prefix,
 )
 from storage.errors import KafkaStorageError
-from storage.extensions import bind, load
 from storage.log_files import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -612,7 +611,7 @@ def _search_batch(header: BatchHeader, batch: bytes, timestamp: int, starting_of
 
 def _record_offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]] | None:
     """The records' (offset, timestamp), or None when the batch cannot be decoded."""
-    from storage.record_batch import RecordBatch  # the codec: only timestamp lookups need it
+    from storage.records.reader import RecordBatch  # the codec: only timestamp lookups need it
 
     try:
         decoded = RecordBatch(batch)
@@ -632,7 +631,3 @@ __all__ = [
     "TXN_INDEX_SUFFIX",
     "filename_prefix",
 ]
-
-
-# The compiled twin (storage/_compiled/segment.pyx), when built: the append and roll checks.
-bind(globals(), load(__name__, "storage._compiled.segment"), ("LogSegment.append", "LogSegment.should_roll"))

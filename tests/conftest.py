@@ -30,9 +30,8 @@ def twin(request):
         if extensions.NO_EXTENSIONS:
             pytest.skip("RAYQUEUE_NO_EXTENSIONS is set: only the pure-Python twins run")
         pytest.fail(f"the compiled extensions are not built ({extensions.ACTIVE}); run `make setup`")
-    twins.use(request.param)
-    yield request.param
-    twins.use(twins.default_kind())
+    with twins.use(request.param, request.module):
+        yield request.param
 
 
 def _free_port() -> int:

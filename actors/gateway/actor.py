@@ -3,7 +3,10 @@
 It owns a ``KafkaServer`` on the broker's listener and a ``BrokerView``; every request is
 translated by the handler modules into calls to the replicas and coordinators. Named
 ``gateway|<broker id>`` in the cluster's namespace, detached, restarted by Ray if its
-process dies (it then listens and registers again). ``start_gateways`` / ``stop_gateways``
+process dies (it then listens and registers again by itself: its constructor starts the
+listener as a task of the actor's own event loop, retried with backoff until it listens;
+not as a remote call to itself, which Ray fails with ACTOR_UNAVAILABLE when it is submitted
+while the restarted actor is still being created). ``start_gateways`` / ``stop_gateways``
 are what the cluster launch and shutdown call.
 """
 
@@ -12,43 +15,60 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.controller import CONTROLLER_NAME
+from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
-from actors.group_coordinator import GROUP_COORDINATOR_NAME
 from actors.metrics import TICK_S, GatewayMetrics
-from actors.transaction_coordinator import TRANSACTION_COORDINATOR_NAME
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME, gateway_actor_name
 from actors.types import ClusterMetadata
 
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
+# A start that failed (the port still held by the dead predecessor's socket, the controller
+# restarting) is tried again after this, doubling up to the maximum.
+START_BACKOFF_S = 0.5
+START_BACKOFF_MAX_S = 10.0
 # The API families served.
 FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, groups.APIS, transactions.APIS)
 
 
-def gateway_actor_name(broker_id: int) -> str:
-    """The Ray actor name of a broker's gateway."""
-    return f"gateway|{broker_id}"
-
-
 def limits_of(config: dict[str, Any]) -> Limits:
-    """The connection limits a broker configuration sets."""
+    """The connection and memory limits a broker configuration sets."""
     return Limits(
         max_request_bytes=config["socket.request.max.bytes"],
         idle_ms=config["connections.max.idle.ms"],
         max_connections=config["max.connections"],
+        max_connections_per_ip=config["max.connections.per.ip"],
+        max_connections_per_ip_overrides=_by_address(connection_overrides(config["max.connections.per.ip.overrides"])),
+        queued_max_request_bytes=config["queued.max.request.bytes"],
         max_inflight=config["rayqueue.gateway.max.inflight.requests"],
     )
+
+
+def _by_address(overrides: dict[str, int]) -> dict[str, int]:
+    """Per-host overrides keyed by every address the host names resolve to (as Kafka does);
+    a name that does not resolve is skipped with a warning."""
+    out = {}
+    for host, count in overrides.items():
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except OSError as exc:
+            logger.warning("max.connections.per.ip.overrides: %s does not resolve (%s); skipped", host, exc)
+            continue
+        for address in addresses:
+            out[address] = count
+    return out
 
 
 def _named(name: str, namespace: str) -> Any:
@@ -69,11 +89,14 @@ class Gateway:
         self._address: tuple[str, int] | None = None
         self._starting: asyncio.Lock | None = None
         self._metrics_task: asyncio.Task | None = None
-        context = ray.get_runtime_context()
-        if context.get_actor_id() is not None:
+        self._keeper: asyncio.Task | None = None
+        if ray.get_runtime_context().get_actor_id() is not None:
             # Listen without waiting to be asked: after a restart by Ray nobody asks (the
-            # launch's own call finds it started, or starting).
-            context.current_actor.keep_started.remote()
+            # launch's own call finds it started, or starting). An async actor's constructor
+            # runs in the actor's event loop, so the start is a task of that loop; a remote
+            # call to itself from here would be failed by Ray (ACTOR_UNAVAILABLE, no retries)
+            # whenever Ray tells this new process that the actor is still RESTARTING.
+            self._keeper = asyncio.get_running_loop().create_task(self.keep_started())
 
     async def start(self) -> tuple[str, int]:
         """Listen and register the advertised address with the controller (idempotent);
@@ -86,17 +109,24 @@ class Gateway:
             return self._address
 
     async def keep_started(self) -> None:
-        """``start``, retried until it succeeds (a restarted gateway whose port is still held
-        by its predecessor's socket, or whose controller is restarting, tries again)."""
+        """``start``, retried with backoff until it succeeds (a restarted gateway whose port
+        is still held by its predecessor's socket, or whose controller is restarting, tries
+        again); ``stop`` ends it."""
+        backoff = START_BACKOFF_S
         while True:
             try:
                 await self.start()
                 return
-            except Exception:  # noqa: BLE001 - logged, then retried
+            except Exception as exc:  # noqa: BLE001 - logged, then retried
                 logger.warning(
-                    "gateway of broker %d could not start; retrying", self._listener.broker_id, exc_info=True
+                    "gateway of broker %d could not start (%s: %s); retrying in %.1f s",
+                    self._listener.broker_id,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
                 )
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, START_BACKOFF_MAX_S)
 
     async def _start(self) -> tuple[str, int]:
         listener = self._listener
@@ -138,7 +168,10 @@ class Gateway:
                     logger.exception("recording gateway metrics failed")
 
     async def stop(self) -> None:
-        """Stop listening and close every connection."""
+        """Stop listening and close every connection (a start still being retried ends)."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
+            keeper.cancel()
         if self._server is not None:
             await self._server.close()
             self._server = None
@@ -146,17 +179,22 @@ class Gateway:
 
     async def stats(self) -> dict[str, Any]:
         """Process, address, open connections, requests served (and by API key and
-        version), connections closed for bad input."""
+        version), connections closed for bad input, request memory in use."""
         server = self._server
         return {
             "broker_id": self._listener.broker_id,
             "pid": os.getpid(),
             "address": self._address,
+            "listening": server is not None,
             "connections": len(server.connections) if server else 0,
             "requests": server.requests if server else 0,
             "closed_for_errors": server.closed_for_errors if server else 0,
             "served": dict(server.served) if server else {},
             "read_ahead_hits": server.state.read_ahead_hits if server else 0,
+            # queued.max.request.bytes: in use now and at most so far; requests decoded off the loop
+            "request_memory": server.memory.used if server else 0,
+            "request_memory_peak": server.memory.peak if server else 0,
+            "big_requests": server.big_requests if server else 0,
         }
 
     async def ping(self) -> int:

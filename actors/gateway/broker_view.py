@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -42,6 +44,7 @@ REFRESH_BACKOFF_S = 0.2  # a topic's cached metadata is asked for again at most 
 MAX_AGE_S = 30.0  # cached topic metadata older than this is asked for again
 CONTROLLER_RETRY_S = 10.0  # how long a controller that is restarting is waited for
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+METADATA_BATCH = 5000  # topic names per controller call
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID | None:
@@ -103,7 +106,17 @@ class BrokerView:
         await _register_listener(self.controller, self.broker_id, host, port)
 
     async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
-        """Fresh metadata from the controller (``None``: every topic); refreshes the cache."""
+        """Fresh metadata from the controller (``None``: every topic); refreshes the cache.
+        Many names are asked in batches: one call's arguments are pickled on the event loop."""
+        if topics is not None and len(topics) > METADATA_BATCH:
+            parts = [
+                await self.cluster(topics[i : i + METADATA_BATCH], auto_create)
+                for i in range(0, len(topics), METADATA_BATCH)
+            ]
+            merged: dict[str, TopicMetadata] = {}
+            for part in parts:
+                merged.update(part.topics)
+            return dataclasses.replace(parts[-1], topics=merged)
         request = MetadataRequest(None if topics is None else tuple(topics), auto_create)
         snapshot = await _get_metadata(self.controller, request)
         self._remember(snapshot, topics)
@@ -121,8 +134,10 @@ class BrokerView:
             tid = topic_uuid(meta.topic_id)
             if tid is not None:
                 self._by_id[tid] = name
-        gone = (set(self._topics) if asked is None else set(asked)) - snapshot.topics.keys()
-        for name in gone:
+        # Forget the cached topics the controller no longer has (only cached ones: a Metadata
+        # request may name 100,000 topics that do not exist; a loop over those would hold the event loop).
+        known = self._fetched_at.keys() if asked is None else self._fetched_at.keys() & set(asked)
+        for name in known - snapshot.topics.keys():
             self.invalidate(name)
 
     async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
@@ -171,6 +186,33 @@ class BrokerView:
             if part.leader < 0:
                 raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is led by broker {part.leader}, not {self.broker_id}")
+
+    async def refusals(self, topic: str, partitions: list[int]) -> Callable[[int], int | None]:
+        """For a request naming partitions of ``topic``: a function giving the error code of
+        a partition this broker does not lead (None: led here). One metadata refresh at most
+        when some are not led here, however many partitions are named (a refresh per
+        partition asked the controller once per unknown partition)."""
+        meta = await self.topic(topic)
+        if not set(partitions) <= self._led_here(meta):
+            meta = await self.topic(topic, refresh=True)
+        led = self._led_here(meta)
+        count = len(meta.partitions) if meta is not None else 0
+
+        def refusal(index: int) -> int | None:
+            if index in led:
+                return None
+            if meta is None or not 0 <= index < count:
+                return UnknownTopicOrPartitionError.code
+            if meta.partitions[index].leader < 0:
+                return LeaderNotAvailableError.code
+            return NotLeaderOrFollowerError.code
+
+        return refusal
+
+    def _led_here(self, meta: TopicMetadata | None) -> set[int]:
+        if meta is None:
+            return set()
+        return {p.partition for p in meta.partitions if p.leader == self.broker_id and p.leader_handle is not None}
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str:
         """The name of a cached topic id; UnknownTopicIdError when none is cached."""

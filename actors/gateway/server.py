@@ -1,49 +1,82 @@
 """The gateway's TCP server: Kafka's framing and connection handling (no Ray in here).
 
-A connection reads size-prefixed requests into one receive buffer (a request larger than
-that buffer gets a buffer of its own, filled by the socket directly), decodes each with
-kio (``codec``), and runs its handler as a task. Requests of one connection may be in
-flight together (clients pipeline them); their responses go out in request order, as
-Kafka's protocol requires. Handlers marked ``exclusive`` (metadata-changing admin
-requests) run with nothing else of their connection in flight, as a Kafka broker runs
-every request. Produce order per partition is kept by the produce handler.
+A connection reads size-prefixed requests into its receive buffer, decodes each with kio
+(``codec``), and runs its handler as a task. Requests of one connection may be in flight
+together (clients pipeline them); their responses go out in request order, as Kafka's
+protocol requires. Handlers marked ``exclusive`` (metadata-changing admin requests) run
+with nothing else of their connection in flight, as a Kafka broker runs every request.
+Produce order per partition is kept by the produce handler.
 
 Limits, each breach closing the one connection with one log line and touching nothing
 else: a size prefix beyond ``socket.request.max.bytes`` (or below a header's size), a
-frame kio cannot decode, an unknown API key or unserved version (ApiVersions excepted: it
-is answered UNSUPPORTED_VERSION so the client can retry lower), and a connection with no
-traffic for ``connections.max.idle.ms`` (one that never sends, or never reads its
-responses). Memory per connection is bounded: at most ``max_inflight`` requests are
-worked on (beyond that the socket is not read), and while the client does not read its
-responses (the write buffer is above its high-water mark) nothing more is read either.
+frame kio cannot decode or whose lengths lie (``codec.walk_request``), an unknown API key
+or unserved version (ApiVersions excepted: it is answered UNSUPPORTED_VERSION so the
+client can retry lower), a connection beyond ``max.connections`` or
+``max.connections.per.ip`` (the newest is closed), and a connection with no traffic for
+``connections.max.idle.ms`` (one that never sends, or never reads its responses).
+
+Memory (issue 27): a receive buffer exists only while its connection has unparsed bytes
+(an idle connection holds none); it starts at ``RECEIVE_BUFFER`` and grows by doubling as
+a larger request's bytes arrive, up to that request's declared size, never ahead of them,
+so a size prefix alone reserves nothing. Buffers are anonymous memory maps: a dropped
+one goes back to the operating system at once (a heap-allocated one stays in the
+process's resident set). The bytes held by receive buffers beyond the first
+``RECEIVE_BUFFER`` of each, and by requests being worked on (their size on the wire), are
+bounded per server by ``queued.max.request.bytes`` (the ``RequestMemory`` pool): a
+connection whose next read needs memory the pool does not have is not read until a
+request finishes (back-pressure); if no request is in flight to free any, the newest
+connection waiting for memory is closed. Per connection, at most ``max_inflight``
+requests are worked on (beyond that the socket is not read), and while the client does
+not read its responses (the write buffer is above its high-water mark) nothing more is
+read either.
+
+Big requests (issue 27): decoding walks every element of a request, so one with tens of
+thousands of topics or partitions would hold the event loop for a long time. A request
+whose walk goes past ``LOOP_ELEMENTS`` elements is decoded, and its response encoded, on
+one worker thread instead (``codec.decode_request_split`` hands kio the request in small
+pieces and lets the event loop's thread run between them); its place in the connection's
+response order is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import itertools
 import logging
+import mmap
 import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.gateway.codec import (
     API_VERSIONS_KEY,
+    DecodeDeferred,
     RequestDecodeError,
     Schema,
     api_versions_unsupported,
     decode_request,
+    decode_request_split,
     peek,
     schema,
 )
 
 logger = logging.getLogger(__name__)
 
+# A connection's receive buffer when it has bytes to parse; it doubles for a larger request
+# as its bytes arrive. Idle connections hold none.
 RECEIVE_BUFFER = 64 * 1024
+SPARE_BUFFERS = 64  # RECEIVE_BUFFER-sized buffers a server keeps for reuse
+# Elements (array items) a request's walk may visit on the event loop; a request with more
+# is decoded on the worker thread (a Produce has a handful; 50k partitions do not).
+LOOP_ELEMENTS = 2000
+# Items (topics, partitions) a handler works through between two yields to the event loop
+# (a few microseconds each: a millisecond or so at a time).
+PACE = 256
 # Chunks at least this large are written as they are; smaller ones are joined first.
 LARGE_CHUNK = 32 * 1024
 MIN_REQUEST = 8  # api key, api version, correlation id
@@ -66,27 +99,78 @@ class Api:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one connection may cost (Kafka's broker keys where Kafka has one)."""
+    """What one connection, and all of them, may cost (Kafka's broker keys where Kafka has
+    one; the defaults are rayqueue's, see actors/config.py)."""
 
     max_request_bytes: int = 104857600  # socket.request.max.bytes
     idle_ms: int = 600000  # connections.max.idle.ms
-    max_connections: int = 2**31 - 1  # max.connections
+    max_connections: int = 10000  # max.connections
+    max_connections_per_ip: int = 1000  # max.connections.per.ip
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)  # by IP address
+    queued_max_request_bytes: int = 512 * 1024 * 1024  # queued.max.request.bytes (-1: unbounded)
     max_inflight: int = 100
     write_buffer_high: int = 8 * 1024 * 1024
+
+    def connections_per_ip(self, ip: str) -> int:
+        """The connection limit of one client address."""
+        return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+
+
+class RequestMemory:
+    """``queued.max.request.bytes``: the bytes a server's connections hold in grown receive
+    buffers and in requests being worked on. A connection that cannot have what its next
+    read needs waits (its socket is not read) until some is released."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit if limit > 0 else None
+        self.used = 0
+        self.peak = 0
+        self.waiting: dict[Connection, None] = {}  # in the order they started waiting
+
+    def try_take(self, n: int) -> bool:
+        """Take ``n`` bytes if the pool has them."""
+        if self.limit is not None and self.used + n > self.limit:
+            return False
+        self.used += n
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def take_anyway(self, n: int) -> None:
+        """Count ``n`` bytes already held (a decoded request), even beyond the limit."""
+        self.used += n
+        self.peak = max(self.peak, self.used)
+
+    def give_back(self, n: int) -> None:
+        """Return ``n`` bytes; connections waiting get their turn, oldest first."""
+        self.used -= n
+        while self.waiting:
+            conn = next(iter(self.waiting))
+            if not conn.retry_memory():
+                break
 
 
 class RequestContext:
     """What a handler knows of the request besides its body."""
 
-    __slots__ = ("connection", "api_key", "version", "correlation_id", "client_id", "schema")
+    __slots__ = ("connection", "api_key", "version", "correlation_id", "client_id", "schema", "big")
 
-    def __init__(self, connection: Connection, api_key: int, version: int, correlation_id: int, client_id: str | None):
+    def __init__(
+        self,
+        connection: Connection,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        client_id: str | None,
+        big: bool = False,
+    ):
         self.connection = connection
         self.api_key = api_key
         self.version = version
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.schema: Schema = schema(api_key, version)
+        # A request too big to decode on the event loop: its response is encoded off it too.
+        self.big = big
 
     @property
     def state(self) -> Any:
@@ -113,12 +197,49 @@ class KafkaServer:
         self.name = name
         self.ranges = {key: (api.min_version, api.max_version) for key, api in self.apis.items()}
         self.connections: set[Connection] = set()
+        self.per_ip: collections.Counter[str] = collections.Counter()
+        self.memory = RequestMemory(self.limits.queued_max_request_bytes)
+        self.inflight = 0  # requests being worked on, all connections
         self.closed_for_errors = 0
         self.requests = 0
+        self.big_requests = 0  # decoded off the event loop
         self.served: collections.Counter[tuple[int, int]] = collections.Counter()  # (API key, version)
+        self.spare_buffers: list[mmap.mmap] = []
         self._ids = itertools.count(1)
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def break_memory_deadlock(self) -> None:
+        """Connections waiting for memory wait for requests to finish or for other partial
+        requests to complete. When no request is in flight and every byte held is held by a
+        waiting connection, none of that can happen: the newest waiting one is closed (its
+        buffer freed), and so on until the others can go on."""
+        waiting = self.memory.waiting
+        while waiting and not self.inflight and sum(conn.charged for conn in waiting) >= self.memory.used:
+            newest = max(waiting, key=lambda conn: conn.id)
+            waiting.pop(newest)
+            newest.fail(
+                f"queued.max.request.bytes={self.limits.queued_max_request_bytes} is held by partial requests "
+                "and none is in flight: closing the newest connection waiting for memory"
+            )
+
+    def worker(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The one thread that decodes big requests and encodes their responses."""
+        if self._worker is None:
+            self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-big")
+        return self._worker
+
+    def buffer(self, size: int) -> mmap.mmap:
+        """A receive buffer of ``size`` bytes (an anonymous map: dropped, it leaves the process)."""
+        if size == RECEIVE_BUFFER and self.spare_buffers:
+            return self.spare_buffers.pop()
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+
+    def recycle(self, buf: mmap.mmap) -> None:
+        """Keep a base-sized buffer for the next connection that reads (a few at most)."""
+        if len(buf) == RECEIVE_BUFFER and len(self.spare_buffers) < SPARE_BUFFERS:
+            self.spare_buffers.append(buf)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on ``host:port`` (port 0: any free one); returns the bound address."""
@@ -139,6 +260,10 @@ class KafkaServer:
             conn.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker = None
+        self.spare_buffers.clear()
 
     async def _reap_idle(self) -> None:
         """Close connections with no traffic for connections.max.idle.ms (Kafka's
@@ -146,10 +271,33 @@ class KafkaServer:
         idle = self.limits.idle_ms / 1000
         while True:
             await asyncio.sleep(min(1.0, idle / 4))
-            now = time.monotonic()
-            for conn in list(self.connections):
-                if conn.idle_since(now) > idle:
-                    conn.fail(f"idle for more than {self.limits.idle_ms} ms (connections.max.idle.ms)")
+            self._close_idle(idle)
+
+    def _close_idle(self, idle: float) -> None:
+        # A function of its own: a loop variable in _reap_idle would keep the last
+        # connection it looked at (and all it holds) alive across the sleep.
+        now = time.monotonic()
+        for conn in list(self.connections):
+            if conn.idle_since(now) > idle:
+                conn.fail(f"idle for more than {self.limits.idle_ms} ms (connections.max.idle.ms)")
+
+
+def _encode_coalesced(ctx: RequestContext, response: Any) -> list[bytes]:
+    """A big response's frame (on the worker thread): encoded, and its many small pieces
+    joined, so that the event loop writes a few chunks rather than one per field."""
+    out: list[bytes] = []
+    small: list[bytes] = []
+    for chunk in ctx.schema.encode(ctx.correlation_id, response):
+        if len(chunk) >= LARGE_CHUNK:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(chunk)
+        else:
+            small.append(chunk)
+    if small:
+        out.append(b"".join(small))
+    return out
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -159,18 +307,21 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.id = next(server._ids)
         self.peer = "?"
+        self.ip: str | None = None
         self.handler_state: dict[str, Any] = {}  # per-connection state of the handlers
         self.on_close: list[Callable[[], None]] = []  # handlers' cleanups when the connection ends
         self._transport: asyncio.Transport | None = None
-        self._rx = bytearray(RECEIVE_BUFFER)
+        self._rx: mmap.mmap | None = None  # only while there are bytes to parse
         self._start = 0  # first unparsed byte of _rx
         self._end = 0  # end of received bytes in _rx
-        self._big: bytearray | None = None  # a request larger than _rx, filled in place
-        self._big_filled = 0
-        self._pending: collections.deque[asyncio.Task] = collections.deque()
-        self._exclusive: asyncio.Task | None = None
+        self._want = RECEIVE_BUFFER  # the size _rx has at the next read (growth is reserved first)
+        self._charged = 0  # bytes of server.memory held by _rx (its growth beyond RECEIVE_BUFFER)
+        self._pending: collections.deque[asyncio.Future] = collections.deque()
+        self._sizes: dict[asyncio.Future, int] = {}  # bytes of server.memory held by each request
+        self._exclusive: asyncio.Future | None = None
         self._read_paused = False
         self._write_paused = False
+        self._memory_wait = False  # the next read needs memory the server does not have
         self._closing = False
         self._last_activity = time.monotonic()
 
@@ -178,49 +329,56 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         assert isinstance(transport, asyncio.Transport)
+        server, limits = self.server, self.server.limits
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=self.server.limits.write_buffer_high)
-        self.server.connections.add(self)
-        if len(self.server.connections) > self.server.limits.max_connections:
-            self.fail(f"max.connections={self.server.limits.max_connections} reached")
+        transport.set_write_buffer_limits(high=limits.write_buffer_high)
+        server.connections.add(self)
+        self.ip = peer[0] if peer else "?"
+        server.per_ip[self.ip] += 1
+        if len(server.connections) > limits.max_connections:
+            self.fail(f"max.connections={limits.max_connections} reached")
+        elif server.per_ip[self.ip] > limits.connections_per_ip(self.ip):
+            self.fail(f"max.connections.per.ip={limits.connections_per_ip(self.ip)} reached for {self.ip}")
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
         self._closing = True
-        self.server.connections.discard(self)
-        for task in self._pending:
-            task.cancel()
-        self._pending.clear()
-        self._big = None
+        server = self.server
+        server.connections.discard(self)
+        if self.ip is not None:
+            server.per_ip[self.ip] -= 1
+            if server.per_ip[self.ip] <= 0:
+                del server.per_ip[self.ip]
+            self.ip = None
+        self._discard_work()
         for cleanup in self.on_close:
             try:
                 cleanup()
             except Exception:  # noqa: BLE001 - one cleanup's failure must not skip the others
-                logger.exception("%s: connection cleanup failed", self.server.name)
+                logger.exception("%s: connection cleanup failed", server.name)
         self.on_close.clear()
+        self.handler_state.clear()
 
     def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
-        if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
-        if self._end == len(self._rx):
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = self.server.buffer(RECEIVE_BUFFER)
+            self._start = self._end = 0
+        elif self._end == len(rx):
             self._compact()
-        return memoryview(self._rx)[self._end :]
+        if len(rx) < self._want:
+            # Growth reserved by _ensure_room. No view of the buffer is held between reads,
+            # so the map can be resized in place (mremap: no copy).
+            rx.resize(self._want)
+        return memoryview(rx)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
         self._last_activity = time.monotonic()
-        if self._big is not None:
-            self._big_filled += nbytes
-            if self._big_filled < len(self._big):
-                return
-            big, self._big, self._big_filled = self._big, None, 0
-            with memoryview(big) as view, view.toreadonly() as frame:
-                self._on_frame(frame)
-        else:
-            self._end += nbytes
+        self._end += nbytes
         self._parse()
 
     def eof_received(self) -> bool:  # noqa: D102
@@ -243,7 +401,7 @@ class Connection(asyncio.BufferedProtocol):
         """Handle every complete request in the receive buffer, while the limits allow."""
         rx = self._rx
         limit = self.server.limits.max_request_bytes
-        while not self._closing and self._big is None and not self._over_limits():
+        while rx is not None and not self._closing and not self._over_limits():
             available = self._end - self._start
             if available < 4:
                 break
@@ -252,32 +410,83 @@ class Connection(asyncio.BufferedProtocol):
                 self.fail(f"request size {size} outside [{MIN_REQUEST}, {limit}] (socket.request.max.bytes)")
                 return
             if available < 4 + size:
-                if 4 + size > len(rx):
-                    # Larger than the receive buffer: give it a buffer of its own, which the
-                    # socket fills directly (no copy of the bulk of it).
-                    self._big = bytearray(size)
-                    have = available - 4
-                    self._big[:have] = rx[self._start + 4 : self._end]
-                    self._big_filled = have
-                    self._start = self._end = 0
                 break
             begin = self._start + 4
             self._start = begin + size
             with memoryview(rx) as view, view[begin : begin + size].toreadonly() as frame:
                 self._on_frame(frame)
+        if self._closing:
+            return
         if self._start == self._end:
-            self._start = self._end = 0
+            self._drop_buffer()  # nothing partial: an idle connection holds no buffer
+        else:
+            self._ensure_room()
         self._update_reading()
 
     def _compact(self) -> None:
         """Move the unparsed tail of the receive buffer to its start."""
         n = self._end - self._start
-        if self._start:
-            self._rx[0:n] = self._rx[self._start : self._end]  # same length: no resize
+        if self._start and n:
+            self._rx.move(0, self._start, n)  # type: ignore[union-attr]
         self._start, self._end = 0, n
 
+    def _discard_work(self) -> None:
+        """Cancel the requests in flight and free the receive buffer (closing)."""
+        pending, self._pending = self._pending, collections.deque()
+        for task in pending:
+            task.cancel()  # each gives its memory back as it ends (_release)
+        self._exclusive = None
+        self.server.memory.waiting.pop(self, None)
+        self._drop_buffer()
+
+    def _drop_buffer(self) -> None:
+        """Give the receive buffer back (to the server's spares, or to the system)."""
+        rx, self._rx = self._rx, None
+        self._start = self._end = 0
+        self._want = RECEIVE_BUFFER
+        if self._charged:
+            charged, self._charged = self._charged, 0
+            self.server.memory.give_back(charged)
+        if rx is not None and not self._closing:
+            self.server.recycle(rx)
+
+    def _room_reserved(self) -> bool:
+        """Whether the next read has room: a full buffer holding one partial request grows
+        (doubling, up to that request's size) if server.memory has the bytes."""
+        rx = self._rx
+        if rx is None or self._end - self._start < self._want:
+            return True  # room left (after compaction), or the base buffer comes with the read
+        declared = 4 + _SIZE.unpack_from(rx, self._start)[0]  # a full buffer holds the size prefix
+        if declared <= self._want:
+            return True  # a whole request waiting to be parsed (or a bad size _parse refuses)
+        grown = min(2 * self._want, declared)
+        if not self.server.memory.try_take(grown - self._want):
+            return False
+        self._charged += grown - self._want
+        self._want = grown
+        return True
+
+    def _ensure_room(self) -> None:
+        if self._memory_wait or self._room_reserved():
+            return
+        self._memory_wait = True
+        self.server.memory.waiting[self] = None
+        self._update_reading()
+        self.server.break_memory_deadlock()
+
+    def retry_memory(self) -> bool:
+        """Try again to reserve room for the next read (the server gave memory back); False
+        when there still is not enough."""
+        if not self._closing and not self._room_reserved():
+            return False
+        self.server.memory.waiting.pop(self, None)
+        self._memory_wait = False
+        if not self._closing:
+            self._update_reading()
+        return True
+
     def _over_limits(self) -> bool:
-        return self._write_paused or len(self._pending) >= self.server.limits.max_inflight
+        return self._write_paused or self._memory_wait or len(self._pending) >= self.server.limits.max_inflight
 
     def _update_reading(self) -> None:
         if self._transport is None or self._closing:
@@ -294,6 +503,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_frame(self, frame: memoryview) -> None:
         server = self.server
+        data = None
         try:
             api_key, version, correlation_id = peek(frame)
             api = server.apis.get(api_key)
@@ -306,26 +516,54 @@ class Connection(asyncio.BufferedProtocol):
                 raise RequestDecodeError(
                     f"API key {api_key} version {version} is not served ({api.min_version}-{api.max_version})"
                 )
-            request = decode_request(frame, api_key, version)
+            try:
+                request = decode_request(frame, api_key, version, max_elements=LOOP_ELEMENTS)
+            except DecodeDeferred:
+                data = bytes(frame)  # out of the receive buffer: decoded on the worker thread
         except RequestDecodeError as exc:
             self.fail(str(exc))
             return
         server.requests += 1
         server.served[(api_key, version)] += 1
-        ctx = RequestContext(self, api_key, version, request.correlation_id, request.client_id)
+        if data is None:
+            ctx = RequestContext(self, api_key, version, request.correlation_id, request.client_id)
+            body = request.body
+        else:
+            server.big_requests += 1
+            ctx = RequestContext(self, api_key, version, correlation_id, None, big=True)
+            body = data
         # An exclusive request waits for everything before it; the others wait for the
         # last exclusive one still in flight.
         if api.exclusive:
             wait_for = tuple(self._pending)
         else:
             wait_for = (self._exclusive,) if self._exclusive is not None else ()
-        task = asyncio.get_running_loop().create_task(self._serve(api, ctx, request.body, wait_for))
+        task = asyncio.get_running_loop().create_task(self._serve(api, ctx, body, wait_for))
         if api.exclusive:
             self._exclusive = task
+        # The decoded request is held until its handler is done: it counts against
+        # queued.max.request.bytes at its size on the wire (taken even beyond the limit:
+        # its bytes are already here; what waits is the next read).
+        server.memory.take_anyway(len(frame))
+        server.inflight += 1
+        self._sizes[task] = len(frame)
+        task.add_done_callback(self._release)
         self._pending.append(task)
         task.add_done_callback(self._on_done)
 
+    def _release(self, task: asyncio.Future) -> None:
+        server = self.server
+        server.inflight -= 1
+        server.memory.give_back(self._sizes.pop(task))
+        server.break_memory_deadlock()
+
     async def _serve(self, api: Api, ctx: RequestContext, body: Any, wait_for: tuple[asyncio.Future, ...]) -> Any:
+        loop = asyncio.get_running_loop()
+        if ctx.big:
+            request = await loop.run_in_executor(
+                self.server.worker(), decode_request_split, body, ctx.api_key, ctx.version
+            )
+            ctx.client_id, body = request.client_id, request.body
         if wait_for:
             await asyncio.wait(wait_for)
         metrics = self.server.metrics
@@ -339,6 +577,8 @@ class Connection(asyncio.BufferedProtocol):
                 metrics.end(begun)
         if response is None:
             return None
+        if ctx.big:
+            return await loop.run_in_executor(self.server.worker(), _encode_coalesced, ctx, response)
         return ctx.schema.encode(ctx.correlation_id, response)
 
     def _respond_now(self, chunks: list[bytes]) -> None:
@@ -359,6 +599,9 @@ class Connection(asyncio.BufferedProtocol):
             if task.cancelled():
                 return
             exc = task.exception()
+            if isinstance(exc, RequestDecodeError):  # a big request the worker thread refused
+                self.fail(str(exc))
+                return
             if exc is not None:
                 logger.error("%s: request from %s failed; closing", self.server.name, self.peer, exc_info=exc)
                 self.fail(f"request handler failed: {type(exc).__name__}: {exc}")
@@ -388,6 +631,16 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- closing --------------------------------------------------------------------------
 
+    @property
+    def charged(self) -> int:
+        """Bytes of the server's request memory its receive buffer holds."""
+        return self._charged
+
+    @property
+    def closing(self) -> bool:
+        """Whether the connection is closing or closed."""
+        return self._closing
+
     def idle_since(self, now: float) -> float:
         """Seconds without traffic; 0 while a request is being worked on and the client reads."""
         if self._pending and not self._write_paused:
@@ -403,8 +656,9 @@ class Connection(asyncio.BufferedProtocol):
         self.close()
 
     def close(self) -> None:
-        """Close the connection (pending responses are dropped)."""
+        """Close the connection (pending responses are dropped, its memory freed now)."""
         self._closing = True
+        self._discard_work()
         if self._transport is None:
             return
         if self._write_paused:

@@ -53,7 +53,8 @@ from rayqueue.metadata import MetadataCache
 from rayqueue.metrics import ClientMetrics
 from storage.errors import CorruptRecordError, KafkaError, OffsetOutOfRangeError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.record_batch import RecordBatchBuilder, decode_columns
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
 
 logger = logging.getLogger(__name__)
 

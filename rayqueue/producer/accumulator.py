@@ -2,11 +2,15 @@
 
 ``send()`` appends a record to its partition's open batch; a batch is sealed into its
 partition's ready queue when it reaches ``batch.size`` or ``linger.ms`` (or on
-``flush()``), and ``send_many()`` queues whole encoded batches. The sender drains the
-queues: several batches of a partition per produce call up to ``max.request.size``, with
-idempotence at most max.in.flight (<= 5) unacknowledged batches per partition, each given
-its sequence number when first drained. ``buffer.memory`` bounds the bytes held here, and a
-full buffer blocks ``send()`` up to ``max.block.ms``.
+``flush()``), and ``send_many()`` queues whole encoded batches. Sealing closes the batch's
+builder for appends (its records compressed: its size is then exact) but does not build
+it. The sender drains the queues: several batches of a partition per produce call up to
+``max.request.size``, with idempotence at most max.in.flight (<= 5) unacknowledged batches
+per partition, each given its sequence number when first drained; then each batch is
+built once, producer id, epoch and sequence set first (``ProducerBatch.close``), as Kafka's
+``RecordAccumulator.drain`` does: one copy of its records and one CRC per batch, and a
+retried batch keeps its bytes. ``buffer.memory`` bounds the bytes held here, and a full
+buffer blocks ``send()`` up to ``max.block.ms``.
 
 A batch that failed with a retriable error goes back to the front of its queue with a
 ``retry_at`` time (``retry.backoff.ms`` on), and its partition stays muted while any other
@@ -19,33 +23,27 @@ from __future__ import annotations
 
 import collections
 import itertools
-import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import crc32c as _crc32c
 
 from actors.types import TopicPartition
 from rayqueue.metadata import MetadataCache
 from rayqueue.partitioner import StickyPartitioner
 from rayqueue.producer.futures import FutureRecordMetadata, ProduceRequestResult, new_tuple
 from rayqueue.producer.transaction_manager import TransactionManager
-from storage import RecordBatchBuilder
-from storage.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
-from storage.errors import KafkaTimeoutError, RecordTooLargeError
-from storage.extensions import bind, load
-
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
-_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes is a big-endian int16
+from storage.batch_header import with_producer_state
+from storage.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
+from storage.records.builder import RecordBatchBuilder
 
 # One drained produce call: its partition, its batches, and how many in-flight slots it takes.
 Drained = tuple[TopicPartition, list["ProducerBatch"], int]
 
 
 class ProducerBatch:
-    """A batch being filled, then sent (possibly more than once)."""
+    """A batch being filled, then sealed (closed for appends), then built and sent (possibly
+    more than once: a retry sends the same bytes)."""
 
     __slots__ = (
         "tp",
@@ -53,55 +51,80 @@ class ProducerBatch:
         "records",
         "result",
         "data",
+        "nbytes",
         "created",
         "size",
         "seq",
         "attempts",
         "base_sequence",
-        "stamped",
+        "producer_state",
         "finished",
         "seal_at",
         "retry_at",
+        "last_error",
     )
 
     _sequence = itertools.count()
 
-    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder | None, data: bytes | None = None) -> None:
+    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder) -> None:
         self.tp = tp
-        self.builder = builder
+        self.builder: RecordBatchBuilder | None = builder  # until the batch is built
         self.records = 0
         self.result = ProduceRequestResult(tp)
-        self.data = data
+        self.data: bytes | None = None  # the batch's bytes, built once by close()
+        self.nbytes = 0  # the size of those bytes, exact from sealing on
         self.created = time.monotonic()
-        self.size = len(data) if data is not None else 0
+        self.size = 0  # what the batch holds of buffer.memory
         self.seq = next(self._sequence)
         self.attempts = 0
         self.base_sequence = -1  # the producer sequence, given when first drained (idempotence)
-        self.stamped = False  # whether data carries the producer id, epoch and base_sequence
+        # (producer id, epoch, base sequence, transactional) that data carries, None without a sequence.
+        self.producer_state: tuple[int, int, int, bool] | None = None
         self.finished = False
         self.seal_at = 0  # send() seals the open batch once its size reaches this
         self.retry_at = 0.0  # monotonic time before which a failed batch is not resent
+        self.last_error: BaseException | None = None  # the retriable error of its last try, if any
 
-    def stamp(self, producer_id: int, epoch: int, transactional: bool) -> None:
-        """Write the producer id, epoch and base sequence (and the transactional flag) into a
-        sequenced batch and recompute its CRC: one header patch per batch, never per record."""
-        if self.base_sequence < 0 or self.stamped:
-            return
-        buf = bytearray(self.data)
-        _PRODUCER_FIELDS.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, epoch, self.base_sequence)
-        if transactional:
-            buf[_ATTRIBUTES_LOW_BYTE] |= TRANSACTIONAL_MASK
-        struct.pack_into(">I", buf, CRC_OFFSET, _crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-        self.data = bytes(buf)
-        self.stamped = True
+    def seal(self) -> None:
+        """No more records: close the builder for appends (the records compressed), so that
+        ``nbytes`` is the batch's exact size (Kafka's closeForRecordAppends)."""
+        self.builder.close_for_record_appends()  # type: ignore[union-attr]
+        self.nbytes = self.builder.estimated_size()  # type: ignore[union-attr]
+
+    def close(self, producer_id: int, epoch: int, transactional: bool) -> None:
+        """Build the sealed batch's bytes, its producer id, epoch and base sequence set first
+        (Kafka's setProducerState, then close): one copy of the records, one CRC.
+
+        Called when the batch goes out. A retry keeps its bytes (the same sequence, the same
+        CRC); only a batch given a new sequence under a new epoch (``reset_sequences``) has
+        its header rewritten, as Kafka's reopenAndRewriteProducerState does.
+        """
+        state = (producer_id, epoch, self.base_sequence, transactional) if self.base_sequence >= 0 else None
+        if self.data is None:
+            builder = self.builder
+            if state is not None:
+                builder.set_producer_state(*state)  # type: ignore[union-attr]
+            self.data = builder.build()  # type: ignore[union-attr]
+            self.builder = None
+        elif state is not None and state != self.producer_state:
+            self.data = with_producer_state(self.data, *state)
+        self.producer_state = state
 
     def timeout_error(self, now: float, cause: BaseException | str | None = None) -> KafkaTimeoutError:
-        """The error of a batch past delivery.timeout.ms (in Kafka's words)."""
+        """The error of a batch past delivery.timeout.ms (in Kafka's words), with why it was
+        not delivered: ``cause``, and the error its last try was answered with (Kafka's
+        producer reports the batch's last error too), which is also the ``__cause__``."""
         waited = (now - self.created) * 1000
-        reason = f" ({cause})" if cause is not None else ""
-        return KafkaTimeoutError(
+        reasons = [] if cause is None else [str(cause)]
+        last = self.last_error
+        if last is not None and last is not cause:
+            reasons.append(f"last error: {last if isinstance(last, KafkaError) else f'{type(last).__name__}: {last}'}")
+        reason = f" ({'; '.join(reasons)})" if reasons else ""
+        error = KafkaTimeoutError(
             f"Expiring {self.records} record(s) for {self.tp}: {waited:.0f} ms has passed since batch creation{reason}"
         )
+        error.__cause__ = last
+        return error
 
 
 class RecordAccumulator:
@@ -202,14 +225,16 @@ class RecordAccumulator:
         for start in range(0, len(values), per_batch):
             stop = min(start + per_batch, len(values))
             chunk_ts = timestamps[start:stop] if timestamps is not None else [now] * (stop - start)
-            data = RecordBatchBuilder.from_columns(
+            builder = RecordBatchBuilder.from_columns(
                 values[start:stop],
                 keys[start:stop] if keys is not None else None,
                 chunk_ts,
                 compression=self._compression,
-            ).build()
-            batch = ProducerBatch(tp, None, data)
+            )
+            batch = ProducerBatch(tp, builder)
             batch.records = stop - start
+            batch.seal()
+            batch.size = batch.nbytes
             with self.lock:
                 if self._buffered + batch.size > self._buffer_memory:
                     self._wait_for_space(batch.size)
@@ -218,9 +243,9 @@ class RecordAccumulator:
                 open_batch = self._open.get((tp.topic, tp.partition))
                 if open_batch is not None:
                     self._close_batch(open_batch)
-                if len(data) > self._max_request:
+                if batch.nbytes > self._max_request:
                     self._buffered -= batch.size
-                    batch.result.done(-1, -1, RecordTooLargeError(f"batch of {len(data)} bytes > max.request.size"))
+                    batch.result.done(-1, -1, RecordTooLargeError(f"batch of {batch.nbytes} bytes > max.request.size"))
                 else:
                     self._ready[tp].append(batch)
                     self._unfinished.add(batch)
@@ -284,11 +309,10 @@ class RecordAccumulator:
             del self._open[slot]
         if batch.records == 0:
             return
-        batch.data = batch.builder.build()
-        batch.builder = None
-        if len(batch.data) > self._max_request:
+        batch.seal()
+        if batch.nbytes > self._max_request:
             self._buffered -= batch.size
-            batch.result.done(-1, -1, RecordTooLargeError(f"batch of {len(batch.data)} bytes > max.request.size"))
+            batch.result.done(-1, -1, RecordTooLargeError(f"batch of {batch.nbytes} bytes > max.request.size"))
             return
         self._ready[batch.tp].append(batch)
         self._unfinished.add(batch)
@@ -386,8 +410,7 @@ class RecordAccumulator:
         self._confirmed.clear()
         for queue in self._ready.values():
             for batch in queue:
-                batch.base_sequence = -1
-                batch.stamped = False
+                batch.base_sequence = -1  # a built batch gets its header rewritten when it goes again
 
     def _can_send(self, tp: TopicPartition, queue: collections.deque[ProducerBatch]) -> bool:
         """Whether the first queued batch of ``tp`` may go now.
@@ -448,18 +471,17 @@ class RecordAccumulator:
                     while (
                         queue
                         and len(batches) < room
-                        and (not batches or size + len(queue[0].data) <= self._max_request)
+                        and (not batches or size + queue[0].nbytes <= self._max_request)
                         and queue[0].base_sequence < 0
                     ):
                         batch = queue.popleft()
                         batches.append(batch)
-                        size += len(batch.data)
+                        size += batch.nbytes
                 if idempotent:
                     unacked = self._unacked[tp]
                     for batch in batches:
                         if batch.base_sequence < 0:
                             batch.base_sequence = txn.next_sequence(tp, batch.records)
-                            batch.stamped = False
                             unacked.append(batch)
                     weight = len(batches)
                 else:
@@ -498,8 +520,3 @@ class RecordAccumulator:
 def _average_size(values: list) -> int:
     sample = values[:64]
     return sum(len(v) for v in sample if v is not None) // max(1, len(sample))
-
-
-# The compiled twin (rayqueue/producer/_compiled/accumulator.pyx), when built: the record
-# append of send().
-bind(globals(), load(__name__, "rayqueue.producer._compiled.accumulator"), ("RecordAccumulator.append",))

@@ -43,7 +43,6 @@ from storage.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from storage.extensions import bind, load
 
 
 class Producer:
@@ -336,7 +335,7 @@ class Producer:
     def _group_coordinator(self) -> Any:
         handle = self._cluster.group_coordinator
         if handle is None:
-            from actors.group_coordinator import GROUP_COORDINATOR_NAME
+            from actors.names import GROUP_COORDINATOR_NAME
 
             try:
                 handle = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._cluster.namespace)
@@ -403,7 +402,3 @@ def _as_list(values: Any) -> list:
     if hasattr(values, "to_pylist"):  # pyarrow arrays and chunked arrays
         return values.to_pylist()
     return list(values)
-
-
-# The compiled twin (rayqueue/producer/_compiled/producer.pyx), when built: send().
-bind(globals(), load(__name__, "rayqueue.producer._compiled.producer"), ("Producer.send",))

@@ -18,12 +18,13 @@ answered, then resent in order. Failures of a replica actor are sticky (it died,
 leadership), so this keeps per-partition order across retries.
 
 Idempotence: the sender gets a producer id and epoch from the transaction coordinator
-when it starts, stamps each batch's header when it first goes out (about a microsecond
-per batch), and restarts the sequences under a new epoch once nothing is in flight after
-a sequenced batch failed (KIP-360). The broker answers a duplicate with the original
-offsets, so a retried batch goes alone in its request. Without idempotence each call of a
-partition carries its number (``ProduceOrder``) so that the leader appends concurrent
-calls in send order.
+when it starts, builds each batch when it first goes out with the producer id, epoch and
+sequence set first (``ProducerBatch.close``: one build and one CRC per batch; a retry
+sends the same bytes), and restarts the sequences under a new epoch once nothing is in
+flight after a sequenced batch failed (KIP-360). The broker answers a duplicate with the
+original offsets, so a retried batch goes alone in its request. Without idempotence each
+call of a partition carries its number (``ProduceOrder``, from ``ProduceTurns``) so that
+the leader appends concurrent calls in send order.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from actors.protocol import AddPartitionsToTxnRequest, AppendOrigin, ProduceOrder, ProduceRequest
+from actors.protocol import AddPartitionsToTxnRequest, AppendOrigin, ProduceOrder, ProduceRequest, ProduceTurns
 from actors.types import TopicPartition
 from rayqueue.errors import as_kafka_error
 from rayqueue.metadata import MetadataCache
@@ -102,9 +103,7 @@ class Sender:
         # (Kafka has its TCP connection; Ray may start an async actor's calls in any order).
         # Each call carries (session, its number, the oldest number still unanswered), and
         # the replica appends them in number order (see PartitionReplica.produce).
-        self._session = uuid.uuid4().hex
-        self._next_turn: dict[TopicPartition, int] = collections.defaultdict(int)
-        self._open_turns: dict[TopicPartition, collections.deque[int]] = collections.defaultdict(collections.deque)
+        self._turns = ProduceTurns(uuid.uuid4().hex)
         self._completions: collections.deque[tuple[list[ProducerBatch], int, ProduceOrder | None, Any]] = (
             collections.deque()
         )
@@ -248,11 +247,7 @@ class Sender:
         for tp, batches, weight in drained:
             order = None
             if not idempotent:
-                turn = self._next_turn[tp]
-                self._next_turn[tp] = turn + 1
-                open_turns = self._open_turns[tp]
-                open_turns.append(turn)
-                order = ProduceOrder(self._session, turn, open_turns[0])
+                order = self._turns.take(tp)
             requests.append((tp, batches, weight, order))
         self._requests_in_flight += len(requests)
         if new_partitions:
@@ -352,7 +347,7 @@ class Sender:
         txn = self._txn
         for batch in batches:
             batch.attempts += 1
-            batch.stamp(txn.producer_id, txn.epoch, self._transactional)
+            batch.close(txn.producer_id, txn.epoch, self._transactional)
         request = InFlightRequest(batches, weight, order, min(b.created for b in batches) + self._delivery_timeout)
         self._metrics.batches_sent(batches, request.sent)  # once per call and batch, never per record
         try:
@@ -422,7 +417,7 @@ class Sender:
             self._acc.request_done(tp, weight)
             self._requests_in_flight -= 1
             if order is not None:
-                self._open_turns[tp].remove(order.number)
+                self._turns.done(tp, order.number)
             if not self._requests_in_flight:
                 self._wakeup.notify_all()
         if outcome is _EXPIRED_IN_FLIGHT:
@@ -452,8 +447,17 @@ class Sender:
             again, failed = [], []
             with self._lock:
                 for batch in batches:
+                    batch.last_error = error  # told if the batch expires (Kafka: the batch's last error)
                     (again if self.can_retry(batch, now) else failed).append(batch)
                 self._acc.reenqueue(tp, again, now + self._backoff)
+            if again:
+                # Once per failed call, as Kafka's Sender logs each retry.
+                logger.warning(
+                    "Got error produce response on topic-partition %s, retrying (%d attempts left). Error: %s",
+                    tp,
+                    max(0, self._retries - max(b.attempts for b in again) + 1),
+                    error,
+                )
         for batch in failed:
             final = error  # a retriable error after the last retry, as Kafka reports it
             if retry and now - batch.created > self._delivery_timeout:

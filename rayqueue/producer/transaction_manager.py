@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from actors.names import TRANSACTION_COORDINATOR_NAME
 from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
 from rayqueue.connection import ClusterHandle
@@ -37,8 +38,6 @@ from rayqueue.errors import (
 
 logger = logging.getLogger(__name__)
 
-# The actor's name in the cluster namespace (actors.transaction_coordinator.TRANSACTION_COORDINATOR_NAME).
-TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 INT32_MAX = 2**31 - 1
 EPOCH_MAX = 2**15 - 1
 
@@ -380,7 +379,6 @@ class TransactionManager:
 
 
 __all__ = [
-    "TRANSACTION_COORDINATOR_NAME",
     "TransactionAbortedError",
     "TransactionManager",
     "TransactionState",

@@ -1,11 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
 """Compiled twin of ``storage/cleaner.py``'s offset map (the reference: read it first).
 
 ``SkimpyOffsetMap`` with the same digests (MD5, as Kafka's, from OpenSSL's libcrypto: the
 library behind ``hashlib.md5``; or the given ``hash_fn``), the same check values (Python's
 ``hash``, or ``check_fn``) and the same collision rules, held in an open-addressing table of
 C structs instead of a dict of Python ints; ``put_many``/``get_many`` take a batch's key
-column in one call.
+column in one call. The cleaner picks this class at import when this extension is built
+(``storage.extensions``).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -23,9 +25,7 @@ cdef extern from "openssl/evp.h":
     int EVP_DigestUpdate(EVP_MD_CTX* ctx, const void* data, size_t count)
     int EVP_DigestFinal_ex(EVP_MD_CTX* ctx, unsigned char* md, unsigned int* size)
 
-# Handed over by storage.extensions.bind from storage/cleaner.py (never imported back).
-PURE_NAMES = ("OffsetMapFullError", "DEFAULT_OFFSET_MAP_ENTRIES", "md5_digest")
-OffsetMapFullError = DEFAULT_OFFSET_MAP_ENTRIES = md5_digest = None
+from storage.offset_map import DEFAULT_OFFSET_MAP_ENTRIES, OffsetMapFullError, md5_digest
 
 # MD5 fetched once (a fetch per digest would cost more than the digest) and one context
 # reused: the map runs on one thread at a time (one clean pass per log, under its lock).
@@ -77,8 +77,13 @@ cdef inline uint64_t mix(const uint8_t* digest) noexcept:
 
 
 cdef class SkimpyOffsetMap:
-    """Key -> latest offset with bounded memory: compiled twin of cleaner.SkimpyOffsetMap (see
-    there for the collision rules). Digests must be 16 bytes."""
+    """SkimpyOffsetMap(max_entries=None, hash_fn=None, check_fn=None)
+--
+
+    Key -> latest offset with bounded memory: compiled twin of cleaner.SkimpyOffsetMap (see
+    there for the collision rules). Digests must be 16 bytes. (The first line is the class's
+    signature for ``inspect.signature`` and ``help()``.)
+    """
 
     cdef public Py_ssize_t max_entries
     cdef public int64_t latest_offset

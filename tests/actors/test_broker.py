@@ -7,15 +7,9 @@ import time
 import pytest
 import ray
 
-from actors.controller import (
-    Controller,
-    _altered,
-    assign_replicas,
-    new_cluster_id,
-    replica_actor_name,
-    validate_topic_name,
-)
+from actors.controller import Controller, _altered, assign_replicas, new_cluster_id, validate_topic_name
 from actors.metadata_log import MetadataLog
+from actors.names import replica_actor_name
 from actors.partition import PartitionReplica
 from actors.protocol import (
     AlterableConfig,

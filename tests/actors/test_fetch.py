@@ -10,7 +10,9 @@ from actors.fetch import MAX_EMPTY_ANSWERS, FetchCursor
 from actors.protocol import AbortedTransaction, FetchRequest, FetchResponse, IsolationLevel
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import KafkaError
-from storage.record_batch import RecordBatchBuilder, build_control_batch, decode_columns
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.control import build_control_batch
 
 
 def batch(base_offset: int, count: int, producer_id: int = -1, txn: bool = False) -> bytes:

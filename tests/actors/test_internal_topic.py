@@ -145,8 +145,9 @@ def test_first_write_creates_the_topic_compacted_with_rf_and_min_isr_capped_at_t
     topic = InternalTopic("__t", lambda: controller, 5, 3, min_insync_replicas=3)
     asyncio.run(topic.append(1, [(b"k", b"v")]))
     assert controller.created == [("__t", 5, 2, {"cleanup.policy": ["compact"], "min.insync.replicas": 2})]
+    # Written as the coordinator: an internal topic refuses a client's append.
     assert topic.num_partitions == 5 and [(acks, origin) for _, acks, _, origin in leader.produced] == [
-        (-1, AppendOrigin.CLIENT)
+        (-1, AppendOrigin.COORDINATOR)
     ]
 
 

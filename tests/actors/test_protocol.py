@@ -20,6 +20,7 @@ from actors.protocol import (
     OffsetFetchRequest,
     ProduceOrder,
     ProduceRequest,
+    ProduceTurns,
     ReplicaRole,
     TransactionResult,
     TransactionState,
@@ -28,6 +29,26 @@ from actors.protocol import (
 from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import InvalidRequestError, InvalidRequiredAcksError
 from storage import AppendOrigin
+
+
+def test_produce_turns_number_each_partition_s_calls_after_the_oldest_unanswered():
+    """The one numbering the producer's sender and the gateway's connections share."""
+    turns = ProduceTurns("session")
+    a, b = TopicPartition("t", 0), ("t", 1)  # any hashable partition key
+    assert [turns.take(a), turns.take(a), turns.take(b)] == [
+        ProduceOrder("session", 0, 0),
+        ProduceOrder("session", 1, 0),
+        ProduceOrder("session", 0, 0),
+    ]
+    turns.done(a, 0)  # the first answered: later calls no longer wait for it
+    assert turns.take(a) == ProduceOrder("session", 2, 1)
+    turns.done(a, 2)  # answered out of order: 1 is still the oldest
+    assert turns.take(a) == ProduceOrder("session", 3, 1)
+    turns.done(a, 1)
+    turns.done(a, 3)
+    assert turns.take(a) == ProduceOrder("session", 4, 4)  # numbers keep growing
+    with pytest.raises(ValueError):
+        turns.done(b, 5)  # never taken
 
 
 def test_checked_requests_carry_plain_ints_and_enums():

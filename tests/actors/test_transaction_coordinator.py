@@ -11,11 +11,12 @@ import time
 import pytest
 import ray
 
-from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AllocateProducerIdsRequest,
+    AppendOrigin,
     DescribeTransactionsRequest,
     EndTxnRequest,
     FetchRequest,
@@ -26,7 +27,7 @@ from actors.protocol import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
-from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC, transaction_key
+from actors.transaction_coordinator import transaction_key
 from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import (
     InvalidProducerEpochError,
@@ -469,7 +470,8 @@ def test_epoch_bumps_retries_and_exhaustion(cluster, request):
     leader, epoch = leader_of(cluster, TRANSACTION_STATE_TOPIC, offsets_partition_for(tid, partitions))
     builder = RecordBatchBuilder()
     builder.append(json.dumps(record).encode(), key=transaction_key(tid))
-    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch)))
+    # As the coordinator writes it: a client's append to an internal topic is refused.
+    ray.get(leader.produce.remote(ProduceRequest(builder.build(), -1, 30000, epoch, AppendOrigin.COORDINATOR)))
     restart(coordinator)
     assert state_of(coordinator, tid).producer_epoch == 32766
     rotated = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))

@@ -18,7 +18,7 @@ from actors.gateway.actor import FAMILIES
 from actors.gateway.broker_view import topic_uuid
 from actors.gateway.versions import served_apis
 from actors.types import TopicPartition
-from storage.record_batch import RecordBatchBuilder
+from storage.records.builder import RecordBatchBuilder
 from tests.gateway.wire import Wire, build_request, leader_address, parse_bootstrap, request_frame
 from tests.helpers import consume_all
 

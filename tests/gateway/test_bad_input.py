@@ -10,7 +10,7 @@ import struct
 
 import ray
 
-from actors.gateway.actor import gateway_actor_name
+from actors.names import gateway_actor_name
 from actors.types import TopicPartition
 from tests.gateway.wire import Wire, build_request, leader_address, request_frame
 from tests.helpers import consume_all
@@ -85,7 +85,7 @@ def test_bad_frames_close_their_connection_only(cluster, new_topic, bootstrap):
 
 
 def test_acks_zero_is_not_answered_and_its_error_closes_the_connection(cluster, new_topic):
-    from storage.record_batch import RecordBatchBuilder
+    from storage.records.builder import RecordBatchBuilder
 
     topic = new_topic(partitions=1)
     builder = RecordBatchBuilder()

@@ -17,6 +17,7 @@ from actors.gateway.codec import (
     RequestDecodeError,
     api_versions_unsupported,
     decode_request,
+    decode_request_split,
     error_code,
     peek,
     schema,
@@ -153,6 +154,7 @@ def test_unknown_tagged_fields_are_skipped_in_header_and_nested_entities():
     got = decode_request(memoryview(tagged).toreadonly(), 3, 12)
     want = decode_request(clean, 3, 12)
     assert got == want
+    assert decode_request_split(tagged, 3, 12) == want  # the decoder of big requests does the same
     assert got.body.topics[0].name == "abc" and got.correlation_id == 9 and got.client_id == "c"
 
 

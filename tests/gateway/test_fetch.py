@@ -343,7 +343,7 @@ def _read_values(bootstrap: str, topic: str, isolation: str, expected: int) -> l
 def test_sequential_fetches_read_the_log_exactly_through_read_ahead_and_seeks(cluster, one_broker_topic):
     import ray
 
-    from actors.gateway.actor import gateway_actor_name
+    from actors.names import gateway_actor_name
 
     topic = one_broker_topic
     producer = cluster.producer(batch_size=2048, linger_ms=0)

@@ -230,7 +230,7 @@ def test_offsets_committed_by_kafka_clients_are_the_native_groups_and_back(clust
 def test_committed_offsets_survive_a_restart_of_the_group_coordinator(cluster, bootstrap, topic, members):
     import ray
 
-    from actors.group_coordinator import GROUP_COORDINATOR_NAME
+    from actors.names import GROUP_COORDINATOR_NAME
 
     group = run_group(cluster, bootstrap, topic, members, ["aiokafka"])
     wait_for(lambda: all(i.lag == 0 for i in cluster.admin().group_lag(group).values()), timeout=30, what="commits")

@@ -21,7 +21,7 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from actors.gateway.codec import ZERO_MS, error_code, make
-from actors.gateway.server import Api, KafkaServer, Limits
+from actors.gateway.server import PACE, Api, KafkaServer, Limits
 from actors.gateway.versions import API_VERSIONS
 from tests.gateway.wire import Wire, request_frame
 from tests.helpers import wait_for
@@ -49,14 +49,18 @@ async def _metadata(ctx, request):
         probe.running -= 1
     resp = ctx.schema.response
     pad = int(size or 0)
+    topics = []
+    for i, n in enumerate(names):
+        if i % PACE == PACE - 1:
+            await asyncio.sleep(0)  # as the gateway's handlers do with long lists
+        topics.append(
+            make(resp, "topics", error_code=error_code(0), name=n, topic_id=None, is_internal=False, partitions=())
+        )
     return ctx.schema.response_of(
         brokers=(),
         cluster_id="c" * pad,  # a large response on demand
         controller_id=-1,
-        topics=tuple(
-            make(resp, "topics", error_code=error_code(0), name=n, topic_id=None, is_internal=False, partitions=())
-            for n in names
-        ),
+        topics=tuple(topics),
         error_code=error_code(0),
     )
 
@@ -81,13 +85,13 @@ APIS = {
 
 
 @contextlib.contextmanager
-def serve(limits: Limits | None = None):
+def serve(limits: Limits | None = None, apis: dict | None = None):
     """A KafkaServer with the test APIs on 127.0.0.1:<free port>, in a loop on a thread."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     probe = _Probe()
-    server = KafkaServer(APIS, probe, limits or Limits(), name="test-gateway")
+    server = KafkaServer(apis or APIS, probe, limits or Limits(), name="test-gateway")
     address = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(10)
     try:
         yield server, address, probe

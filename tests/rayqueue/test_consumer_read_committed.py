@@ -28,7 +28,10 @@ from actors.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
 from rayqueue.metadata import MetadataCache
 from storage.batch_header import batch_boundaries, read_header
-from storage.record_batch import RecordBatchBuilder, build_control_batch, committed_batches, decode_columns
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.control import build_control_batch
+from storage.records.reader import committed_batches
 from tests.helpers import wait_for
 
 TS = 1_700_000_000_000
@@ -425,7 +428,7 @@ def test_broker_open_transaction_holds_read_committed_at_the_lso(cluster, new_to
 
 
 def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, new_topic):
-    from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+    from actors.names import OFFSETS_TOPIC, offsets_partition_for
     from storage.errors import UnstableOffsetCommitError
 
     topic = new_topic()

@@ -10,7 +10,7 @@ import ray
 
 from rayqueue import data
 from rayqueue.errors import InvalidConfigError
-from storage.record_batch import HEADERS_TYPE
+from storage.records.columns import HEADERS_TYPE
 from tests.helpers import wait_for
 
 # Recent timestamps: time-based retention (7 days by default) would delete older records.

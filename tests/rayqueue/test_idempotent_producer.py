@@ -12,10 +12,10 @@ from actors.protocol import FetchRequest
 from rayqueue.config import producer_config
 from rayqueue.errors import InvalidConfigError, InvalidRecordError, KafkaTimeoutError, NetworkError
 from rayqueue.producer.transaction_manager import increment_sequence
-from storage.record_batch import iter_batches
+from storage.records.reader import iter_batches
 from tests.helpers import LostCall, wait_for
 
-# Every test here runs over both twins of the producer's send path and the codec (tests/twins.py).
+# Every test here runs over both twins of the record codec (the producer's builder, the readers) (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 

@@ -15,9 +15,10 @@ from rayqueue.config import producer_config
 from rayqueue.errors import KafkaTimeoutError, NotLeaderOrFollowerError
 from rayqueue.producer.accumulator import ProducerBatch, RecordAccumulator
 from rayqueue.producer.transaction_manager import TransactionManager
+from storage.records.builder import RecordBatchBuilder
 from tests.helpers import LostCall, wait_for
 
-# Every test here runs over both twins of the producer's send path and the codec (tests/twins.py).
+# Every test here runs over both twins of the record codec (the producer's builder, the readers) (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 
@@ -98,7 +99,7 @@ def test_can_retry_counts_attempts_and_delivery_timeout(cluster):
     producer = cluster.producer(acks=1, retries=3, request_timeout_ms=500, delivery_timeout_ms=1000)
     sender = producer._sender
     now = time.monotonic()
-    batch = ProducerBatch(TopicPartition("t", 0), None, b"x" * 70)
+    batch = ProducerBatch(TopicPartition("t", 0), RecordBatchBuilder())
     batch.records = 1
     batch.created, batch.attempts = now - 0.5, 3
     assert sender.can_retry(batch, now)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 try:  # the project's own builder (storage.record_batch, the codec)
-    from storage.record_batch import RecordBatchBuilder
+    from storage.records.builder import RecordBatchBuilder
 except ImportError:  # pragma: no cover - fall back to kafka-python's
     RecordBatchBuilder = None
 

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from storage import batch_header as bh
 from storage.errors import KafkaError, UnknownServerError
 from storage.legacy import upconvert
-from storage.record_batch import RecordBatch, RecordBatchBuilder, decode_columns, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.reader import RecordBatch, iter_batches
 
 # Header fields a mutation may set: (offset, struct format).
 FIELDS = {

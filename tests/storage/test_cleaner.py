@@ -19,7 +19,7 @@ from storage.log_files import CLEANER_CHECKPOINT_FILE
 from storage.producer_state import AppendOrigin
 from tests.storage.batches import abandon
 
-# Every test here runs over both twins of the offset map, the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the offset map, the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 DAY = 24 * 3600 * 1000

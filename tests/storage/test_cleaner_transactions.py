@@ -14,7 +14,7 @@ from storage.cleaner import clean as clean_log
 from storage.txn_index import AbortedTxn
 from tests.storage.batches import abandon
 
-# Every test here runs over both twins of the offset map, the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the offset map, the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 P, Q = 1000, 2000

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from storage import batch_header
 from storage.errors import CorruptRecordError, KafkaError, RecordTooLargeError, UnsupportedCompressionTypeError
 from storage.legacy import read_legacy, upconvert
-from storage.record_batch import RecordBatch, RecordBatchBuilder, decode_columns, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.reader import RecordBatch, iter_batches
 
 # Every test here runs over both twins of the record codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
@@ -107,16 +109,16 @@ def test_mutated_legacy_sets(mutations, codec) -> None:
 
 def test_fuzz_harness_can_fail() -> None:
     """The harness does let non-Kafka errors through (so the fuzz tests mean something)."""
-    from storage import record_batch
+    from storage.records import reader
 
-    original = record_batch._iter_records
+    original = reader._iter_records
 
     def broken(*args):
         raise IndexError("boom")
 
-    record_batch._iter_records = broken
+    reader._iter_records = broken
     try:
         with pytest.raises(IndexError):
             decode_everything(valid_batch(0, 2, False))
     finally:
-        record_batch._iter_records = original
+        reader._iter_records = original

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from storage import extensions
 from storage.batch_header import HEADER_SIZE, BatchHeader
 from storage.errors import CorruptRecordError, RecordTooLargeError
-from storage.record_batch import Record
+from storage.records.reader import Record
 from tests import twins
 
 pytestmark = pytest.mark.skipif(
@@ -28,8 +28,18 @@ pytestmark = pytest.mark.skipif(
 FUZZ = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+# Where each twinned name of the codec lives.
+MODULES = {
+    "_decode_records": "storage.records.reader",
+    "_iter_records": "storage.records.reader",
+    "_walk_records": "storage.records.reader",
+    "_parse_columns": "storage.records.columns",
+    "RecordBatchBuilder": "storage.records.builder",
+}
+
+
 def pair(name: str) -> tuple:
-    return extensions.TWINS[("storage.record_batch", name)]
+    return twins.pair(MODULES[name], name)
 
 
 def outcome(fn, *args):
@@ -160,12 +170,13 @@ def test_the_differential_harness_sees_a_disagreement() -> None:
     region, count = bytes([18, 0, 0, 0, 1, 6]) + b"abc" + b"\x00", 1  # one record, value b"abc"
     h = header(count)
     assert pure(region, 0, len(region), h)[3] == [b"abc"]
+    key = ("storage.records.reader", "_decode_records")
     with pytest.raises(AssertionError):
-        extensions.TWINS[("storage.record_batch", "_decode_records")] = (pure, lambda *a: ([], [], [], [], []))
+        extensions.PAIRS[key] = (pure, lambda *a: ([], [], [], [], []))
         try:
             check_all(region, count)
         finally:
-            extensions.TWINS[("storage.record_batch", "_decode_records")] = (pure, compiled)
+            extensions.PAIRS[key] = (pure, compiled)
 
 
 def test_a_record_claiming_more_bytes_than_the_batch_holds() -> None:

@@ -11,7 +11,7 @@ from storage import Log, RecordBatchBuilder
 from storage.cleaner import clean
 from storage.log import TimestampOffset
 
-# Every test here runs over both twins of the offset map, the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the offset map, the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}

@@ -1,9 +1,12 @@
-"""Which twin runs: compiled by default, pure with RAYQUEUE_NO_EXTENSIONS=1, one warning when missing."""
+"""Which twin runs: compiled by default, pure with RAYQUEUE_NO_EXTENSIONS=1, one warning when
+missing; chosen once at import; compiled classes and kernels show their signatures."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import pydoc
 import subprocess
 import sys
 import time
@@ -12,15 +15,26 @@ from types import SimpleNamespace
 
 import pytest
 
-import storage.record_batch
+import rayqueue.producer.accumulator
+import storage.cleaner
+import storage.log_validator
+import storage.records.builder
+import storage.records.reader
 from storage import extensions
-from storage.record_batch import RecordBatchBuilder
+from storage.records.builder import RecordBatchBuilder
 from tests import twins
 
 ROOT = Path(__file__).resolve().parents[2]
 # Importing these loads every module that has a compiled twin.
-IMPORTS = "import storage, storage.log, storage.cleaner, rayqueue.producer"
+IMPORTS = "import storage, storage.log, storage.cleaner, storage.records.columns, rayqueue.producer"
 REPORT = "import json, warnings, storage.extensions as e; print(json.dumps(e.ACTIVE))"
+TWINNED = {
+    "storage.records.reader",
+    "storage.records.builder",
+    "storage.records.columns",
+    "storage.log_validator",
+    "storage.cleaner",
+}
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -41,20 +55,20 @@ def test_the_switch_forces_the_pure_twins_silently() -> None:
     done = run(f"{IMPORTS}; {REPORT}", RAYQUEUE_NO_EXTENSIONS="1")
     active = json.loads(done.stdout)
     assert active and set(active.values()) == {"pure"}, active
-    assert {"storage.record_batch", "storage.log", "storage.cleaner", "rayqueue.producer.producer"} <= set(active)
+    assert set(active) == TWINNED
     assert "ExtensionsWarning" not in done.stderr
 
 
 @pytest.mark.skipif(extensions.NO_EXTENSIONS, reason="RAYQUEUE_NO_EXTENSIONS is set for this run")
 def test_the_compiled_twins_are_in_use_by_default() -> None:
     done = run(
-        f"{IMPORTS}; {REPORT}; import storage.record_batch as r; print(type(r.RecordBatchBuilder).__module__,"
+        f"{IMPORTS}; {REPORT}; import storage.records.builder as r; print(type(r.RecordBatchBuilder).__module__,"
         " r.RecordBatchBuilder.__module__)"
     )
     active_line, types_line = done.stdout.splitlines()
     active = json.loads(active_line)
     assert active and set(active.values()) == {"compiled"}, f"not built? run `make setup`: {active}"
-    assert types_line.split()[1] == "storage._compiled.record_batch"
+    assert types_line.split()[1] == "storage.records._compiled.builder"
     assert "ExtensionsWarning" not in done.stderr
 
 
@@ -76,11 +90,11 @@ def test_a_missing_build_falls_back_with_one_warning() -> None:
 
 
 def test_an_extension_older_than_its_source_is_stale(tmp_path: Path) -> None:
-    built = tmp_path / "record_batch.cpython-311-x86_64-linux-gnu.so"
-    source = tmp_path / "record_batch.pyx"
+    built = tmp_path / "builder.cpython-311-x86_64-linux-gnu.so"
+    source = tmp_path / "builder.pyx"
     built.write_bytes(b"")
     source.write_text("")
-    module = SimpleNamespace(__name__="storage._compiled.record_batch", __file__=str(built))
+    module = SimpleNamespace(__name__="storage.records._compiled.builder", __file__=str(built))
     now = time.time()
     os.utime(source, (now - 10, now - 10))
     os.utime(built, (now, now))
@@ -91,27 +105,68 @@ def test_an_extension_older_than_its_source_is_stale(tmp_path: Path) -> None:
     assert extensions._stale(module) is None
 
 
-def test_the_twin_fixture_swaps_every_importer(twin: str) -> None:
-    """tests/twins.py rebinds the names in the pure module and in the modules that imported them."""
-    pure, compiled = extensions.TWINS[("storage.record_batch", "RecordBatchBuilder")]
-    expected = pure if twin == "pure" else compiled
-    assert storage.record_batch.RecordBatchBuilder is expected
-    assert sys.modules[__name__].RecordBatchBuilder is expected  # this module's own import
-    assert storage.RecordBatchBuilder is expected
+def test_each_twin_is_chosen_once_at_import() -> None:
+    """Every importer holds the twin its defining module picked; nothing rebinds them."""
+    builder = storage.records.builder.RecordBatchBuilder
+    assert storage.cleaner.RecordBatchBuilder is builder
+    assert rayqueue.producer.accumulator.RecordBatchBuilder is builder
+    assert storage.RecordBatchBuilder is builder  # the package's lazy export
+    for (module, name), (pure, compiled) in extensions.PAIRS.items():
+        assert getattr(sys.modules[module], name) is (compiled if compiled is not None else pure), (module, name)
+    assert {module for module, _ in extensions.PAIRS} == TWINNED
+
+
+def test_using_switches_each_name_in_its_own_module_and_puts_it_back() -> None:
+    kernel = storage.records.reader._iter_records
+    offset_map = storage.cleaner.SkimpyOffsetMap
+    with extensions.using("pure"):
+        assert storage.records.reader._iter_records is extensions.twin_of(
+            "pure", "storage.records.reader", "_iter_records"
+        )
+        assert storage.cleaner.SkimpyOffsetMap is extensions.twin_of("pure", "storage.cleaner", "SkimpyOffsetMap")
+        assert storage.log_validator.check_request.__module__ == "storage.log_validator"
+        # Only the defining module: an importer of the class keeps what it imported.
+        assert rayqueue.producer.accumulator.RecordBatchBuilder is RecordBatchBuilder
+    assert storage.records.reader._iter_records is kernel
+    assert storage.cleaner.SkimpyOffsetMap is offset_map
+    with pytest.raises(ValueError):
+        with extensions.using("neither"):
+            pass
+    assert storage.records.reader._iter_records is kernel
+
+
+def test_the_twin_fixture_switches_the_kernels_and_this_module(twin: str) -> None:
+    """tests/twins.py sets the kernels in their modules and the builder this module imported."""
+    expected = extensions.twin_of(twin, "storage.records.builder", "RecordBatchBuilder")
+    assert sys.modules[__name__].RecordBatchBuilder is expected
+    assert storage.records.builder.RecordBatchBuilder is expected
+    assert storage.log_validator.check_request is extensions.twin_of(twin, "storage.log_validator", "check_request")
+    assert storage.records.reader._walk_records is extensions.twin_of(twin, "storage.records.reader", "_walk_records")
     if twin == "compiled":
-        assert pure is not compiled and twins.compiled_available()
-    assert RecordBatchBuilder is expected
+        assert twins.compiled_available()
 
 
-def test_the_twin_fixture_swaps_methods_and_classes(twin: str) -> None:
-    """Methods with a compiled twin (Log.append, LogSegment.append) and the offset map follow the fixture."""
-    import storage.cleaner
-    import storage.log
-    import storage.segment
-
-    which = 0 if twin == "pure" else 1
-    assert storage.log.Log.append is extensions.TWINS[("storage.log", "Log.append")][which]
-    assert storage.segment.LogSegment.append is extensions.TWINS[("storage.segment", "LogSegment.append")][which]
-    assert storage.cleaner.SkimpyOffsetMap is extensions.TWINS[("storage.cleaner", "SkimpyOffsetMap")][which]
-    if twin == "pure":
-        assert storage.log.Log.append.__module__ == "storage.log"
+@pytest.mark.skipif(not twins.compiled_available(), reason="the compiled extensions are not built")
+def test_the_compiled_twins_show_their_signatures() -> None:
+    """embedsignature and binding: inspect.signature and help() work on the compiled code."""
+    compiled = extensions.twin_of("compiled", "storage.records.builder", "RecordBatchBuilder")
+    pure = extensions.twin_of("pure", "storage.records.builder", "RecordBatchBuilder")
+    for method in ("append", "append_many", "build", "set_producer_state", "close_for_record_appends", "has_room_for"):
+        got, want = inspect.signature(getattr(compiled, method)), inspect.signature(getattr(pure, method))
+        assert list(got.parameters) == list(want.parameters), method
+    assert list(inspect.signature(compiled).parameters) == list(inspect.signature(pure).parameters)
+    offset_map = extensions.twin_of("compiled", "storage.cleaner", "SkimpyOffsetMap")
+    assert list(inspect.signature(offset_map.put).parameters) == ["self", "key", "offset"]
+    for module, name in [
+        ("storage.records.reader", "_decode_records"),
+        ("storage.records.reader", "_iter_records"),
+        ("storage.records.reader", "_walk_records"),
+        ("storage.records.columns", "_parse_columns"),
+        ("storage.log_validator", "check_request"),
+        ("storage.log_validator", "patch_headers"),
+    ]:
+        kernel, reference = pair = twins.pair(module, name)
+        assert len(inspect.signature(kernel).parameters) == len(inspect.signature(reference).parameters), pair
+    text = pydoc.render_doc(compiled, renderer=pydoc.plaintext)
+    assert "set_producer_state(self, producer_id, producer_epoch, base_sequence, is_transactional)" in text
+    assert "Kafka's setProducerState" in text

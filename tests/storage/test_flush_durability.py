@@ -10,7 +10,7 @@ from storage.log_files import RECOVERY_POINT_FILE
 from tests.storage.batches import make_batch
 from tests.storage.power_loss import Disk
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"segment.bytes": 600, "index.interval.bytes": 90, "flush.messages": 1}

@@ -13,7 +13,7 @@ from storage.log import TimestampOffset
 from storage.segment import LogSegment
 from tests.storage.batches import abandon, make_batch
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 INDEX_BYTES = 12 * 64

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage.record_batch import RecordBatch, RecordBatchBuilder, build_control_batch, decode_columns
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.control import build_control_batch
+from storage.records.reader import RecordBatch
 
 # Every test here runs over both twins of the record codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")

@@ -9,7 +9,8 @@ from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuil
 
 from storage.errors import CorruptRecordError, UnknownMagicError
 from storage.legacy import is_legacy, read_legacy, upconvert
-from storage.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.builder import RecordBatchBuilder
+from storage.records.reader import iter_batches
 
 CASES = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)]
 

@@ -22,7 +22,7 @@ from storage.errors import (
 )
 from tests.storage.batches import make_batch
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 

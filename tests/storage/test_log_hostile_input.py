@@ -12,7 +12,7 @@ from storage.errors import KafkaError
 from tests.storage.batches import log_bytes
 from tests.storage.hostile_batches import check_stored, is_kafka_named, requests
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 LEADER_EPOCH = 3

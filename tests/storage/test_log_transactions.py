@@ -20,7 +20,7 @@ from storage.producer_state import INT32_MAX, ProducerStateManager
 from storage.txn_index import AbortedTxn
 from tests.storage.batches import abandon, log_bytes, make_batch
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 P, Q = 1000, 2000

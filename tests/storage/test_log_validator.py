@@ -10,7 +10,8 @@ import pytest
 from storage import Log, build_control_batch, decode_columns
 from storage import batch_header as bh
 from storage.errors import CorruptRecordError, InvalidRecordError, InvalidRequestError
-from storage.record_batch import RecordBatch, RecordBatchBuilder
+from storage.records.builder import RecordBatchBuilder
+from storage.records.reader import RecordBatch
 from tests.storage.batches import log_bytes
 
 # Every test here runs over both twins of the record codec (tests/twins.py).
@@ -101,7 +102,7 @@ def test_unreadable_records_are_refused_and_the_log_keeps_serving(log, name):
 
 def test_walk_records_and_the_consumer_decoder_agree_on_the_examples():
     """The validator and the readers share one parser: what one refuses the other cannot read."""
-    from storage.record_batch import walk_records
+    from storage.records.reader import walk_records
 
     for data in UNREADABLE.values():
         with pytest.raises(CorruptRecordError):

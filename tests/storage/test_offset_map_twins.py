@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import extensions
 from storage.cleaner import OffsetMapFullError
 from tests import twins
 
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.skipif(
     not twins.compiled_available(), reason="the compiled extensions are not built (or RAYQUEUE_NO_EXTENSIONS is set)"
 )
 
-PURE, COMPILED = extensions.TWINS[("storage.cleaner", "SkimpyOffsetMap")]
+PURE, COMPILED = twins.pair("storage.cleaner", "SkimpyOffsetMap")
 KEYS = [b"", b"a", b"b", b"c", b"key-1", b"key-2", b"\xff" * 40]
 
 HASHES = {

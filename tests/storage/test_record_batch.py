@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 
 from storage import batch_header
 from storage.errors import CorruptRecordError, RecordTooLargeError, UnknownMagicError
-from storage.record_batch import (
-    Record,
-    RecordBatch,
-    RecordBatchBuilder,
-    build_control_batch,
-    decode_columns,
-    iter_batches,
-)
+from storage.records.builder import RecordBatchBuilder
+from storage.records.columns import decode_columns
+from storage.records.control import build_control_batch
+from storage.records.reader import Record, RecordBatch, iter_batches
 
 # Every test here runs over both twins of the record codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")

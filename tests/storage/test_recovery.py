@@ -17,7 +17,7 @@ from storage import Log
 from storage.log_files import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tests.storage.batches import abandon, make_batch
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 CONFIG = {"segment.bytes": 2000, "index.interval.bytes": 150}

@@ -8,7 +8,7 @@ from storage import Log
 from storage.log_files import DELETED_SUFFIX
 from tests.storage.batches import make_batch
 
-# Every test here runs over both twins of the append path and the codec (tests/twins.py).
+# Every test here runs over both twins of the leader's request checks and the codec (tests/twins.py).
 pytestmark = pytest.mark.usefixtures("twin")
 
 DAY = 24 * 3600 * 1000

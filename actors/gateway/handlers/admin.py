@@ -360,9 +360,11 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     resp_cls = ctx.schema.response
     topic_cls = nested(resp_cls, "topics")
 
-    async def one(name: str, p: Any) -> Any:
-        asked = DeleteRecordsRequest(p.offset)
-        code, done = await per_partition(view, name, p.partition_index, lambda r: _delete_records(r, asked))
+    async def one(name: str, p: Any, code: int | None) -> Any:
+        done = None
+        if code is None:
+            asked = DeleteRecordsRequest(p.offset)
+            code, done = await per_partition(view, name, p.partition_index, lambda r: _delete_records(r, asked))
         return make(
             topic_cls,
             "partitions",
@@ -371,7 +373,8 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             error_code=error_code(code),
         )
 
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "name", one))
+    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 
 # -- DescribeCluster ----------------------------------------------------------------------------

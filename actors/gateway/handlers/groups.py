@@ -30,7 +30,7 @@ from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
-from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
 from actors.protocol import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -43,7 +43,6 @@ from actors.protocol import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from actors.transaction_coordinator import TRANSACTION_STATE_TOPIC
 from actors.types import BrokerMetadata, GroupDescription, JoinGroupResult, OffsetAndMetadata, TopicPartition
 from storage.errors import (
     CoordinatorNotAvailableError,

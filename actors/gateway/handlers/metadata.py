@@ -3,14 +3,16 @@ topic ids from the controller; topics a producer names are auto-created as Kafka
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
-from actors.controller import INTERNAL_TOPICS, validate_topic_name
+from actors.controller import validate_topic_name
 from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
 from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
-from actors.gateway.server import Api, RequestContext
+from actors.gateway.server import PACE, Api, RequestContext
+from actors.names import INTERNAL_TOPICS
 from actors.types import PartitionMetadata
 from storage.errors import InvalidTopicError, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
 
@@ -35,7 +37,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         ids = [getattr(t, "topic_id", None) for t in request.topics if getattr(t, "name", None) is None]
         if ids:
             await view.resolve_ids(ids)
-        for t in request.topics:
+        for i, t in enumerate(request.topics):
+            if i % PACE == PACE - 1:
+                await asyncio.sleep(0)  # a request may name 100,000 topics: other connections' turn
             name = getattr(t, "name", None)
             if name is None:
                 try:
@@ -46,7 +50,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             requested.append(name)
     auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     creatable = []
-    for name in requested or ():
+    for i, name in enumerate(requested or ()):
+        if i % PACE == PACE - 1:
+            await asyncio.sleep(0)
         try:
             validate_topic_name(name)
             creatable.append(name)
@@ -67,7 +73,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     topic_cls = nested(resp_cls, "topics")
     names = sorted(snapshot.topics) if requested is None else requested
     topics = []
-    for name in names:
+    for i, name in enumerate(names):
+        if i % PACE == PACE - 1:
+            await asyncio.sleep(0)
         meta = snapshot.topics.get(name)
         if meta is None:
             code = errors.get(name, UnknownTopicOrPartitionError.code)

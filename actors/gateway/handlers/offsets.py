@@ -15,12 +15,13 @@ from typing import Any
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
-from actors.gateway.server import Api, RequestContext
+from actors.gateway.server import PACE, Api, RequestContext
 from actors.protocol import EpochEndOffset, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from actors.types import OffsetAndTimestamp
 
 LIST_OFFSETS_KEY = 2
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
+PARTITION_CALLS = 256  # replica calls of one request in flight at once
 
 
 # -- actor calls (one function each) --------------------------------------------------------
@@ -51,16 +52,42 @@ async def per_partition(
 
 
 async def per_topic(
-    resp_cls: type, topics: Any, name_field: str, answer: Callable[[str, Any], Awaitable[Any]]
+    view: BrokerView,
+    resp_cls: type,
+    topics: Any,
+    name_field: str,
+    index_field: str,
+    answer: Callable[[str, Any, int | None], Awaitable[Any]],
 ) -> tuple:
-    """The response's topics: ``answer(topic, partition request)`` for every partition of every
-    topic, all at once, grouped back by topic (``name_field`` names the topic field)."""
-    asked = [(getattr(t, name_field), t.partitions) for t in topics]
-    answers = await asyncio.gather(*(answer(name, p) for name, parts in asked for p in parts))
-    out, i = [], 0
-    for name, parts in asked:
-        out.append(make(resp_cls, "topics", **{name_field: name}, partitions=tuple(answers[i : i + len(parts)])))
-        i += len(parts)
+    """The response's topics: ``answer(topic, partition request, code)`` for every partition
+    of every topic, grouped by topic (``name_field`` and ``index_field`` name the topic and
+    partition fields). ``code`` is None for a partition led here (``answer`` then calls its
+    replica; up to PARTITION_CALLS at once), else the error it gets without a call.
+
+    Which partitions are led here is found once per topic (at most one metadata refresh,
+    never one per partition), and a request naming tens of thousands of partitions yields
+    to the event loop every PACE of them, so other connections are served meanwhile."""
+    out = []
+    for t in topics:
+        name = getattr(t, name_field)
+        parts = t.partitions
+        refusal = await view.refusals(name, [getattr(p, index_field) for p in parts])
+        entries: list[Any] = [None] * len(parts)
+        calls = []
+        for i, p in enumerate(parts):
+            code = refusal(getattr(p, index_field))
+            if code is None:
+                calls.append(i)
+            else:
+                entries[i] = await answer(name, p, code)  # no call: runs through at once
+            if i % PACE == PACE - 1:
+                await asyncio.sleep(0)
+        for at in range(0, len(calls), PARTITION_CALLS):
+            batch = calls[at : at + PARTITION_CALLS]
+            answers = await asyncio.gather(*(answer(name, parts[i], None) for i in batch))
+            for i, entry in zip(batch, answers, strict=True):
+                entries[i] = entry
+        out.append(make(resp_cls, "topics", **{name_field: name}, partitions=tuple(entries)))
     return tuple(out)
 
 
@@ -74,9 +101,11 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     resp_cls = ctx.schema.response
     topic_cls = nested(resp_cls, "topics")
 
-    async def one(name: str, p: Any) -> Any:
-        asked = ListOffsetsRequest(p.timestamp, getattr(p, "current_leader_epoch", -1), isolation)
-        code, found = await per_partition(view, name, p.partition_index, lambda r: _list_offsets(r, asked))
+    async def one(name: str, p: Any, code: int | None) -> Any:
+        found = None
+        if code is None:
+            asked = ListOffsetsRequest(p.timestamp, getattr(p, "current_leader_epoch", -1), isolation)
+            code, found = await per_partition(view, name, p.partition_index, lambda r: _list_offsets(r, asked))
         if found is None:
             return make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
         return make(
@@ -89,7 +118,8 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             leader_epoch=found.leader_epoch,
         )
 
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "name", one))
+    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
@@ -98,9 +128,11 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
     resp_cls = ctx.schema.response
     topic_cls = nested(resp_cls, "topics")
 
-    async def one(name: str, p: Any) -> Any:
-        asked = OffsetForLeaderEpochRequest(p.leader_epoch, p.current_leader_epoch)
-        code, found = await per_partition(view, name, p.partition, lambda r: _offset_for_leader_epoch(r, asked))
+    async def one(name: str, p: Any, code: int | None) -> Any:
+        found = None
+        if code is None:
+            asked = OffsetForLeaderEpochRequest(p.leader_epoch, p.current_leader_epoch)
+            code, found = await per_partition(view, name, p.partition, lambda r: _offset_for_leader_epoch(r, asked))
         return make(
             topic_cls,
             "partitions",
@@ -110,7 +142,8 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             end_offset=found.end_offset if found is not None else -1,
         )
 
-    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=await per_topic(resp_cls, request.topics, "topic", one))
+    topics = await per_topic(view, resp_cls, request.topics, "topic", "partition", one)
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 
 APIS = (

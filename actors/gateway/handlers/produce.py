@@ -18,7 +18,6 @@ and the replica appends them in number order (PartitionReplica.produce).
 from __future__ import annotations
 
 import asyncio
-import collections
 import datetime
 import secrets
 from typing import Any
@@ -27,7 +26,7 @@ from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
-from actors.protocol import AppendOrigin, ProduceOrder, ProduceRequest, ProduceResponse
+from actors.protocol import AppendOrigin, ProduceRequest, ProduceResponse, ProduceTurns
 from storage.errors import InvalidRecordError
 
 PRODUCE_KEY = 0
@@ -43,34 +42,10 @@ async def _append(replica: Any, request: ProduceRequest) -> ProduceResponse:
 # -- per-connection call order --------------------------------------------------------------
 
 
-class _Turns:
-    """One connection's produce calls per partition: the next number and the unanswered ones."""
-
-    __slots__ = ("session", "next", "open")
-
-    def __init__(self) -> None:
-        self.session = f"gateway-{secrets.token_hex(8)}"
-        self.next: dict[tuple[str, int], int] = {}
-        self.open: dict[tuple[str, int], collections.deque[int]] = {}
-
-    def take(self, key: tuple[str, int]) -> ProduceOrder:
-        n = self.next.get(key, 0)
-        self.next[key] = n + 1
-        queue = self.open.setdefault(key, collections.deque())
-        queue.append(n)
-        return ProduceOrder(self.session, n, queue[0])
-
-    def done(self, key: tuple[str, int], n: int) -> None:
-        queue = self.open[key]
-        queue.remove(n)
-        if not queue:
-            del self.open[key]
-
-
-def _turns(ctx: RequestContext) -> _Turns:
+def _turns(ctx: RequestContext) -> ProduceTurns:
     turns = ctx.connection.handler_state.get("produce")
     if turns is None:
-        turns = ctx.connection.handler_state["produce"] = _Turns()
+        turns = ctx.connection.handler_state["produce"] = ProduceTurns(f"gateway-{secrets.token_hex(8)}")
     return turns
 
 
@@ -112,7 +87,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _produce_partition(
-    view: BrokerView, turns: _Turns, topic: str, index: int, request: ProduceRequest
+    view: BrokerView, turns: ProduceTurns, topic: str, index: int, request: ProduceRequest
 ) -> tuple[str, int, int, str | None, ProduceResponse | None]:
     """(topic, partition, error code, error message, response) of one partition's append."""
     try:

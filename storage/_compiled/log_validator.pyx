@@ -1,14 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled twin of ``storage/log.py``'s per-batch append bookkeeping (the reference: read it first).
+# cython: embedsignature=True, embedsignature.format=clinic, binding=True
+"""Compiled twin of ``storage/log_validator.py``'s kernels over an append's request (the
+reference: read it first).
 
-``_check_request`` is ``check_batches`` (``storage/batch_header.py``: header sanity, CRC,
-producer batches) followed by ``validate_batches`` (``storage/log_validator.py``, Kafka's
-LogValidator: every record walked) in one call per request, with the same checks in the
-same order and the same errors; ``_patch_headers`` assigns offsets and the leader epoch
-without copying the batches. The CRC is the ``crc32c`` package's.
+``check_request`` is ``check_batches`` (``storage/batch_header.py``: header sanity, CRC,
+producer batches) followed by ``validate_batches`` (Kafka's LogValidator: every record
+walked) in one call per request, with the same checks in the same order and the same
+errors; ``patch_headers`` assigns offsets and the leader epoch without copying the batches.
+The CRC is the ``crc32c`` package's. The validator module picks these at import when this
+extension is built (``storage.extensions``).
 """
 
-cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong
@@ -18,34 +20,23 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 
-from storage._compiled.record_batch cimport Walk, _Buffer, walk_region
+from storage.records._compiled.reader cimport Walk, _Buffer, rq_add_overflow, walk_region
 
 import crc32c as _crc32c
 
-from storage import batch_header as _batch_header
 from storage import compression as _compression
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
-    KafkaStorageError,
-    RecordListTooLargeError,
     RecordTooLargeError,
     UnknownMagicError,
 )
-from storage.producer_state import AppendOrigin, Duplicate
-
-# Handed over by storage.extensions.bind from storage/log.py (never imported back).
-PURE_NAMES = ("LogAppendInfo", "BatchHeader", "_leader_origin")
-LogAppendInfo = BatchHeader = _leader_origin = None
+from storage.batch_header import BatchHeader
+from storage.producer_state import AppendOrigin
 
 cdef extern from "Python.h":
     object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
 
-cdef extern from *:
-    """
-    static inline int rq_add_overflow(long long a, long long b, long long *r) { return __builtin_add_overflow(a, b, r); }
-    """
-    bint rq_add_overflow(long long a, long long b, long long* r)
 
 cdef enum:
     # The v2 header, as in storage/batch_header.py.
@@ -61,9 +52,7 @@ cdef enum:
 
 _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
-_CREATE_TIME = 0
 cdef object _checked_type = None  # the header type check_request last found to be a plain named tuple
-_TXN_OR_CONTROL = 0x10 | 0x20
 
 
 cdef inline int64_t be64(const uint8_t* p) noexcept:
@@ -208,14 +197,9 @@ cdef int walk_batch(object view, const uint8_t* buf, Fields* f, object max_decom
     return 0
 
 
-def _check_request(view, Py_ssize_t max_batch_size, bint leader, origin, bint compacted, max_decompressed,
-                   header_type):
-    """Twin of log._check_request: (headers, fixes) of a request, or the error the pure twin raises."""
-    return check_request(view, max_batch_size, leader, origin, compacted, max_decompressed, header_type)
-
-
-cdef tuple check_request(view, Py_ssize_t max_batch_size, bint leader, origin, bint compacted, max_decompressed,
-                         header_type):
+def check_request(view, Py_ssize_t max_batch_size, bint leader, origin, bint compacted, max_decompressed,
+                  header_type=BatchHeader):
+    """Twin of log_validator._check_request_py: (headers, fixes) of a request, or the error the pure twin raises."""
     cdef Py_buffer pybuf
     cdef const uint8_t* buf
     cdef Py_ssize_t end, position = 0, index, n = 0, cap = 0
@@ -293,12 +277,8 @@ cdef tuple check_request(view, Py_ssize_t max_batch_size, bint leader, origin, b
         PyBuffer_Release(&pybuf)
 
 
-def _patch_headers(view, list headers, int64_t first_offset, int32_t leader_epoch):
-    """Twin of log._patch_headers: (write parts, patched headers, next offset), bodies uncopied."""
-    return patch_headers(view, headers, first_offset, leader_epoch)
-
-
-cdef tuple patch_headers(view, list headers, int64_t first_offset, int32_t leader_epoch):
+def patch_headers(view, list headers, int64_t first_offset, int32_t leader_epoch):
+    """Twin of log_validator._patch_headers_py: (write parts, patched headers, next offset), bodies uncopied."""
     cdef Py_ssize_t n = len(headers)
     cdef Py_ssize_t i, at
     cdef int64_t offset = first_offset
@@ -356,94 +336,3 @@ cdef object with_offset(PyTypeObject* header_type, tuple h, int64_t base_offset,
         else:
             set_item(header, i, h[i])
     return header
-
-
-@cython.boundscheck(True)
-@cython.wraparound(True)  # Python's indexing (headers[-1]) in this port of a Python method
-def Log_append(self, records, *, leader_epoch=-1, assign_offsets=True, origin=_CLIENT):
-    """Twin of Log.append (see there): the same steps, in the same order, on the same attributes."""
-    cdef bint leader = assign_offsets
-    cdef Py_ssize_t size
-    if len(records) > 16 and records[16] < 2:
-        from storage.legacy import upconvert  # magic 0/1 message sets; imported only when met
-
-        records = upconvert(records)
-    view = memoryview(records)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    if not leader:
-        origin = _REPLICATION
-    elif type(origin) is not AppendOrigin or origin is _REPLICATION:
-        origin = _leader_origin(origin)
-    # Before the lock: validation is the costly part of an append and reads only the request.
-    headers, fixes = check_request(
-        view, self._max_message_bytes if leader else 2**31 - 1, leader, origin, self._compacted,
-        self._max_decompressed, BatchHeader,
-    )
-    size = len(view)
-    if size > self._segment_bytes:
-        raise RecordListTooLargeError(f"{size} bytes do not fit in a segment of {self._segment_bytes}")
-    with self._write_lock:
-        if self._closed or self._offline:
-            self._check_writable()
-        log_append_time = -1
-        source = view  # where the batch bodies are, at the headers' positions
-        if not leader:
-            first_offset, next_offset = headers[0].base_offset, headers[-1].next_offset
-            self._check_follower_offsets(headers)
-            parts = [view]  # the leader's bytes as they are
-        elif self._log_append_time:
-            # The timestamp is covered by the CRC, which spans the body: patch a copy.
-            first_offset = self._log_end_offset
-            buf = bytearray(view)
-            next_offset = _batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
-            log_append_time = self._time()
-            _batch_header.set_log_append_time(buf, headers, log_append_time)
-            headers = [_batch_header.read_header(buf, h.position) for h in headers]
-            parts = [buf]
-            source = buf
-        elif fixes:
-            # Headers that disagree with their records (Kafka rewrites them): patch a copy.
-            first_offset = self._log_end_offset
-            buf = bytearray(view)
-            next_offset = _batch_header.assign_offsets(buf, headers, first_offset, leader_epoch)
-            for index, max_timestamp in fixes:
-                _batch_header.set_max_timestamp(buf, headers[index], _CREATE_TIME, max_timestamp)
-            headers = [_batch_header.read_header(buf, h.position) for h in headers]
-            parts = [buf]
-            source = buf
-        else:
-            first_offset = self._log_end_offset
-            parts, headers, next_offset = patch_headers(view, headers, first_offset, leader_epoch)
-        first = <tuple>headers[0]
-        single = len(headers) == 1
-        # BatchHeader fields: 6 attributes, 9 maxTimestamp, 10 producerId.
-        max_timestamp = first[9] if single else max(h.max_timestamp for h in headers)
-        analysis = None
-        if first[10] >= 0 or not single or first[6] & _TXN_OR_CONTROL:
-            # Checked before anything is written: a refused batch leaves the log untouched.
-            analysis = self._producer_state.analyze(headers, source, origin)
-            if type(analysis) is Duplicate:
-                return self._duplicate_info(analysis)
-        segment = self._view[0][-1]  # the active segment
-        if segment.should_roll(size, max_timestamp, next_offset - 1, self._time, self._segment_bytes):
-            segment = self._roll_locked(max(first_offset, self._log_end_offset))
-        try:
-            segment.append(parts, size, headers)
-        except KafkaStorageError:
-            raise
-        except OSError as exc:  # the partial write could not be undone: stop taking writes
-            self._offline = True
-            raise KafkaStorageError(f"{self.dir} went offline: {exc}") from exc
-        self._log_end_offset = next_offset
-        if analysis is not None:
-            completed = self._producer_state.apply(analysis)
-            if completed:
-                self._index_aborted(completed, segment)
-        if next_offset - self._recovery_point >= self._flush_messages or self._flush_ms_set:
-            self._maybe_flush()
-        return tuple.__new__(
-            LogAppendInfo,
-            (first_offset, next_offset - 1, log_append_time, self._log_start_offset, max_timestamp,
-             len(headers), size, headers, False),
-        )
