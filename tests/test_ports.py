@@ -61,7 +61,8 @@ def _port_numbers(tree: ast.AST, numbers: set[int]) -> list[ast.Constant]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id if isinstance(t, ast.Name) else getattr(t, "attr", None) for t in targets]
-            if any(_names_a_port(n) for n in names):
+            # An annotation alone (``port: int`` in a dataclass) has no value to check.
+            if node.value is not None and any(_names_a_port(n) for n in names):
                 candidates = [node.value]
         elif isinstance(node, ast.arguments):
             params = node.posonlyargs + node.args
@@ -203,6 +204,7 @@ def test_the_parse_only_files_exist():
         "METRICS_PORT = 8080",
         "def serve(port: int = 6379): ...",
         "self.console_port = 8088",
+        "console_port: int = 8088",
     ],
 )
 def test_the_literal_check_finds_a_default_port(source):
@@ -212,7 +214,7 @@ def test_the_literal_check_finds_a_default_port(source):
 def test_the_literal_check_leaves_other_numbers_alone():
     source = (
         'n = 3000\nm = "offset 19092"\nurl = "http://127.0.0.1:0"\nsize = 65536\nt = "10.0.0.1"\n'
-        "admin.create_topic(name, 10_001, 1)\nrecords = [8080] * 3\n"
+        "admin.create_topic(name, 10_001, 1)\nrecords = [8080] * 3\nport: int\n"
     )
     assert literal_ports(source, set(ports.default_ports())) == []
 
