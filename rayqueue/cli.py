@@ -31,6 +31,7 @@ import ray
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
@@ -38,7 +39,7 @@ from tqdm import tqdm
 from actors.config import load_toml
 from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata, TopicPartition
-from rayqueue.cluster import Cluster, connect, join_ray, launch, start_embedded_ray
+from rayqueue.cluster import Cluster, connect, is_loopback, join_ray, launch, metrics_on_loopback, start_embedded_ray
 from rayqueue.console import DEFAULT_HOST as DEFAULT_CONSOLE_HOST
 from rayqueue.console import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
 from rayqueue.errors import KafkaError, UnknownTopicOrPartitionError, as_kafka_error
@@ -275,6 +276,14 @@ def start(
     console_host: Annotated[
         str, typer.Option("--console-host", help="Interface of --console (0.0.0.0: every interface).")
     ] = DEFAULT_CONSOLE_HOST,
+    console_allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--console-allowed-host",
+            help="A Host name --console answers besides its address, localhost and 127.0.0.1 (repeatable;"
+            " also rayqueue.console.allowed.hosts in the config).",
+        ),
+    ] = None,
     metrics_export_port: Annotated[
         int,
         typer.Option(
@@ -285,6 +294,15 @@ def start(
             max=65535,
         ),
     ] = DEFAULT_METRICS_EXPORT_PORT,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-host",
+            help="Interface of the embedded Ray's metrics endpoint: 127.0.0.1 (loopback; Ray's own ports too) or"
+            " 0.0.0.0 (every interface; Ray's metrics agent binds no single other address). Default: loopback"
+            " when every Kafka listener binds a loopback address, else every interface. Ignored with --address.",
+        ),
+    ] = None,
 ) -> None:
     """Launch a rayqueue cluster.
 
@@ -314,7 +332,9 @@ def start(
     _quiet_ray()
     embedded = not address
     if embedded:
-        start_embedded_ray(metrics_export_port=metrics_export_port or None)
+        # The metrics name every topic and group: they listen where the Kafka listeners do.
+        loopback = metrics_on_loopback(overrides.get("listeners", values.get("listeners", ())), metrics_host)
+        start_embedded_ray(metrics_export_port=metrics_export_port or None, loopback=loopback)
     else:
         join_ray(address)
 
@@ -340,8 +360,10 @@ def start(
         )
         if cluster.bootstrap_servers:
             out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
+        _metrics_banner(embedded)
         if console:
-            server = _start_console(cluster, console_host, console_port)
+            hosts = [*cluster.config["rayqueue.console.allowed.hosts"], *(console_allowed_host or ())]
+            server = _start_console(cluster, console_host, console_port, hosts)
         if not (embedded or foreground or console):
             out.print("The actors are detached and keep running; stop them with `rayqueue stop`.")
             sys.stdout.flush()
@@ -351,9 +373,6 @@ def start(
             # tell the operator how to reach this one exactly.
             gcs = ray.get_runtime_context().gcs_address
             out.print(f"Ray is embedded in this process at {gcs} (other commands: --address {gcs} or RAY_ADDRESS).")
-            here = ray.get_runtime_context().get_node_id()
-            node = next(n for n in ray.nodes() if n["NodeID"] == here)
-            out.print(f"Prometheus metrics: http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics")
         if embedded or foreground:
             out.print("Running in the foreground; Ctrl-C or SIGTERM stops the cluster.")
         else:
@@ -377,6 +396,22 @@ def start(
         ray.shutdown()
 
 
+def _metrics_banner(embedded: bool) -> None:
+    """Where Prometheus scrapes this node's metrics, and who else can."""
+    here = ray.get_runtime_context().get_node_id()
+    node = next(n for n in ray.nodes() if n["NodeID"] == here)
+    address, port = node["NodeManagerAddress"], node["MetricsExportPort"]
+    url = f"http://{f'[{address}]' if ':' in address else address}:{port}/metrics"
+    if not embedded:
+        where = "this node's; every Ray node exports its own, on the interfaces that Ray was started with"
+    elif is_loopback(address):
+        where = "loopback only: reachable from this machine alone; --metrics-host 0.0.0.0 opens it to the network"
+    else:
+        # Ray's metrics agent binds loopback or every interface, nothing in between.
+        where = f"every interface, no authentication: anyone who can reach {address} can read it"
+    out.print(f"Prometheus metrics: {url} ({where}).")
+
+
 @app.command("stop")
 @_handle_errors
 def stop_cluster(
@@ -390,24 +425,29 @@ def stop_cluster(
     out.print(f"Stopped the rayqueue cluster in namespace [bold]{name}[/].")
 
 
-def _console_banner(server: ConsoleServer, host_option: str = "--host") -> None:
+def _console_banner(server: ConsoleServer, host_option: str = "--host", hosts_option: str = "--allowed-host") -> None:
     where = (
         f"loopback only: reachable from this machine alone; {host_option} 0.0.0.0 opens it to the network"
         if server.host in ("127.0.0.1", "::1", "localhost")
         else f"bound to {server.host}: anyone who can reach this address can change topics and offsets"
     )
     out.print(f"rayqueue console on [bold]{server.url}[/] ({where}).")
+    # Browsers are refused under any other name (DNS rebinding); say so before someone tries.
+    out.print(
+        f"It answers to Host {escape(', '.join(server.allowed_hosts))} (more: {hosts_option}) and accepts changes"
+        " only from its own pages (scripts send an Origin header naming it)."
+    )
 
 
-def _start_console(cluster: Cluster, host: str, port: int) -> ConsoleServer:
+def _start_console(cluster: Cluster, host: str, port: int, allowed_hosts: Iterable[str] = ()) -> ConsoleServer:
     from rayqueue.console.app import ConsoleServer  # the web stack only when asked for
 
     try:
-        server = ConsoleServer(cluster, host, port)
+        server = ConsoleServer(cluster, host, port, extra_hosts=allowed_hosts)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port} for the console: {exc.strerror or exc}") from None
     server.start()
-    _console_banner(server, "--console-host")
+    _console_banner(server, "--console-host", "--console-allowed-host or rayqueue.console.allowed.hosts")
     return server
 
 
@@ -418,6 +458,14 @@ def console_command(
     host: Annotated[
         str, typer.Option("--host", help="Interface to bind (default loopback; 0.0.0.0: every interface).")
     ] = DEFAULT_CONSOLE_HOST,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name to answer besides the bound address, localhost, 127.0.0.1 and [::1] (repeatable;"
+            " *.example.com: a domain; *: any). Other names are refused (DNS rebinding).",
+        ),
+    ] = None,
     name: Annotated[
         str,
         typer.Option(
@@ -432,7 +480,7 @@ def console_command(
 
     cluster = _connect(name, address)
     try:
-        server = ConsoleServer(cluster, host, port)
+        server = ConsoleServer(cluster, host, port, extra_hosts=allowed_host or ())
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     _console_banner(server)
