@@ -47,9 +47,12 @@ def decode_key(key: bytes | None) -> str:
 
 
 def encode_value(txn: TransactionMetadata) -> bytes | None:
-    """The value written for ``txn``: its metadata, or a tombstone when it is Dead."""
+    """The value written for ``txn``: its metadata, or a tombstone when it is Dead.
+    ValueError for PrepareEpochFence, a step that lives in memory only."""
     if txn.state == TransactionState.DEAD:
         return None
+    if txn.state == TransactionState.PREPARE_EPOCH_FENCE:
+        raise ValueError(f"{txn.transactional_id!r}: state {txn.state} is never written")
     return _dumps(
         {
             "producer_id": txn.producer_id,
