@@ -354,9 +354,11 @@ class GroupMetadataManager:
                     reason = f"did not poll within max.poll.interval.ms ({m.rebalance_timeout_ms} ms)"
                     self._remove_member(group, mid, reason, out)
             if group.state == GroupState.PREPARING_REBALANCE and now >= group.rebalance_deadline:
-                for mid, m in list(group.members.items()):
-                    if not m.awaiting_join:
-                        self._remove_member(group, mid, "did not rejoin within the rebalance timeout", out)
+                # The laggards are named before any goes: removing the last one completes the
+                # rebalance, after which no member is in a join any more.
+                laggards = [mid for mid, m in group.members.items() if not m.awaiting_join]
+                for mid in laggards:
+                    self._remove_member(group, mid, "did not rejoin within the rebalance timeout", out)
             self._maybe_complete_join(group, out)
         return out
 
