@@ -352,8 +352,13 @@ class GroupCoordinator(Coordinator):
         """Expire offsets of groups empty for ``offsets.retention.minutes`` (Kafka 2.1+ rule:
         the clock starts when the group became empty); returns how many expired."""
         self._check_loaded()
+        now = self._clock.wall_ms() if now_ms is None else now_ms
         expired = 0
-        for batch in self.state.offsets.expired(now_ms):
+        for group_id in [e.group_id for e in self.state.offsets.expired(now)]:
+            # Asked again for each group: the writes before it may have let a member join.
+            batch = self.state.offsets.expired_of(group_id, now)
+            if batch is None:
+                continue
             if batch.whole_group:
                 await self._delete_group(batch.group_id)
             else:

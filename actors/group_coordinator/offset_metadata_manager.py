@@ -183,9 +183,13 @@ class OffsetMetadataManager:
         self.drop_if_unused(group_id)
 
     def remove_group(self, group_id: str) -> None:
-        """A deleted group (its tombstone is durable): offsets, pending ones aside, and membership."""
+        """A deleted group (its tombstones are durable): its offsets go (pending ones aside),
+        and the group too, unless a member joined while the tombstones were written (the
+        group's next metadata record, written after them, brings it back on load)."""
         self.offsets.pop(group_id, None)
-        self._groups.remove(group_id)
+        group = self._groups.get(group_id)
+        if group is not None and not group.members:
+            self._groups.remove(group_id)
 
     def drop_if_unused(self, group_id: str) -> None:
         """Forget a group with no members, no generation in progress and no offsets."""
@@ -198,19 +202,22 @@ class OffsetMetadataManager:
         """Offsets of groups empty for ``offsets.retention.minutes`` (counted from the later
         of the group's last state change and the commit), at ``now_ms`` (default: now)."""
         now = self._clock.wall_ms() if now_ms is None else now_ms
-        out = []
-        for group_id, committed in self.offsets.items():
-            group = self._groups.get(group_id)
-            if group is None or group.members or group.state != GroupState.EMPTY:
-                continue
-            gone = tuple(
-                tp
-                for tp, om in committed.items()
-                if now - max(group.state_timestamp_ms, om.commit_timestamp) >= self._retention_ms
-            )
-            if gone:
-                out.append(ExpiredOffsets(group_id, gone, len(gone) == len(committed)))
-        return out
+        return [e for group_id in list(self.offsets) if (e := self.expired_of(group_id, now)) is not None]
+
+    def expired_of(self, group_id: str, now_ms: int | None = None) -> ExpiredOffsets | None:
+        """The group's offsets past retention at ``now_ms``, if any (asked again just before
+        they are deleted: a member may have joined since :meth:`expired`)."""
+        now = self._clock.wall_ms() if now_ms is None else now_ms
+        group = self._groups.get(group_id)
+        committed = self.offsets.get(group_id)
+        if group is None or not committed or group.members or group.state != GroupState.EMPTY:
+            return None
+        gone = tuple(
+            tp
+            for tp, om in committed.items()
+            if now - max(group.state_timestamp_ms, om.commit_timestamp) >= self._retention_ms
+        )
+        return ExpiredOffsets(group_id, gone, len(gone) == len(committed)) if gone else None
 
     # -- lag ------------------------------------------------------------------------------
 

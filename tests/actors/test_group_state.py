@@ -724,3 +724,16 @@ def test_tombstones_replay_as_deletions(shell):
     assert set(shell.offsets.fetch(G, None)) == {TPS[1]}
     state.replay(offset_key(G, TPS[1]), None)
     assert state.groups.get(G) is None
+
+
+def test_a_member_that_joins_while_the_group_is_deleted_keeps_the_group(shell, clock):
+    """Expiry and DeleteGroups decide, write their tombstones, then remove: a member that
+    joined while they wrote keeps its group (its next record supersedes the tombstone)."""
+    commit(shell, {TPS[0]: 1})
+    clock.advance(RETENTION_MS)
+    (decided,) = shell.offsets.expired()
+    assert decided.whole_group
+    a = shell.joined(shell.join(client_id="a"))  # joins while the tombstones are written
+    assert shell.offsets.expired_of(G) is None  # asked again before the next write: not expired
+    shell.offsets.remove_group(G)
+    assert shell.offsets.fetch(G, None) == {} and a.member_id in shell.group().members
