@@ -100,11 +100,11 @@ def test_group_coordinator_load_skips_unreadable_offsets_records(caplog):
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
     assert coordinator._loaded
-    group = coordinator._groups["g1"]
+    group = coordinator.state.groups.get("g1")
     # Every good record applied; none of the bad ones for the same keys changed anything.
-    assert group.offsets == {TP: OffsetAndMetadata(42, "meta")}
+    assert coordinator.state.offsets.committed("g1") == {TP: OffsetAndMetadata(42, "meta")}
     assert group.generation == 3 and group.protocol == "range" and not group.members
-    assert coordinator._groups["g2"].offsets == {TP: OffsetAndMetadata(9)}
+    assert coordinator.state.offsets.committed("g2") == {TP: OffsetAndMetadata(9)}
     expected = [2 + i for i in range(len(BAD_OFFSETS))] + [101]
     assert asyncio.run(coordinator.skipped_records()) == len(expected)
     assert _skip_lines(caplog, "__consumer_offsets") == expected
@@ -121,7 +121,7 @@ def test_group_coordinator_skips_a_batch_whose_records_do_not_decode(caplog):
     _replaying(coordinator, [bytes(broken), good])
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
-    assert coordinator._groups["g1"].offsets == {TP: OffsetAndMetadata(6)}
+    assert coordinator.state.offsets.committed("g1") == {TP: OffsetAndMetadata(6)}
     assert asyncio.run(coordinator.skipped_records()) == 1
     assert _skip_lines(caplog, "__consumer_offsets") == [3]
 
@@ -160,7 +160,7 @@ def test_transaction_coordinator_load_skips_unreadable_state_records(caplog):
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
     assert coordinator._loaded
-    txn = coordinator._txns["tid"]
+    txn = coordinator.state.get("tid")
     assert (txn.producer_id, txn.producer_epoch, txn.state) == (11, 2, "CompleteCommit")
     assert txn.partitions == {TP}
     expected = [1 + i for i in range(len(BAD_TXNS))]
