@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 
-from actors.controller import Controller, _altered, assign_replicas, new_cluster_id, validate_topic_name
+from actors.controller.actor import Controller, _altered, assign_replicas, new_cluster_id, validate_topic_name
 from actors.metadata_log import MetadataLog
 from actors.names import replica_actor_name
 from actors.partition import PartitionReplica

@@ -170,7 +170,7 @@ def test_transaction_coordinator_load_skips_unreadable_state_records(caplog):
 
 def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog, monkeypatch):
     # A plain object, not an actor: only the replay (and its writes) run, without Ray.
-    monkeypatch.setattr("actors.controller._restarted_by_ray", lambda: False)
+    monkeypatch.setattr("actors.controller.actor._restarted_by_ray", lambda: False)
     directory = tmp_path / "__cluster_metadata-0"
     metadata = MetadataLog(directory)
     for record in [
