@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import internal_records as stored
+from actors import launch
 from actors.config import broker_config, topic_defaults
 from actors.gateway.probe import probe_listeners
 from actors.metadata_log import MetadataLog
@@ -224,12 +224,6 @@ def _altered(
             value = spec.convert(value)
         merged[key] = list(value) if isinstance(value, tuple) else value
     return merged
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _remove_strays_on_node(data_dir: str, hosted: set[str]) -> list[str]:
-    """remove_stray_partitions, run on the broker's node (its data dir is local there)."""
-    return remove_stray_partitions(data_dir, hosted)
 
 
 @dataclass
@@ -486,7 +480,7 @@ class Controller:
                 if future.exception() is not None and not isinstance(future.exception(), ray.exceptions.RayActorError):
                     logger.warning("replica close failed: %s", future.exception())
         for handle in self._handles.values():
-            ray.kill(handle, no_restart=True)
+            launch.kill(handle)
         self._handles.clear()
         self._metadata.close()
 
@@ -760,10 +754,13 @@ class Controller:
         key = (topic, partition, broker_id)
         name = replica_actor_name(topic, partition, broker_id)
         outcome = _ATTACHED
-        try:
-            handle = ray.get_actor(name, namespace=self._namespace)
-            await handle.ping.remote()
-        except (ValueError, ray.exceptions.RayActorError):
+        handle = launch.find_actor(name, self._namespace)
+        if handle is not None:
+            try:
+                await handle.ping.remote()
+            except ray.exceptions.RayActorError:
+                handle = None
+        if handle is None:
             handle = await self._start_replica(topic, partition, broker_id)
             if handle is None:
                 return None
@@ -785,27 +782,20 @@ class Controller:
         deadline = time.monotonic() + 30
         while True:
             try:
-                handle = (
-                    ray.remote(PartitionReplica)
-                    .options(
-                        name=name,
-                        namespace=self._namespace,
-                        lifetime="detached",
-                        num_cpus=0,
-                        max_concurrency=1000,
-                        max_restarts=0,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
-                    )
-                    .remote(
-                        topic,
-                        partition,
-                        broker_id,
-                        broker.data_dir,
-                        self._effective_config(self._state.topics[topic]),
-                        self._state.topics[topic].topic_id,
-                        self._metrics_enabled,
-                        self._namespace,
-                    )
+                handle = launch.launch(
+                    PartitionReplica,
+                    launch.REPLICA,
+                    name,
+                    self._namespace,
+                    broker.node_id,
+                    topic,
+                    partition,
+                    broker_id,
+                    broker.data_dir,
+                    self._effective_config(self._state.topics[topic]),
+                    self._state.topics[topic].topic_id,
+                    self._metrics_enabled,
+                    self._namespace,
                 )
                 await handle.ping.remote()
                 return handle
@@ -830,8 +820,7 @@ class Controller:
             broker = self._state.brokers.get(b)
             if broker is None or not broker.alive or not self._node_alive(broker.node_id):
                 continue
-            strategy = NodeAffinitySchedulingStrategy(broker.node_id, soft=False)
-            calls[b] = _remove_strays_on_node.options(scheduling_strategy=strategy).remote(broker.data_dir, hosted[b])
+            calls[b] = launch.run_on_node(remove_stray_partitions, broker.node_id, broker.data_dir, hosted[b])
         for b, ref in calls.items():
             try:
                 # Bounded: this runs under the controller's lock.
@@ -913,7 +902,7 @@ class Controller:
             await handle.close.remote(delete)
         except ray.exceptions.RayActorError:
             pass
-        ray.kill(handle, no_restart=True)
+        launch.kill(handle)
         # ray.kill returns before the actor is gone: a replica started next under the same
         # name (a topic deleted and created again) must not attach to this closed one.
         deadline = time.monotonic() + 10
@@ -1388,14 +1377,14 @@ class Controller:
         return topic
 
     def _live_brokers(self) -> list[int]:
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        alive = launch.alive_nodes()
         live = sorted(b.broker_id for b in self._state.brokers.values() if b.alive and b.node_id in alive)
         if not live:
             raise InvalidReplicationFactorError("no live brokers")
         return live
 
     def _node_alive(self, node_id: str) -> bool:
-        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+        return node_id in launch.alive_nodes()
 
     def _check_assignment(self, assignment: list[list[int]]) -> None:
         if not isinstance(assignment, (list, tuple)) or not assignment:
