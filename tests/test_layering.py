@@ -27,6 +27,20 @@ OVERSIZED = {
     "actors/partition.py",
     "rayqueue/cli.py",
 }
+# Packages whose state machines are plain classes on an injected clock (actors/clock.py): only
+# their ``actor`` module (the Ray shell) may import Ray or asyncio, and none reads the clock.
+STATE_MACHINE_PACKAGES = ("actors/controller",)
+SHELL_MODULE = "actor.py"
+# Modules that read the time: reading it is the clock's job (Kafka's Time / MockTime).
+CLOCK_MODULES = ("time", "datetime")
+# The one module that launches Ray actors and looks them up (actors.launch), and what may
+# still do it elsewhere, with the reason.
+LAUNCH_MODULE = "actors/launch.py"
+LAUNCH_ALLOWED = {
+    # Split into a package on branch i31-coord: its group-coordinator lookup goes through
+    # actors.launch when that branch merges.
+    "actors/transaction_coordinator": "being split on another branch",
+}
 # A package may import only itself and the packages after it.
 LAYERS = {"rayqueue": {"rayqueue", "actors", "storage"}, "actors": {"actors", "storage"}, "storage": {"storage"}}
 
@@ -167,6 +181,140 @@ def test_no_source_module_is_over_1000_lines() -> None:
     over = {path: lines for path, lines in _line_counts().items() if lines > MAX_LINES}
     assert {path: lines for path, lines in over.items() if path not in OVERSIZED} == {}
     assert sorted(OVERSIZED - set(over)) == [], "split already: take it off OVERSIZED"
+
+
+def _state_modules() -> list[Path]:
+    return [
+        path
+        for package in STATE_MACHINE_PACKAGES
+        for path in sorted((ROOT / package).glob("*.py"))
+        if path.name != SHELL_MODULE
+    ]
+
+
+def _imported_names(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
+def test_the_state_machine_packages_exist() -> None:
+    """The lists below check something: every package is there, with a shell and state."""
+    for package in STATE_MACHINE_PACKAGES:
+        assert (ROOT / package / SHELL_MODULE).is_file(), package
+    assert len(_state_modules()) > len(STATE_MACHINE_PACKAGES)
+
+
+def test_state_modules_import_no_ray_and_no_asyncio() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _state_modules()
+        for name in _imported_names(path)
+        if name.split(".")[0] in ("ray", "asyncio")
+    ]
+    assert found == []
+
+
+def test_state_modules_import_without_ray() -> None:
+    """Every state module (and each package itself) imports with Ray unavailable, so nothing
+    they import, however indirectly, loads Ray."""
+    names = [_module_name(path) for path in _state_modules()]
+    names += [package.replace("/", ".") for package in STATE_MACHINE_PACKAGES]
+    code = (
+        "import importlib, json, sys; sys.modules['ray'] = None; "
+        f"[importlib.import_module(n) for n in {names!r}]; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'ray')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["ray"]  # only the blocked placeholder
+
+
+def _clock_reads(path: Path) -> list[str]:
+    """Imports of the time modules and event-loop clock reads (``loop.time()``) in ``path``."""
+    found = [f"imports {name}" for name in _imported_names(path) if name.split(".")[0] in CLOCK_MODULES]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "time":
+            if "loop" in ast.unparse(node.func.value):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_direct_clock_read_in_the_state_machine_packages() -> None:
+    """The shells too read the injected clock, so that a test's ManualClock moves them all."""
+    found = {
+        str(path.relative_to(ROOT)): reads
+        for package in STATE_MACHINE_PACKAGES
+        for path in sorted((ROOT / package).glob("*.py"))
+        if (reads := _clock_reads(path))
+    }
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    "source, reads",
+    [
+        ("import time\nx = time.monotonic()\n", 1),
+        ("from time import perf_counter\n", 1),
+        ("import asyncio\nx = asyncio.get_running_loop().time()\n", 1),
+        ("from actors.clock import SYSTEM\nx = SYSTEM.monotonic()\n", 0),
+    ],
+)
+def test_the_clock_read_finder_finds_reads(tmp_path: Path, source: str, reads: int) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(_clock_reads(path)) == reads
+
+
+def _launches(path: Path) -> list[str]:
+    """Ray actor launches and lookups in ``path``: ``ray.get_actor(...)``, ``ray.remote(...)``,
+    ``x.options(...)``, and a class decorated ``@ray.remote``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            call = ast.unparse(node.func)
+            if call in ("ray.get_actor", "ray.remote") or node.func.attr == "options":
+                found.append(f"line {node.lineno}: {call}(...)")
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                f"line {node.lineno}: @ray.remote class" for d in node.decorator_list if ast.unparse(d) == "ray.remote"
+            ]
+    return found
+
+
+def test_actors_are_launched_and_looked_up_in_one_module() -> None:
+    found = {
+        rel: reads
+        for package in ("actors", "rayqueue")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (rel := str(path.relative_to(ROOT))) != LAUNCH_MODULE
+        and not any(
+            rel == allowed or rel.startswith(allowed + "/") or rel == allowed + ".py" for allowed in LAUNCH_ALLOWED
+        )
+        and (reads := _launches(path))
+    }
+    assert found == {}
+    assert _launches(ROOT / LAUNCH_MODULE), "the launch module launches nothing: the check above checks nothing"
+
+
+@pytest.mark.parametrize(
+    "source, launches",
+    [
+        ("import ray\nh = ray.get_actor('x', namespace='n')\n", 1),
+        ("import ray\nh = ray.remote(C).options(name='x').remote()\n", 2),
+        ("import ray\n@ray.remote\nclass A:\n    pass\n", 1),
+        ("import ray\n@ray.remote\ndef task():\n    pass\n", 0),  # a task, not an actor
+        ("from actors import launch\nh = launch.find_actor('x', 'n')\n", 0),
+    ],
+)
+def test_the_launch_finder_finds_launches(tmp_path: Path, source: str, launches: int) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(_launches(path)) == launches
 
 
 def test_a_light_storage_module_loads_neither_pyarrow_nor_numpy() -> None:
