@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 
+from actors import launch
 from actors.config import broker_config
 from actors.fetch import FetchCursor
 from actors.names import CONTROLLER_NAME
@@ -240,7 +241,7 @@ class Coordinator:
 
     def _controller_handle(self) -> Any:
         if self._controller is None:
-            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+            self._controller = launch.get_actor(CONTROLLER_NAME, self._namespace)
         return self._controller
 
     async def _load(self) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import launch as actor_launch
 from actors.config import broker_config, load_toml
 from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
@@ -123,12 +123,12 @@ class Cluster(ClusterHandle):
             logger.warning("could not stop the gateways", exc_info=True)
         for coordinator in (self.transaction_coordinator, self.group_coordinator):
             if coordinator is not None:
-                ray.kill(coordinator, no_restart=True)
+                actor_launch.kill(coordinator)
         try:
             ray.get(self.controller.shutdown.remote(delete_data), timeout=120)
         except ray.exceptions.RayActorError:
             pass
-        ray.kill(self.controller, no_restart=True)
+        actor_launch.kill(self.controller)
         if self._owns_ray:
             ray.shutdown()
 
@@ -183,16 +183,12 @@ def launch(
     cfg = broker_config(values)
     owns_ray = ensure_ray(address, num_cpus, metrics_export_port, metrics_on_loopback(cfg["listeners"], metrics_host))
     namespace = cfg["rayqueue.namespace"]
-    try:
-        ray.get_actor(CONTROLLER_NAME, namespace=namespace)
-    except ValueError:
-        pass
-    else:
+    if actor_launch.find_actor(CONTROLLER_NAME, namespace) is not None:
         raise InvalidConfigError(f"a rayqueue cluster already runs in namespace {namespace!r}; use rayqueue.connect()")
     Path(cfg["log.dirs"]).mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     controller = _start_singleton(Controller, CONTROLLER_NAME, namespace, cfg, here)
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    nodes = sorted(actor_launch.alive_nodes())
     # The driver's node first, so that one-node clusters and broker 0 stay local.
     nodes.remove(here)
     nodes.insert(0, here)
@@ -223,19 +219,7 @@ def launch(
 def _start_singleton(cls: type, name: str, namespace: str, cfg: Config, node_id: str) -> Any:
     """A cluster-wide actor (controller, group and transaction coordinators): named, detached, restarted by Ray
     (each rebuilds its state from its log), placed on ``node_id`` when it can be."""
-    return (
-        ray.remote(cls)
-        .options(
-            name=name,
-            namespace=namespace,
-            lifetime="detached",
-            num_cpus=0,
-            max_concurrency=1000,
-            max_restarts=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
-        )
-        .remote(namespace, dict(cfg))
-    )
+    return actor_launch.launch(cls, actor_launch.CLUSTER_ACTOR, name, namespace, node_id, namespace, dict(cfg))
 
 
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> Cluster:

@@ -13,12 +13,12 @@ import contextlib
 import ipaddress
 import logging
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import ray
 
+from actors import launch
 from actors.config import BROKER_CONFIG
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.protocol import MetadataRequest
@@ -247,22 +247,11 @@ class ClusterHandle:
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> ClusterHandle:
     """Attach to the rayqueue cluster running in Ray namespace ``name``."""
     ensure_ray(address)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=name)
-            break
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
-            time.sleep(0.2)
+    controller = launch.wait_for_actor(CONTROLLER_NAME, name, timeout_s)
+    if controller is None:
+        raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}")
     cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
-    try:
-        coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        coordinator = None  # a cluster launched before groups existed; group calls will say so
-    try:
-        txn_coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        txn_coordinator = None  # a cluster launched before transactions existed
+    # None in a cluster launched before groups or transactions existed: their calls will say so.
+    coordinator = launch.find_actor(GROUP_COORDINATOR_NAME, name)
+    txn_coordinator = launch.find_actor(TRANSACTION_COORDINATOR_NAME, name)
     return ClusterHandle(name, controller, cfg, group_coordinator=coordinator, transaction_coordinator=txn_coordinator)

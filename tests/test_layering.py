@@ -23,16 +23,19 @@ MAX_LINES = 1_000
 # Modules still over MAX_LINES: split by the actor half of issue 31. Empty it as they are
 # split (the test fails for a listed module that is no longer over, so the list stays true).
 OVERSIZED = {
-    "actors/controller.py",
     "actors/partition.py",
     "rayqueue/cli.py",
 }
 # Packages whose state machines are plain classes on an injected clock (actors/clock.py): only
 # their ``actor`` module (the Ray shell) may import Ray or asyncio, and none reads the clock.
-STATE_MACHINE_PACKAGES = ("actors/group_coordinator", "actors/transaction_coordinator")
+STATE_MACHINE_PACKAGES = ("actors/controller", "actors/group_coordinator", "actors/transaction_coordinator")
 SHELL_MODULE = "actor.py"
 # Modules that read the time: reading it is the clock's job (Kafka's Time / MockTime).
 CLOCK_MODULES = ("time", "datetime")
+# The one module that launches Ray actors and looks them up (actors.launch), and what may
+# still do it elsewhere, with the reason.
+LAUNCH_MODULE = "actors/launch.py"
+LAUNCH_ALLOWED: dict[str, str] = {}
 # A package may import only itself and the packages after it.
 LAYERS = {"rayqueue": {"rayqueue", "actors", "storage"}, "actors": {"actors", "storage"}, "storage": {"storage"}}
 
@@ -260,6 +263,53 @@ def test_the_clock_read_finder_finds_reads(tmp_path: Path, source: str, reads: i
     path = tmp_path / "m.py"
     path.write_text(source)
     assert len(_clock_reads(path)) == reads
+
+
+def _launches(path: Path) -> list[str]:
+    """Ray actor launches and lookups in ``path``: ``ray.get_actor(...)``, ``ray.remote(...)``,
+    ``x.options(...)``, and a class decorated ``@ray.remote``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            call = ast.unparse(node.func)
+            if call in ("ray.get_actor", "ray.remote") or node.func.attr == "options":
+                found.append(f"line {node.lineno}: {call}(...)")
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                f"line {node.lineno}: @ray.remote class" for d in node.decorator_list if ast.unparse(d) == "ray.remote"
+            ]
+    return found
+
+
+def test_actors_are_launched_and_looked_up_in_one_module() -> None:
+    found = {
+        rel: reads
+        for package in ("actors", "rayqueue")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (rel := str(path.relative_to(ROOT))) != LAUNCH_MODULE
+        and not any(
+            rel == allowed or rel.startswith(allowed + "/") or rel == allowed + ".py" for allowed in LAUNCH_ALLOWED
+        )
+        and (reads := _launches(path))
+    }
+    assert found == {}
+    assert _launches(ROOT / LAUNCH_MODULE), "the launch module launches nothing: the check above checks nothing"
+
+
+@pytest.mark.parametrize(
+    "source, launches",
+    [
+        ("import ray\nh = ray.get_actor('x', namespace='n')\n", 1),
+        ("import ray\nh = ray.remote(C).options(name='x').remote()\n", 2),
+        ("import ray\n@ray.remote\nclass A:\n    pass\n", 1),
+        ("import ray\n@ray.remote\ndef task():\n    pass\n", 0),  # a task, not an actor
+        ("from actors import launch\nh = launch.find_actor('x', 'n')\n", 0),
+    ],
+)
+def test_the_launch_finder_finds_launches(tmp_path: Path, source: str, launches: int) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(_launches(path)) == launches
 
 
 def test_a_light_storage_module_loads_neither_pyarrow_nor_numpy() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import ray
 
 from actors import internal_records as stored
+from actors import launch
 from actors.clock import SYSTEM, Clock
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
@@ -378,7 +379,7 @@ class TransactionCoordinator(Coordinator):
         while True:
             try:
                 if self._group_coordinator is None:
-                    self._group_coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._namespace)
+                    self._group_coordinator = launch.get_actor(GROUP_COORDINATOR_NAME, self._namespace)
                 result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
                 await self._group_coordinator.complete_txn.remote(CompleteTxnRequest(producer_id, result))
                 return

@@ -18,7 +18,7 @@ import re
 import crc32c
 import pytest
 
-from actors.controller import Controller
+from actors.controller.quorum_controller import QuorumController
 from actors.group_coordinator import GroupCoordinator, encode_offset, group_key, offset_key
 from actors.metadata_log import MetadataLog
 from actors.transaction_coordinator import TransactionCoordinator, transaction_key
@@ -168,9 +168,8 @@ def test_transaction_coordinator_load_skips_unreadable_state_records(caplog):
     assert _skip_lines(caplog, "__transaction_state") == expected
 
 
-def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog, monkeypatch):
-    # A plain object, not an actor: only the replay (and its writes) run, without Ray.
-    monkeypatch.setattr("actors.controller._restarted_by_ray", lambda: False)
+def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog):
+    # The controller's state without its actor: only the replay (and its writes) run, without Ray.
     directory = tmp_path / "__cluster_metadata-0"
     metadata = MetadataLog(directory)
     for record in [
@@ -210,16 +209,15 @@ def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog, m
     log.close()
 
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
-        controller = Controller("ns", {"log.dirs": str(tmp_path), **NO_METRICS})
+        quorum = QuorumController({"log.dirs": str(tmp_path), **NO_METRICS})
     try:
-        state = controller._state
-        assert state.cluster_id == "c1" and state.controller_epoch == 5  # 4, then this start's
-        assert list(state.brokers) == [0] and list(state.topics) == ["kept"]
-        assert [(p.replicas, p.leader) for p in state.topics["kept"].partitions] == [([0], 0)]
-        assert controller._skipped.count == len(garbage)
+        assert quorum.cluster.cluster_id == "c1" and quorum.cluster.controller_epoch == 5  # 4, then this start's
+        assert list(quorum.cluster.brokers) == [0] and list(quorum.replication.topics) == ["kept"]
+        assert [(p.replicas, p.leader) for p in quorum.replication.topics["kept"].partitions] == [([0], 0)]
+        assert quorum.skipped.count == len(garbage)
         assert _skip_lines(caplog, "__cluster_metadata") == list(range(first, first + len(garbage)))
     finally:
-        controller._metadata.close()
+        quorum.close()
 
 
 @pytest.mark.parametrize("value", [b"\x00", b"{}", b'{"type": 1}'])
