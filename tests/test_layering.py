@@ -26,7 +26,6 @@ OVERSIZED = {
     "actors/controller.py",
     "actors/group_coordinator.py",
     "actors/partition.py",
-    "rayqueue/cli.py",
 }
 # A package may import only itself and the packages after it.
 LAYERS = {"rayqueue": {"rayqueue", "actors", "storage"}, "actors": {"actors", "storage"}, "storage": {"storage"}}
