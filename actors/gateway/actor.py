@@ -22,6 +22,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.clock import SYSTEM
 from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
@@ -244,8 +245,8 @@ def start_gateways(namespace: str, config: dict[str, Any], meta: ClusterMetadata
 
 
 def _wait_name_free(name: str, namespace: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _named(name, namespace) is not None and time.monotonic() < deadline:
+    deadline = SYSTEM.monotonic() + timeout_s
+    while _named(name, namespace) is not None and SYSTEM.monotonic() < deadline:
         time.sleep(0.05)
 
 
