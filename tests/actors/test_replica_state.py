@@ -1,14 +1,28 @@
 """The replica's replication rules on a manual clock, without Ray and without waiting:
 followers leave the ISR after replica.lag.time.max.ms and rejoin when caught up, the high
-watermark never passes what the ISR holds, and leader epochs fence stale requests."""
+watermark never passes what the ISR holds, and leader epochs fence stale requests. The last
+test drives two PartitionReplica objects (the actor's class, no Ray) on one manual clock."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
 
 import pytest
 
 from actors.clock import ManualClock
-from actors.protocol import NO_EPOCH, ReplicaRole
+from actors.partition import PartitionReplica
+from actors.protocol import (
+    NO_EPOCH,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    FetchRequest,
+    LeaderAndIsrRequest,
+    ProduceRequest,
+    ReplicaRole,
+)
 from actors.replica_state import ReplicaState
+from storage import RecordBatchBuilder
 from storage.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 
 LAG_MS = 10_000
@@ -160,3 +174,101 @@ def test_membership_changes_keep_lag_history_and_give_new_isr_members_a_full_per
 def test_the_manual_clock_does_not_go_back() -> None:
     with pytest.raises(ValueError):
         ManualClock().advance(-1)
+
+
+# -- the actor over the state, without Ray ------------------------------------------------
+
+
+class _Handle:
+    """``handle.method.remote(...)`` as a Ray actor handle has it, calling the object itself."""
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self._target, name)
+        return type("Method", (), {"remote": staticmethod(method)})
+
+
+class _Controller:
+    """Accepts every ISR change (Kafka's controller answering AlterPartition)."""
+
+    def __init__(self) -> None:
+        self.proposed: list[tuple[int, ...]] = []
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        self.proposed.append(request.new_isr)
+        return AlterPartitionResponse(request.leader_epoch, request.partition_epoch + 1, request.new_isr)
+
+
+async def _until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        await asyncio.sleep(0.01)
+
+
+def _batch(*values: bytes) -> bytes:
+    builder = RecordBatchBuilder()
+    for value in values:
+        builder.append(value)
+    return builder.build()
+
+
+def test_the_replica_actor_shrinks_and_expands_its_isr_on_its_clock(tmp_path) -> None:
+    """PartitionReplica objects (no Ray) on one ManualClock: a paused follower leaves the ISR
+    only when the clock passes replica.lag.time.max.ms, and comes back once it caught up."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        controller = _Controller()
+        replication = {"replica.lag.time.max.ms": LAG_MS, "replica.fetch.wait.max.ms": 50}
+        leader_replica = PartitionReplica("t", 0, 0, str(tmp_path / "b0"), {}, metrics_enabled=False, clock=clock)
+        follower = PartitionReplica("t", 0, 1, str(tmp_path / "b1"), {}, metrics_enabled=False, clock=clock)
+        ticking = True
+
+        async def tick() -> None:  # time passes for the follower's long polls while wanted
+            while True:
+                await asyncio.sleep(0.01)
+                if ticking:
+                    clock.advance(10)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            await leader_replica.become_leader(
+                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, controller=_Handle(controller), replication=replication)
+            )
+            await follower.become_follower(
+                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, leader_handle=_Handle(leader_replica))
+            )
+            answer = await leader_replica.produce(ProduceRequest(_batch(b"a", b"b", b"c"), -1, 30000))
+            assert answer.last_offset == 2 and leader_replica.high_watermark == 3
+            await _until(lambda: follower.high_watermark == 3, "the follower learns the HW")
+            with pytest.raises(FencedLeaderEpochError):
+                await leader_replica.fetch(FetchRequest(0, 1000, 0, current_leader_epoch=0))
+
+            await follower.pause_fetching(True)
+            ticking = False
+            clock.advance(LAG_MS - 100)
+            leader_replica._maybe_shrink_isr()
+            assert controller.proposed == []  # not yet past the lag time
+            clock.advance(200)
+            leader_replica._maybe_shrink_isr()
+            await _until(lambda: leader_replica._state.isr == (0,), "the ISR shrinks")
+            assert controller.proposed == [(0,)]
+            # acks=all now needs only the leader: the HW moves without the paused follower.
+            await leader_replica.produce(ProduceRequest(_batch(b"d"), -1, 30000))
+            assert leader_replica.high_watermark == 4
+
+            ticking = True
+            await follower.pause_fetching(False)
+            await _until(lambda: leader_replica._state.isr == (0, 1), "the caught-up follower rejoins")
+            assert controller.proposed == [(0,), (0, 1)]
+            await _until(lambda: follower.high_watermark == 4, "the follower catches up")
+        finally:
+            ticker.cancel()
+            await follower.close()
+            await leader_replica.close()
+
+    asyncio.run(scenario())
