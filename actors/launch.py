@@ -28,6 +28,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.clock import SYSTEM
+
 logger = logging.getLogger(__name__)
 
 # Concurrent calls an actor serves: long-poll fetches and acks=all produces wait inside it.
@@ -82,10 +84,10 @@ def find_actor(name: str, namespace: str) -> Any | None:
 
 def wait_for_actor(name: str, namespace: str, timeout_s: float) -> Any | None:
     """The handle of the actor ``name`` once it is registered, or None after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM.monotonic() + timeout_s
     while True:
         handle = find_actor(name, namespace)
-        if handle is not None or time.monotonic() > deadline:
+        if handle is not None or SYSTEM.monotonic() > deadline:
             return handle
         time.sleep(0.2)
 
@@ -93,9 +95,9 @@ def wait_for_actor(name: str, namespace: str, timeout_s: float) -> Any | None:
 def wait_name_free(name: str, namespace: str, timeout_s: float = 10.0) -> bool:
     """Wait until no actor holds ``name`` (a killed one releases it asynchronously); False
     if one still does after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM.monotonic() + timeout_s
     while find_actor(name, namespace) is not None:
-        if time.monotonic() >= deadline:
+        if SYSTEM.monotonic() >= deadline:
             return False
         time.sleep(0.05)
     return True

@@ -1,6 +1,7 @@
 """The package's shape, checked from the source: layers import downward only, no module
 imports a module that imports it back (directly or through others), importing a light
-storage module loads nothing heavy, and no source module grows past 1,000 lines.
+storage module loads nothing heavy, no source module grows past 1,000 lines, and nothing in
+``actors/`` reads the clock except ``actors/clock.py``.
 
 Imports are read with ``ast``, so deferred imports inside functions and ``TYPE_CHECKING``
 blocks count too: a circle held together by a deferred import is still a circle.
@@ -22,10 +23,13 @@ SOURCE_DIRS = (*PACKAGES, "scripts")
 MAX_LINES = 1_000
 # Modules still over MAX_LINES: split by the actor half of issue 31. Empty it as they are
 # split (the test fails for a listed module that is no longer over, so the list stays true).
-OVERSIZED = {
-    "actors/partition.py",
-    "rayqueue/cli.py",
-}
+OVERSIZED: set[str] = set()
+# The one module of actors/ that reads the clock; the rest take a Clock (or use its SYSTEM).
+CLOCK_MODULE = "actors/clock.py"
+# Still reading the clock directly: moved onto actors/clock.py by the coordinator and
+# controller halves of issue 31. A path here covers the module and, once it is a package,
+# everything under it; the test fails for a listed path that reads no clock any more.
+CLOCK_READERS_PENDING: set[str] = set()
 # Packages whose state machines are plain classes on an injected clock (actors/clock.py): only
 # their ``actor`` module (the Ray shell) may import Ray or asyncio, and none reads the clock.
 STATE_MACHINE_PACKAGES = ("actors/controller", "actors/group_coordinator", "actors/transaction_coordinator")
@@ -333,3 +337,79 @@ def test_the_log_loads_no_pyarrow() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+_CLOCK_CALLS = {
+    ("time", name) for name in ("time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns")
+} | {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("date", "today")}
+
+
+def _direct_clock_reads(source: str) -> list[str]:
+    """The direct clock reads in ``source``: ``time.monotonic()`` and its kin (however
+    ``time`` was imported), ``datetime.now()``, and clock functions imported by name."""
+    tree = ast.parse(source)
+    aliases = {  # import time as clock: clock.monotonic() is time.monotonic()
+        alias.asname: alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.asname and alias.name in ("time", "datetime")
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            found += [
+                f"line {node.lineno}: from {node.module} import {alias.name}"
+                for alias in node.names
+                if (node.module, alias.name) in _CLOCK_CALLS
+            ]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name | ast.Attribute):
+            owner = aliases.get(node.value.id, node.value.id) if isinstance(node.value, ast.Name) else node.value.attr
+            if (owner, node.attr) in _CLOCK_CALLS:
+                found.append(f"line {node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def _pending_clock_reader(relative: str) -> str | None:
+    return next(
+        (p for p in CLOCK_READERS_PENDING if relative == f"{p}.py" or relative.startswith(f"{p}/")),
+        None,
+    )
+
+
+def test_nothing_in_actors_reads_the_clock_but_the_clock_module() -> None:
+    """State machines take an injected Clock (tested on ManualClock); actors pass SYSTEM."""
+    direct: dict[str, list[str]] = {}
+    pending_clean = set(CLOCK_READERS_PENDING)
+    for path in sorted((ROOT / "actors").rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if relative == CLOCK_MODULE:
+            continue
+        reads = _direct_clock_reads(path.read_text())
+        pending = _pending_clock_reader(relative)
+        if pending is not None:
+            if reads:
+                pending_clean.discard(pending)
+            continue
+        if reads:
+            direct[relative] = reads
+    assert direct == {}
+    assert sorted(pending_clean) == [], "no direct clock read left: take it off CLOCK_READERS_PENDING"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import time\nt = time.monotonic()", ["line 2: time.monotonic"]),
+        ("import time as t\nx = t.sleep(0)", []),
+        ("import time as t\nx = t.perf_counter()", ["line 2: time.perf_counter"]),
+        ("from time import perf_counter", ["line 1: from time import perf_counter"]),
+        ("import datetime\nd = datetime.datetime.now()", ["line 2: datetime.now"]),
+        ("from datetime import datetime\nd = datetime.utcnow()", ["line 2: datetime.utcnow"]),
+        ("import time\nf = time.time_ns", ["line 2: time.time_ns"]),
+        ("from actors.clock import SYSTEM\nt = SYSTEM.monotonic()", []),
+        ("import datetime\nz = datetime.timedelta(0)", []),
+    ],
+)
+def test_the_direct_clock_read_finder_finds_reads(source: str, expected: list[str]) -> None:
+    assert _direct_clock_reads(source) == expected
