@@ -473,6 +473,9 @@ def test_a_ray_on_loopback_is_joined_at_loopback(monkeypatch, given, env, joined
     else:
         monkeypatch.setenv("RAY_ADDRESS", env)
     monkeypatch.setattr(connection, "_check_ray_reachable", lambda address, token_on: None)
+    # A CLI command joins before any Ray runs in its process; the suite's session Ray, when an
+    # earlier test started it, would make Ray resolve loopback to that node's address.
+    monkeypatch.setattr(ray._private.worker, "_global_node", None)
     resolved = []
     monkeypatch.setattr(
         ray, "init", lambda address, **_: resolved.append(services.canonicalize_bootstrap_address(address))
