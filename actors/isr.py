@@ -14,14 +14,14 @@ changes (``actors.controller.replication_control``); these rules only propose th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from actors.clock import Clock
 
 
 @dataclass(slots=True)
-class ReplicaState:
+class FollowerState:
     """What the leader knows of one follower (Kafka's ReplicaState); times are the clock's
     monotonic seconds."""
 
@@ -32,17 +32,27 @@ class ReplicaState:
 
 
 class IsrTracker:
-    """The followers' fetch state of one partition leader and the ISR rules over it."""
+    """The followers' fetch state of one partition leader and the ISR rules over it (the
+    replica's :class:`~actors.replica_state.ReplicaState` keeps one)."""
 
-    def __init__(self, leader_id: int, clock: Clock, lag_time_max_ms: int = 30000) -> None:
+    def __init__(self, leader_id: int, clock: Clock, lag_time_max_ms: float = 30000) -> None:
         self.leader_id = leader_id
         self.lag_time_max_ms = lag_time_max_ms
         self._clock = clock
-        self._followers: dict[int, ReplicaState] = {}
+        self._followers: dict[int, FollowerState] = {}
 
-    def follower(self, broker_id: int) -> ReplicaState | None:
+    @property
+    def followers(self) -> Mapping[int, FollowerState]:
+        """Every follower's state, by broker id."""
+        return self._followers
+
+    def follower(self, broker_id: int) -> FollowerState | None:
         """A follower's state (None for a broker that is no replica)."""
         return self._followers.get(broker_id)
+
+    def forget(self) -> None:
+        """Forget every follower (a new leadership: each starts unknown)."""
+        self._followers.clear()
 
     def set_membership(self, replicas: Iterable[int], isr: Iterable[int]) -> None:
         """New replicas and ISR from the controller. A new ISR member gets a full lag period
@@ -52,11 +62,11 @@ class IsrTracker:
         members = set(isr)
         for b in replicas:
             if b != self.leader_id and b not in self._followers:
-                self._followers[b] = ReplicaState(caught_up_at=now if b in members else 0.0)
+                self._followers[b] = FollowerState(caught_up_at=now if b in members else 0.0)
         for b in [b for b in self._followers if b not in replicas]:
             del self._followers[b]
 
-    def on_fetch(self, broker_id: int, offset: int, leader_leo: int) -> ReplicaState | None:
+    def on_fetch(self, broker_id: int, offset: int, leader_leo: int) -> FollowerState | None:
         """A follower fetched from ``offset`` (its log end) while the leader's log ended at
         ``leader_leo``; None (nothing recorded) for a broker that is no replica."""
         state = self._followers.get(broker_id)
@@ -75,7 +85,7 @@ class IsrTracker:
         replica.lag.time.max.ms: an ISR shrink drops them."""
         now, lag = self._clock.monotonic(), self.lag_time_max_ms / 1000
         return [
-            b for b in isr if b != self.leader_id and now - self._followers.get(b, ReplicaState()).caught_up_at > lag
+            b for b in isr if b != self.leader_id and now - self._followers.get(b, FollowerState()).caught_up_at > lag
         ]
 
     def shrunk_isr(self, isr: Iterable[int]) -> list[int] | None:

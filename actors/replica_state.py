@@ -11,10 +11,10 @@ tested on a :class:`~actors.clock.ManualClock` (``tests/actors/test_replica_stat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 from actors.clock import SYSTEM, Clock
+from actors.isr import FollowerState, IsrTracker
 from actors.protocol import NO_EPOCH, ReplicaRole
 from storage.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 
@@ -22,18 +22,10 @@ from storage.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, Unk
 DEFAULT_LAG_TIME_MAX_MS = 30000
 
 
-@dataclass(slots=True)
-class FollowerState:
-    """What the leader knows of one follower (Kafka's Replica state)."""
-
-    leo: int = -1  # unknown until it fetches: an unknown LEO holds the HW back
-    caught_up_at: float = 0.0  # monotonic seconds
-    last_fetch_at: float = 0.0
-    leader_leo_at_last_fetch: int = -1
-
-
 class ReplicaState:
-    """Leadership, membership and the high watermark of one replica, on an injected clock."""
+    """Leadership, membership and the high watermark of one replica, on an injected clock.
+    What the leader knows of its followers, and the ISR rules over it, are its
+    :class:`~actors.isr.IsrTracker`'s."""
 
     def __init__(self, name: str, broker_id: int, high_watermark: int = 0, clock: Clock = SYSTEM) -> None:
         self.name = name  # "topic-partition", for error messages
@@ -47,11 +39,24 @@ class ReplicaState:
         self.isr: tuple[int, ...] = (broker_id,)
         # The ISR change sent to the controller and not answered yet (one at a time).
         self.pending_isr: tuple[int, ...] | None = None
-        self.followers: dict[int, FollowerState] = {}
+        self.tracker = IsrTracker(broker_id, clock, DEFAULT_LAG_TIME_MAX_MS)
         self.epoch_start_offset = 0
         self.hw = high_watermark
-        self.lag_time_max_ms: float = DEFAULT_LAG_TIME_MAX_MS
         self.closed = False
+
+    @property
+    def followers(self) -> Mapping[int, FollowerState]:
+        """What the leader knows of each follower, by broker id (empty on a follower)."""
+        return self.tracker.followers
+
+    @property
+    def lag_time_max_ms(self) -> float:
+        """``replica.lag.time.max.ms``: an ISR follower not caught up for longer leaves the ISR."""
+        return self.tracker.lag_time_max_ms
+
+    @lag_time_max_ms.setter
+    def lag_time_max_ms(self, value: float) -> None:
+        self.tracker.lag_time_max_ms = value
 
     # -- role changes ---------------------------------------------------------------------
 
@@ -65,7 +70,7 @@ class ReplicaState:
         self.leader_id = self.broker_id
         self.partition_epoch = partition_epoch
         self.pending_isr = None
-        self.followers = {}
+        self.tracker.forget()
         self.set_membership(replicas, isr, partition_epoch)
         self.epoch_start_offset = log_end
 
@@ -78,7 +83,7 @@ class ReplicaState:
         self.leader_id = leader_id
         self.replicas, self.isr, self.partition_epoch = tuple(replicas), tuple(isr), partition_epoch
         self.pending_isr = None
-        self.followers = {}
+        self.tracker.forget()
 
     def close(self) -> None:
         """Closed: every later request is NotLeaderOrFollower."""
@@ -88,14 +93,8 @@ class ReplicaState:
     def set_membership(self, replicas: Iterable[int], isr: Iterable[int], partition_epoch: int) -> None:
         """Take the controller's replica set and ISR at ``partition_epoch``."""
         self.replicas, self.isr, self.partition_epoch = tuple(replicas), tuple(isr), partition_epoch
-        now = self.clock.monotonic()
-        for b in self.replicas:
-            # ISR members get a full lag period to show up before they can be dropped.
-            if b != self.broker_id and b not in self.followers:
-                self.followers[b] = FollowerState(caught_up_at=now if b in self.isr else 0.0)
-        for b in list(self.followers):
-            if b not in self.replicas:
-                del self.followers[b]
+        # ISR members get a full lag period to show up before they can be dropped.
+        self.tracker.set_membership(self.replicas, self.isr)
 
     def is_leading(self, epoch: int) -> bool:
         """Still open and leading at ``epoch``."""
@@ -126,43 +125,24 @@ class ReplicaState:
         ends at ``log_end``: update its lag. Returns the ISR to propose when it may rejoin
         (caught up to the HW and into this leader's epoch, no change in flight), else None.
         NotLeaderOrFollowerError for a broker that is not a replica."""
-        state = self.followers.get(replica_id)
-        if state is None:
+        if self.tracker.on_fetch(replica_id, offset, log_end) is None:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.name} {list(self.replicas)}")
-        now = self.clock.monotonic()
-        # Kafka's rule: caught up now if it reached our LEO; caught up as of its previous
-        # fetch if it reached the LEO we had then.
-        if offset >= log_end:
-            state.caught_up_at = now
-        elif offset >= state.leader_leo_at_last_fetch:
-            state.caught_up_at = max(state.caught_up_at, state.last_fetch_at)
-        state.leader_leo_at_last_fetch, state.last_fetch_at, state.leo = log_end, now, offset
-        if (
-            replica_id not in self.maximal_isr()
-            and offset >= self.hw
-            and offset >= self.epoch_start_offset
-            and self.pending_isr is None
-        ):
+        maximal = self.maximal_isr()
+        if self.pending_isr is None and self.tracker.may_join(replica_id, maximal, self.hw, self.epoch_start_offset):
             return tuple(b for b in self.replicas if b in self.isr or b == replica_id)
         return None
 
     def lagging(self) -> list[int]:
         """The ISR followers not caught up for longer than replica.lag.time.max.ms."""
-        lag = self.lag_time_max_ms / 1000
-        now = self.clock.monotonic()
-        return [
-            b
-            for b in self.isr
-            if b != self.broker_id and now - self.followers.get(b, FollowerState()).caught_up_at > lag
-        ]
+        return self.tracker.out_of_sync(self.isr)
 
     def isr_shrink(self) -> tuple[int, ...] | None:
         """The ISR to propose without the lagging followers (None: nothing to drop, not the
         leader, or a change already in flight)."""
         if self.role != ReplicaRole.LEADER or self.pending_isr is not None:
             return None
-        out = self.lagging()
-        return tuple(b for b in self.isr if b not in out) if out else None
+        shrunk = self.tracker.shrunk_isr(self.isr)
+        return None if shrunk is None else tuple(shrunk)
 
     def isr_changed(self, leader_epoch: int, partition_epoch: int, isr: Iterable[int]) -> bool:
         """The controller's answer to an ISR change: taken when this replica still leads at
@@ -185,11 +165,7 @@ class ReplicaState:
         moved."""
         if self.role != ReplicaRole.LEADER:
             return False
-        hw = log_end
-        for b in self.maximal_isr():
-            if b != self.broker_id:
-                state = self.followers.get(b)
-                hw = min(hw, state.leo if state is not None else -1)
+        hw = self.tracker.high_watermark(log_end, self.maximal_isr())
         if hw > self.hw:
             self.hw = hw
             return True
