@@ -81,6 +81,8 @@ PACE = 256
 LARGE_CHUNK = 32 * 1024
 MIN_REQUEST = 8  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
+# Kafka's principal of a connection nobody authenticated (KafkaPrincipal.ANONYMOUS).
+ANONYMOUS = "User:ANONYMOUS"
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -171,6 +173,11 @@ class RequestContext:
         self.schema: Schema = schema(api_key, version)
         # A request too big to decode on the event loop: its response is encoded off it too.
         self.big = big
+
+    @property
+    def principal(self) -> str:
+        """The connection's authenticated principal ("User:<name>"; "User:ANONYMOUS" if none)."""
+        return self.connection.principal
 
     @property
     def state(self) -> Any:
@@ -311,6 +318,9 @@ class Connection(asyncio.BufferedProtocol):
         self.id = next(server._ids)
         self.peer = "?"
         self.ip: str | None = None
+        # Who the client is, in Kafka's form ("User:<name>"): ANONYMOUS until a listener's
+        # authentication (TLS client certificate, SASL) names it; the authorizer checks it.
+        self.principal = ANONYMOUS
         self.handler_state: dict[str, Any] = {}  # per-connection state of the handlers
         self.on_close: list[Callable[[], None]] = []  # handlers' cleanups when the connection ends
         self._transport: asyncio.Transport | None = None
