@@ -185,6 +185,7 @@ class _Member:
     join_future: asyncio.Future | None = None
     metadata: dict[str, bytes] | None = None  # a client-assigning member's, by protocol
     member_assignment: bytes = b""  # the leader's opaque assignment for it
+    client_host: str = ""  # a Kafka client's "/<address>", as DescribeGroups shows it
 
     def touch(self, poll_age_ms: int = 0) -> None:
         now = time.monotonic()
@@ -204,6 +205,7 @@ class _Member:
             "assignment": [[tp.topic, tp.partition] for tp in self.assignment],
             "metadata": None if self.metadata is None else {k: _b64(v) for k, v in self.metadata.items()},
             "member_assignment": _b64(self.member_assignment),
+            "client_host": self.client_host,
         }
 
     @classmethod
@@ -222,6 +224,7 @@ class _Member:
         if d.get("metadata") is not None:
             m.metadata = {k: base64.b64decode(v) for k, v in d["metadata"].items()}
         m.member_assignment = base64.b64decode(d.get("member_assignment", ""))
+        m.client_host = d.get("client_host", "")
         m.owned = list(m.assignment)
         m.touch()
         return m
@@ -472,6 +475,7 @@ class GroupCoordinator(Coordinator):
                     unchanged = unchanged and group.state == GroupState.STABLE
                 if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = client_id
+                    member.client_host = request.client_host
                     member.touch()
                     self._persist_group(group)
                     return JoinGroupResult(
@@ -494,6 +498,7 @@ class GroupCoordinator(Coordinator):
             if not group.leader:
                 group.leader = member_id
         member.client_id = client_id
+        member.client_host = request.client_host
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.protocols = list(protocols)
@@ -719,6 +724,7 @@ class GroupCoordinator(Coordinator):
                     tuple(m.assignment),
                     (m.metadata or {}).get(g.protocol, b""),
                     m.member_assignment,
+                    m.client_host,
                 )
                 for m in g.members.values()
             )

@@ -217,6 +217,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
 
 
+def client_host(ctx: RequestContext) -> str:
+    """The member's host as Kafka's coordinator records it (InetAddress.toString() of the
+    connection's peer: "/" and the address)."""
+    peer = ctx.connection.peer
+    return "" if peer == "?" else "/" + peer.rsplit(":", 1)[0]
+
+
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     """JoinGroup v0-v9: client-assigned membership (KIP-394's member id handshake from v4,
     static members from v5)."""
@@ -256,6 +263,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                 metadata=metadata,
                 protocol_type=request.protocol_type,
                 require_known_member_id=ctx.version >= 4,
+                client_host=client_host(ctx),
             ),
         )
         values["member_id"] = result.member_id
@@ -550,7 +558,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                         member_id=m.member_id,
                         group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
-                        client_host="",
+                        client_host=m.client_host,
                         member_metadata=m.metadata,
                         member_assignment=m.member_assignment,
                     )
