@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import datetime
 
-from actors.types import TopicPartition
 from tests.gateway.wire import Wire, build_request
-from tests.helpers import wait_for
+from tests.helpers import rotate_preferred_leader, wait_for
 
 ELECT_LEADERS = 43
 NONE, UNKNOWN_TOPIC_OR_PARTITION, ELECTION_NOT_NEEDED = 0, 3, 84
@@ -20,20 +19,6 @@ def _answers(response) -> dict[tuple[str, int], int]:
         for r in response.replica_election_results
         for p in r.partition_result
     }
-
-
-def _rotate_leadership(admin, topic: str, partition: int) -> int:
-    """Reorder the partition's replicas so that its leader is no longer the preferred (first)
-    one; returns the new preferred replica."""
-    tp = TopicPartition(topic, partition)
-    meta = admin.describe_topics([topic])[topic].partitions[partition]
-    target = [b for b in meta.replicas if b != meta.leader][:1] + [meta.leader]
-    target += [b for b in meta.replicas if b not in target]
-    admin.alter_partition_reassignments({tp: target})
-    wait_for(lambda: not admin.list_partition_reassignments(), timeout=60, what="reassignment done")
-    after = admin.describe_topics([topic])[topic].partitions[partition]
-    assert after.replicas[0] == target[0] and after.leader != target[0]
-    return target[0]
 
 
 def _elect(bootstrap: str, version: int, topic_partitions, election_type: int = 0):
@@ -52,7 +37,7 @@ def _elect(bootstrap: str, version: int, topic_partitions, election_type: int = 
 def test_preferred_election_per_partition(bootstrap, admin, new_topic):
     topic = new_topic(partitions=3, replication_factor=3)
     wait_for(lambda: all(len(p.isr) == 3 for p in admin.describe_topics([topic])[topic].partitions), 60, what="isr")
-    preferred = _rotate_leadership(admin, topic, 0)
+    preferred = rotate_preferred_leader(admin, topic, 0)
     for version in (2, 0):
         asked = [{"topic": topic, "partitions": [0, 1, 7]}, {"topic": "no-such-topic", "partitions": [0]}]
         response = _elect(bootstrap, version, asked)
@@ -69,7 +54,7 @@ def test_preferred_election_per_partition(bootstrap, admin, new_topic):
 def test_election_of_every_partition_lists_only_what_moved(bootstrap, admin, new_topic):
     topic = new_topic(partitions=2, replication_factor=3)
     wait_for(lambda: all(len(p.isr) == 3 for p in admin.describe_topics([topic])[topic].partitions), 60, what="isr")
-    preferred = _rotate_leadership(admin, topic, 1)
+    preferred = rotate_preferred_leader(admin, topic, 1)
     response = _elect(bootstrap, 2, None)
     assert response.error_code == NONE
     # Other tests' topics may be mid-election too; this topic's answer is exact.
