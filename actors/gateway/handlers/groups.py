@@ -167,8 +167,16 @@ def assignment_of(data: bytes) -> tuple[TopicPartition, ...] | None:
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
+async def _ensure_topic(coordinator: Any) -> bool:
+    return await coordinator.ensure_topic.remote()
+
+
 async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
-    """The broker whose gateway a client should take the key's requests to."""
+    """The broker whose gateway a client should take the key's requests to.
+
+    As Kafka's FindCoordinator: while the coordinator's internal topic does not exist it is
+    created in the background and the answer is COORDINATOR_NOT_AVAILABLE (the client asks
+    again), so that no group or transaction request waits for its replicas to start."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         raise InvalidRequestError(f"unknown coordinator key type {key_type}")
     if not key:
@@ -177,6 +185,12 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
     snapshot = await view.cluster([topic])
     brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
     partitions = snapshot.partitions_for(topic)
+    coordinator = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+    if not partitions and coordinator is not None:
+        if not await _ensure_topic(coordinator):
+            raise CoordinatorNotAvailableError(f"{topic} is being created")
+        snapshot = await view.cluster([topic])
+        partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
         if leader in brokers:
