@@ -49,6 +49,17 @@ def run_java(
     return result
 
 
+def start_java(classpath: str, main: str, args: Sequence[str]) -> subprocess.Popen[str]:
+    """Start ``main`` in the background (stdout and stderr to pipes); the caller stops it."""
+    return subprocess.Popen(
+        ["java", *JVM_OPTIONS, "-cp", classpath, main, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def events(stdout: str) -> dict[str, list[dict]]:
     """A program's JSON lines, grouped by their ``event`` name, in order."""
     out: dict[str, list[dict]] = {}
