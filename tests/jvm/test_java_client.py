@@ -65,6 +65,22 @@ def _read_native(cluster, topic: str, isolation_level: str = "read_uncommitted")
         consumer.close()
 
 
+def _leader_batches(admin, topic: str, partition: int) -> list:
+    """The record batches in the partition leader's own log, as stored."""
+    import ray
+
+    from storage.record_batch import iter_batches
+
+    leader = admin.describe_topics([topic])[topic].partitions[partition].leader
+    handle = admin.replica_handles(TopicPartition(topic, partition))[leader]
+    info = ray.get(handle.describe.remote())
+    offset, end, out = info["log_start_offset"], info["log_end_offset"], []
+    while offset < end:
+        data, offset = ray.get(handle.read_local.remote(offset))
+        out.extend(iter_batches(data))
+    return out
+
+
 def _offsets(by_partition: dict[TopicPartition, int], topic: str) -> dict[str, int]:
     """Offsets keyed as the programs print them (``topic:partition``)."""
     return {f"{topic}:{tp.partition}": o for tp, o in by_partition.items()}
@@ -73,7 +89,7 @@ def _offsets(by_partition: dict[TopicPartition, int], topic: str) -> dict[str, i
 # -- produce ---------------------------------------------------------------------------------------
 
 
-def test_produce_every_codec_idempotent_acks_all_and_read_back(client_cp, cluster, bootstrap, new_topic):
+def test_produce_every_codec_idempotent_acks_all_and_read_back(client_cp, cluster, bootstrap, new_topic, admin):
     """What Java produced is what rayqueue's consumer reads, and what rayqueue's producer wrote
     (and Java's records) is what Java reads: keys, values, headers, timestamps, byte for byte."""
     topic = new_topic(partitions=3, replication_factor=3)
@@ -113,6 +129,22 @@ def test_produce_every_codec_idempotent_acks_all_and_read_back(client_cp, cluste
     values = [r[3] for r in log]
     assert None in values and b"" in values
     assert any(("nothing", None) in r[4] for r in log)
+    # On disk, each of Java's batches is as Java built it: its codec, and idempotent (a producer
+    # id and epoch, sequences that follow on within each producer's partition).
+    codec_ids = dict(zip(CODECS, range(5), strict=True))
+    java_offsets = {(s["partition"], s["offset"]): s["codec"] for s in sent}
+    sequences: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for p in range(3):
+        for batch in _leader_batches(admin, topic, p):
+            codecs = {java_offsets.get((p, o)) for o in range(batch.base_offset, batch.next_offset)}
+            if codecs == {None}:
+                continue  # rayqueue's own producer's batch
+            (codec,) = codecs
+            assert batch.compression == codec_ids[codec] and batch.producer_id >= 0 and batch.producer_epoch >= 0
+            sequences.setdefault((batch.producer_id, p), []).append((batch.base_sequence, len(batch)))
+    assert len({pid for pid, _ in sequences}) == len(CODECS)  # one idempotent producer per codec
+    for runs in sequences.values():
+        assert [seq for seq, _ in runs] == [sum(n for _, n in runs[:i]) for i in range(len(runs))]
     # Java read the whole topic, rayqueue's records included, exactly as rayqueue reads it.
     (read,) = out["read"]
     assert sorted(_java_record(r) for r in read["records"]) == log
