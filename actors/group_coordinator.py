@@ -191,6 +191,7 @@ class _Member:
     join_future: asyncio.Future | None = None
     metadata: dict[str, bytes] | None = None  # a client-assigning member's, by protocol
     member_assignment: bytes = b""  # the leader's opaque assignment for it
+    client_host: str = ""  # a Kafka client's "/<address>", as DescribeGroups shows it
 
     def touch(self, poll_age_ms: int = 0) -> None:
         now = time.monotonic()
@@ -210,6 +211,7 @@ class _Member:
             "assignment": [[tp.topic, tp.partition] for tp in self.assignment],
             "metadata": None if self.metadata is None else {k: _b64(v) for k, v in self.metadata.items()},
             "member_assignment": _b64(self.member_assignment),
+            "client_host": self.client_host,
         }
 
     @classmethod
@@ -234,6 +236,7 @@ class _Member:
             stored.items_of(list(metadata.values()), str, "protocol metadata")
             m.metadata = {k: base64.b64decode(v, validate=True) for k, v in metadata.items()}
         m.member_assignment = base64.b64decode(stored.field(d, "member_assignment", str, ""), validate=True)
+        m.client_host = stored.field(d, "client_host", str, "")
         m.owned = list(m.assignment)
         m.touch()
         return m
@@ -509,6 +512,7 @@ class GroupCoordinator(Coordinator):
                     unchanged = unchanged and group.state == GroupState.STABLE
                 if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = client_id
+                    member.client_host = request.client_host
                     member.touch()
                     self._persist_group(group)
                     return JoinGroupResult(
@@ -531,6 +535,7 @@ class GroupCoordinator(Coordinator):
             if not group.leader:
                 group.leader = member_id
         member.client_id = client_id
+        member.client_host = request.client_host
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.protocols = list(protocols)
@@ -756,6 +761,7 @@ class GroupCoordinator(Coordinator):
                     tuple(m.assignment),
                     (m.metadata or {}).get(g.protocol, b""),
                     m.member_assignment,
+                    m.client_host,
                 )
                 for m in g.members.values()
             )

@@ -19,6 +19,7 @@ watermark alone could miss state that was acknowledged.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -48,6 +49,15 @@ from storage.errors import (
 from storage.log import EARLIEST_TIMESTAMP
 from storage.records.builder import RecordBatchBuilder
 from storage.records.reader import RecordBatch, iter_batches
+
+logger = logging.getLogger(__name__)
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    """A background creation that failed is logged (the next FindCoordinator tries again)."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("creating an internal topic failed: %s", task.exception())
+
 
 # After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500
@@ -122,6 +132,11 @@ class InternalTopic:
                 md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             self.num_partitions = len(md.topics[self.name].partitions)
             self._ready = True
+
+    @property
+    def ready(self) -> bool:
+        """Whether the topic is known to exist (``ensure`` or a replay found or created it)."""
+        return self._ready
 
     async def leader(self, p: int) -> Any:
         """Partition ``p``'s leader metadata (``leader_handle``, ``leader_epoch``), waiting for
@@ -211,6 +226,7 @@ class Coordinator:
         self._loaded = False
         self._load_task: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
+        self._creating: asyncio.Task | None = None
         self._controller: Any = None
 
     def _start(self) -> None:
@@ -227,6 +243,18 @@ class Coordinator:
         self._start()
         await asyncio.shield(self._load_task)
         return self._count()
+
+    async def ensure_topic(self) -> bool:
+        """Whether the internal topic exists; when it does not, start creating it in the
+        background and answer False. Kafka's FindCoordinator does this (the client is told
+        COORDINATOR_NOT_AVAILABLE and asks again), so that no group or transaction request
+        waits for the topic's replicas to start."""
+        if self._topic.ready:
+            return True
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(self._topic.ensure())
+            self._creating.add_done_callback(_log_failure)
+        return self._topic.ready
 
     async def ping(self) -> bool:
         """Liveness probe; True once loaded."""

@@ -354,3 +354,20 @@ def test_a_native_member_cannot_join_a_group_of_kafka_clients(cluster, bootstrap
         native.close()
     assert members[0].assignment == list(range(PARTITIONS))
     assert not [tp for tp in cluster.admin().group_lag(group) if not isinstance(tp, TopicPartition)]
+
+
+def test_describe_groups_names_each_members_client_host(cluster, bootstrap, admin):
+    """Kafka's coordinator records where a member connects from ("/<address>"); DescribeGroups
+    and kafka-consumer-groups --describe show it in HOST (it was empty)."""
+    group = f"host-{next(_ids)}"
+    with Wire(parse_bootstrap(bootstrap)) as wire:
+        first = _join(wire, group)
+        joined = _join(wire, group, first.member_id)
+        assert joined.error_code == 0
+        host = "/" + wire.sock.getsockname()[0]
+        described = wire.call(build_request(15, 5, groups=[group], include_authorized_operations=False))
+        (g,) = described.groups
+        assert [(m.member_id, m.client_host) for m in g.members] == [(first.member_id, host)]
+        (native,) = admin.describe_groups([group]).values()
+        assert [m.client_host for m in native.members] == [host]
+        wire.call(build_request(LEAVE, 2, group_id=group, member_id=first.member_id))

@@ -46,3 +46,12 @@ def java_program(jvm_classpath):
         return f"{classes}{os.pathsep}{cp}"
 
     return get
+
+
+@pytest.fixture
+def bootstrap(cluster) -> str:
+    """``host:port,...`` of the session cluster's gateways (asked anew: a restarted gateway
+    listens on a new free port)."""
+    servers = cluster.bootstrap_servers
+    assert servers, "the session cluster runs no gateways"
+    return servers

@@ -166,8 +166,16 @@ def assignment_of(data: bytes) -> tuple[TopicPartition, ...] | None:
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
+async def _ensure_topic(coordinator: Any) -> bool:
+    return await coordinator.ensure_topic.remote()
+
+
 async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
-    """The broker whose gateway a client should take the key's requests to."""
+    """The broker whose gateway a client should take the key's requests to.
+
+    As Kafka's FindCoordinator: while the coordinator's internal topic does not exist it is
+    created in the background and the answer is COORDINATOR_NOT_AVAILABLE (the client asks
+    again), so that no group or transaction request waits for its replicas to start."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         raise InvalidRequestError(f"unknown coordinator key type {key_type}")
     if not key:
@@ -176,6 +184,12 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
     snapshot = await view.cluster([topic])
     brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
     partitions = snapshot.partitions_for(topic)
+    coordinator = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+    if not partitions and coordinator is not None:
+        if not await _ensure_topic(coordinator):
+            raise CoordinatorNotAvailableError(f"{topic} is being created")
+        snapshot = await view.cluster([topic])
+        partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
         if leader in brokers:
@@ -214,6 +228,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The member's host as Kafka's coordinator records it (InetAddress.toString() of the
+    connection's peer: "/" and the address)."""
+    peer = ctx.connection.peer
+    return "" if peer == "?" else "/" + peer.rsplit(":", 1)[0]
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
@@ -255,6 +276,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                 metadata=metadata,
                 protocol_type=request.protocol_type,
                 require_known_member_id=ctx.version >= 4,
+                client_host=client_host(ctx),
             ),
         )
         values["member_id"] = result.member_id
@@ -549,7 +571,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                         member_id=m.member_id,
                         group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
-                        client_host="",
+                        client_host=m.client_host,
                         member_metadata=m.metadata,
                         member_assignment=m.member_assignment,
                     )
