@@ -17,6 +17,7 @@ watermark alone could miss state that was acknowledged.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -66,6 +67,9 @@ async def replay_partition(leader_handle: Any, leader_epoch: int) -> AsyncIterat
         for batch in iter_batches(fetched.records):
             yield batch, first
             first = batch.next_offset
+
+
+logger = logging.getLogger(__name__)
 
 
 class InternalTopic:
@@ -129,6 +133,11 @@ class InternalTopic:
             part = await self._controller().wait_online.remote(TopicPartition(self.name, p), _WRITE_TIMEOUT_S)
             self._leaders[p] = part
         return part
+
+    @property
+    def ready(self) -> bool:
+        """Whether the topic is known to exist (created, found, or replayed by this actor)."""
+        return self._ready
 
     def forget(self, p: int) -> None:
         """Drop the cached leader of partition ``p`` (it moved or is gone): the next call asks again."""
@@ -211,6 +220,7 @@ class Coordinator:
         self._loaded = False
         self._load_task: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
+        self._creating: asyncio.Task | None = None
         self._controller: Any = None
 
     def _start(self) -> None:
@@ -232,6 +242,26 @@ class Coordinator:
         """Liveness probe; True once loaded."""
         self._start()
         return self._loaded
+
+    async def ensure_topic(self) -> bool:
+        """Whether the internal topic exists; if not, start creating it in the background.
+
+        Kafka creates ``__consumer_offsets`` / ``__transaction_state`` when a client first
+        looks for a coordinator (FindCoordinator), answering COORDINATOR_NOT_AVAILABLE until
+        the topic is there, so the client retries that lookup instead of waiting inside its
+        first offset commit or transactional request while the topic's replicas start.
+        """
+        if self._topic.ready:
+            return True
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(self._topic.ensure())
+            self._creating.add_done_callback(self._created)
+        return False
+
+    def _created(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # The next lookup starts another attempt; the error is the controller's (no broker yet, say).
+            logger.warning("creating %s failed: %s", self._topic.name, task.exception())
 
     def _check_loaded(self) -> None:
         self._start()

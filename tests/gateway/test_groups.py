@@ -271,16 +271,66 @@ def _join(wire: Wire, group: str, member_id: str = "", instance: str | None = No
     )
 
 
+def _found(wire, request, ok) -> object:
+    """The answer to a FindCoordinator once it is not COORDINATOR_NOT_AVAILABLE (the lookup
+    that creates an internal topic gets that until the topic exists; clients retry)."""
+    answers = []
+
+    def attempt() -> bool:
+        answers.append(wire.call(request))
+        return ok(answers[-1])
+
+    wait_for(attempt, timeout=120, interval=0.2, what="a coordinator")
+    return answers[-1]
+
+
 def test_find_coordinator_names_a_gateway_single_and_batched(cluster, bootstrap):
     addresses = {(b.host, b.port) for b in cluster.metadata([]).brokers if b.port > 0}
     with Wire(parse_bootstrap(bootstrap)) as wire:
-        one = wire.call(build_request(FIND, 2, key="some-group", key_type=0))
+        one = _found(wire, build_request(FIND, 2, key="some-group", key_type=0), lambda a: a.error_code != 15)
         assert one.error_code == 0 and (one.host, one.port) in addresses
-        many = wire.call(build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]))
+        many = _found(
+            wire,
+            build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]),
+            lambda a: all(c.error_code != 15 for c in a.coordinators),
+        )
         assert [c.key for c in many.coordinators] == ["txn-a", "txn-b"]
         assert all(c.error_code == 0 and (c.host, c.port) in addresses for c in many.coordinators)
         bad = wire.call(build_request(FIND, 4, key_type=7, coordinator_keys=["x"]))
         assert bad.coordinators[0].error_code == 42  # INVALID_REQUEST
+
+
+def test_find_coordinator_creates_the_internal_topics_as_kafka_does(ray_session, tmp_path):
+    """The first lookup of a fresh cluster starts creating ``__consumer_offsets`` (groups)
+    or ``__transaction_state`` (transactional ids) and answers COORDINATOR_NOT_AVAILABLE
+    until it exists; then it names the gateway of the key's partition leader."""
+    import rayqueue
+
+    handle = rayqueue.launch(
+        log_dirs=str(tmp_path),
+        rayqueue_namespace=f"rayqueue-find-coordinator-{next(_ids)}",
+        listeners="PLAINTEXT://127.0.0.1:0",
+        rayqueue_num_brokers=1,
+        offsets_topic_num_partitions=1,
+        transaction_state_log_num_partitions=1,
+        create_topics=False,
+    )
+    try:
+        (gateway,) = [b for b in handle.metadata([]).brokers if b.port > 0]
+        with Wire(parse_bootstrap(handle.bootstrap_servers)) as wire:
+            for key_type, topic in ((0, "__consumer_offsets"), (1, "__transaction_state")):
+                assert topic not in handle.metadata([topic]).topics
+                first = wire.call(build_request(FIND, 3, key="k", key_type=key_type))
+                assert first.error_code == 15 and first.node_id == -1  # COORDINATOR_NOT_AVAILABLE
+                found = _found(wire, build_request(FIND, 3, key="k", key_type=key_type), lambda a: a.error_code != 15)
+                assert found.error_code == 0 and (found.node_id, found.host, found.port) == (
+                    gateway.broker_id,
+                    gateway.host,
+                    gateway.port,
+                )
+                assert topic in handle.metadata([topic]).topics
+    finally:
+        handle.shutdown(delete_data=True)
 
 
 def test_hostile_group_requests_get_kafkas_error_codes(cluster, bootstrap):

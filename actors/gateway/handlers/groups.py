@@ -5,7 +5,7 @@ leading the key's partition of ``__consumer_offsets`` (group ids) or
 ``__transaction_state`` (transactional ids), so clients spread over the gateways; every
 gateway serves every group request all the same, by calling the one coordinator actor
 (one Ray actor call per request, as a native consumer's). Before the internal topic
-exists the receiving gateway names itself.
+exists the lookup starts its creation and answers COORDINATOR_NOT_AVAILABLE, as Kafka does.
 
 The classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) maps onto the
 coordinator's client-assigned groups: a Kafka client's protocol metadata travels opaque,
@@ -122,6 +122,10 @@ async def _delete_groups(coordinator: Any, request: DeleteGroupsRequest) -> dict
     return await coordinator.delete_groups.remote(request)
 
 
+async def _ensure_topic(coordinator: Any) -> bool:
+    return await coordinator.ensure_topic.remote()
+
+
 # -- the consumer protocol's embedded messages ------------------------------------------------
 
 
@@ -177,6 +181,17 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
     snapshot = await view.cluster([topic])
     brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
     partitions = snapshot.partitions_for(topic)
+    if not partitions:
+        # Kafka creates the internal topic on the first lookup and answers
+        # COORDINATOR_NOT_AVAILABLE until it exists: the client retries the lookup rather
+        # than wait inside its first commit while the topic's replicas start (minutes, on
+        # a loaded machine; a Kafka client gives up on a request after 30 s).
+        owner = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+        if not await _ensure_topic(owner):
+            raise CoordinatorNotAvailableError(f"{topic} is being created")
+        snapshot = await view.cluster([topic])
+        brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+        partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
         if leader in brokers:
