@@ -3,7 +3,8 @@
 The group and transaction coordinators keep their state as records in compacted internal
 topics (``__consumer_offsets``, ``__transaction_state``): :class:`InternalTopic` creates the
 topic when its coordinator first loads (so ``rayqueue.launch`` returns with both topics
-created and led, and a first group or transaction never waits for a topic creation), writes
+created and led, and a first group or transaction never waits for a topic creation; a topic
+found missing later is created again through FindCoordinator, :meth:`Coordinator.ensure_topic`), writes
 to it with acks=all and reads it back; :class:`Coordinator` is the actor lifecycle both
 share (load the topic once per actor life, refuse calls until then).
 
@@ -51,13 +52,6 @@ from storage.records.builder import RecordBatchBuilder
 from storage.records.reader import RecordBatch, iter_batches
 
 logger = logging.getLogger(__name__)
-
-
-def _log_failure(task: asyncio.Task) -> None:
-    """A background creation that failed is logged (the next FindCoordinator tries again)."""
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("creating an internal topic failed: %s", task.exception())
-
 
 # After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500
@@ -133,10 +127,15 @@ class InternalTopic:
             self.num_partitions = len(md.topics[self.name].partitions)
             self._ready = True
 
-    @property
-    def ready(self) -> bool:
-        """Whether the topic is known to exist (``ensure`` or a replay found or created it)."""
-        return self._ready
+    async def exists(self) -> bool:
+        """Whether the controller has the topic now. A topic this actor once found can be gone
+        (deleted); then what was cached about it is dropped and :meth:`ensure` creates it again."""
+        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
+        if self.name in md.topics:
+            return True
+        self._ready = False
+        self._leaders.clear()
+        return False
 
     async def leader(self, p: int) -> Any:
         """Partition ``p``'s leader metadata (``leader_handle``, ``leader_epoch``), waiting for
@@ -245,16 +244,28 @@ class Coordinator:
         return self._count()
 
     async def ensure_topic(self) -> bool:
-        """Whether the internal topic exists; when it does not, start creating it in the
-        background and answer False. Kafka's FindCoordinator does this (the client is told
-        COORDINATOR_NOT_AVAILABLE and asks again), so that no group or transaction request
-        waits for the topic's replicas to start."""
-        if self._topic.ready:
+        """Whether the internal topic exists; if not, start creating it in the background and
+        answer False.
+
+        FindCoordinator calls this when it finds no such topic (a cluster whose data an older
+        version wrote, or the topic deleted). Kafka then creates ``__consumer_offsets`` /
+        ``__transaction_state`` and answers COORDINATOR_NOT_AVAILABLE until it is there, so
+        the client retries that lookup instead of waiting inside its first offset commit or
+        transactional request while the topic's replicas start (a Kafka client gives up on a
+        request after 30 s).
+        """
+        if self._creating is not None and not self._creating.done():
+            return False
+        if await self._topic.exists():
             return True
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.get_running_loop().create_task(self._topic.ensure())
-            self._creating.add_done_callback(_log_failure)
-        return self._topic.ready
+        self._creating = asyncio.get_running_loop().create_task(self._topic.ensure())
+        self._creating.add_done_callback(self._created)
+        return False
+
+    def _created(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # The next lookup starts another attempt; the error is the controller's (no broker yet, say).
+            logger.warning("creating %s failed: %s", self._topic.name, task.exception())
 
     async def ping(self) -> bool:
         """Liveness probe; True once loaded."""

@@ -271,12 +271,29 @@ def _join(wire: Wire, group: str, member_id: str = "", instance: str | None = No
     )
 
 
+def _found(wire, request, ok) -> object:
+    """The answer to a FindCoordinator once it is not COORDINATOR_NOT_AVAILABLE (the lookup
+    that creates an internal topic gets that until the topic exists; clients retry)."""
+    answers = []
+
+    def attempt() -> bool:
+        answers.append(wire.call(request))
+        return ok(answers[-1])
+
+    wait_for(attempt, timeout=120, interval=0.2, what="a coordinator")
+    return answers[-1]
+
+
 def test_find_coordinator_names_a_gateway_single_and_batched(cluster, bootstrap):
     addresses = {(b.host, b.port) for b in cluster.metadata([]).brokers if b.port > 0}
     with Wire(parse_bootstrap(bootstrap)) as wire:
-        one = wire.call(build_request(FIND, 2, key="some-group", key_type=0))
+        one = _found(wire, build_request(FIND, 2, key="some-group", key_type=0), lambda a: a.error_code != 15)
         assert one.error_code == 0 and (one.host, one.port) in addresses
-        many = wire.call(build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]))
+        many = _found(
+            wire,
+            build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]),
+            lambda a: all(c.error_code != 15 for c in a.coordinators),
+        )
         assert [c.key for c in many.coordinators] == ["txn-a", "txn-b"]
         assert all(c.error_code == 0 and (c.host, c.port) in addresses for c in many.coordinators)
         bad = wire.call(build_request(FIND, 4, key_type=7, coordinator_keys=["x"]))

@@ -4,8 +4,9 @@ FindCoordinator (single key, and KIP-699's batched form) names, as Kafka does, t
 leading the key's partition of ``__consumer_offsets`` (group ids) or
 ``__transaction_state`` (transactional ids), so clients spread over the gateways; every
 gateway serves every group request all the same, by calling the one coordinator actor
-(one Ray actor call per request, as a native consumer's). Before the internal topic
-exists the receiving gateway names itself.
+(one Ray actor call per request, as a native consumer's). The internal topics are created
+when the cluster starts; one found missing (data an older version wrote, or the topic
+deleted) is created by the lookup, answering COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka does.
 
 The classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) maps onto the
 coordinator's client-assigned groups: a Kafka client's protocol metadata travels opaque,
@@ -121,6 +122,10 @@ async def _delete_groups(coordinator: Any, request: DeleteGroupsRequest) -> dict
     return await coordinator.delete_groups.remote(request)
 
 
+async def _ensure_topic(coordinator: Any) -> bool:
+    return await coordinator.ensure_topic.remote()
+
+
 # -- the consumer protocol's embedded messages ------------------------------------------------
 
 
@@ -184,11 +189,16 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
     snapshot = await view.cluster([topic])
     brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
     partitions = snapshot.partitions_for(topic)
-    coordinator = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
-    if not partitions and coordinator is not None:
-        if not await _ensure_topic(coordinator):
+    if not partitions:
+        # Kafka creates a missing internal topic on the lookup and answers
+        # COORDINATOR_NOT_AVAILABLE until it exists: the client retries the lookup rather
+        # than wait inside its first commit while the topic's replicas start (over 90 s on
+        # a loaded machine; a Kafka client gives up on a request after 30 s).
+        owner = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+        if not await _ensure_topic(owner):
             raise CoordinatorNotAvailableError(f"{topic} is being created")
         snapshot = await view.cluster([topic])
+        brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
         partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
