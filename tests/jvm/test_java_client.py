@@ -400,7 +400,7 @@ def test_admin_client(client_cp, cluster, bootstrap, admin):
 
 def _coordinator(admin, group: str) -> int:
     """The broker FindCoordinator names for ``group`` (the leader of its offsets partition)."""
-    from actors.group_coordinator import OFFSETS_TOPIC, offsets_partition_for
+    from actors.names import OFFSETS_TOPIC, offsets_partition_for
 
     meta = admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]
     return meta.partitions[offsets_partition_for(group, len(meta.partitions))].leader
