@@ -14,6 +14,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -26,6 +27,7 @@ import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 
 /**
  * A consumer group of three (classic protocol) with the assignor given, over a topic that other
@@ -59,13 +61,24 @@ public final class Groups {
         public void run() {
             try {
                 consumer.subscribe(List.of(topic), this);
+                boolean uncommitted = false;
                 while (!stop) {
                     ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
                     for (ConsumerRecord<byte[], byte[]> r : records) {
                         consumed.add(Json.obj("member", index, "partition", r.partition(), "offset", r.offset(),
                                 "value", r.value()));
                     }
-                    if (!records.isEmpty()) consumer.commitSync();
+                    if (!records.isEmpty() || uncommitted) {
+                        try {
+                            consumer.commitSync();
+                            uncommitted = false;
+                        } catch (RebalanceInProgressException e) {
+                            // A rebalance began (the group changed, or a slow member rejoined):
+                            // the client's answer is to finish it with poll() and commit again;
+                            // what is revoked meanwhile is committed in onPartitionsRevoked.
+                            uncommitted = true;
+                        }
+                    }
                 }
             } catch (Throwable t) {
                 failure = t;
@@ -82,6 +95,16 @@ public final class Groups {
 
         @Override
         public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+            // As Kafka's documentation has it: commit what was read of the partitions given up,
+            // so their next owner starts after it (every record read once).
+            Map<TopicPartition, OffsetAndMetadata> positions = new HashMap<>();
+            for (TopicPartition tp : partitions) positions.put(tp, new OffsetAndMetadata(consumer.position(tp)));
+            try {
+                if (!positions.isEmpty()) consumer.commitSync(positions);
+            } catch (RebalanceInProgressException | CommitFailedException e) {
+                // Their next owner reads them again from the last commit: shown in the events.
+                events.add(Json.obj("kind", "revoked_uncommitted", "error", e.getClass().getSimpleName()));
+            }
             assigned.removeAll(partitions);
             events.add(Json.obj("kind", "revoked", "partitions", names(partitions)));
         }
@@ -168,6 +191,7 @@ public final class Groups {
             Member m = new Member(i, p, topic);
             members.add(m);
             Thread t = new Thread(m, "member-" + i);
+            t.setDaemon(true); // a failure in main ends the JVM at once, not at the test's timeout
             threads.add(t);
             t.start();
         }
