@@ -68,6 +68,13 @@ BROKER_CONFIG = ConfigDef(
             True,
             "Record metrics through ray.util.metrics (Prometheus via Ray's metrics agent); false records nothing.",
         ),
+        ConfigKey(
+            "rayqueue.console.allowed.hosts",
+            "list",
+            (),
+            "Host names the web console of `rayqueue start --console` answers besides its bound address, localhost,"
+            " 127.0.0.1 and [::1] (*.example.com: a domain; *: any).",
+        ),
         ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", min=1),
         ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
         ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),

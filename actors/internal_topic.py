@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
 
+from actors import launch
+from actors.clock import SYSTEM
 from actors.config import broker_config
 from actors.fetch import FetchCursor
 from actors.names import CONTROLLER_NAME
@@ -176,7 +177,7 @@ class InternalTopic:
         for key, value in records:
             builder.append(value, key=key)
         data = builder.build()
-        deadline = time.monotonic() + _WRITE_TIMEOUT_S
+        deadline = SYSTEM.monotonic() + _WRITE_TIMEOUT_S
         while True:
             try:
                 # Looked up inside the retry: a restarting controller fails this call too.
@@ -191,7 +192,7 @@ class InternalTopic:
                     if isinstance(exc, InvalidProducerEpochError):
                         raise ProducerFencedError(f"producer {producer_id} epoch {producer_epoch}: {exc}") from None
                     raise error_for_code(exc.code, f"{self.name}-{p}: {exc}") from None
-                if not retriable or time.monotonic() > deadline:
+                if not retriable or SYSTEM.monotonic() > deadline:
                     raise CoordinatorNotAvailableError(f"cannot write to {self.name}-{p}: {exc}") from None
                 await asyncio.sleep(_RETRY_BACKOFF_S)
 
@@ -279,7 +280,7 @@ class Coordinator:
 
     def _controller_handle(self) -> Any:
         if self._controller is None:
-            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+            self._controller = launch.get_actor(CONTROLLER_NAME, self._namespace)
         return self._controller
 
     async def _load(self) -> None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
+
+from actors.clock import SYSTEM
 
 # Request and flush times, in ms: Kafka's request times range from well under a
 # millisecond (an answered fetch) to max.wait.ms long polls and acks=all waits.
@@ -331,9 +332,9 @@ class Recorder:
             if value:
                 counter.inc(value, {"cluster": self.cluster, **dict(tags)})
 
-    def observe_ms(self, histogram: Histogram, since: float, tags: dict[str, str]) -> None:
-        """Observe the time since ``since`` (``time.perf_counter()``), in ms."""
-        histogram.observe((time.perf_counter() - since) * 1000.0, tags)
+    def observe_ms(self, histogram: Histogram, since: float, tags: dict[str, str], now: float | None = None) -> None:
+        """Observe the time from ``since`` to ``now`` (default: ``SYSTEM.monotonic()``), in ms."""
+        histogram.observe(((SYSTEM.monotonic() if now is None else now) - since) * 1000.0, tags)
 
     def set_all(self, gauge: Gauge, values: Iterable[tuple[dict[str, str], float]]) -> None:
         """Set ``gauge`` for each (tags, value)."""
@@ -374,7 +375,7 @@ class GatewayMetrics:
             tags = self._tags[key] = self.recorder.tags(
                 broker=self.broker, path=PATH_GATEWAY, request=request, acks=key[1]
             )
-        return current_request.set((self.recorder, tags)), tags, time.perf_counter()
+        return current_request.set((self.recorder, tags)), tags, SYSTEM.monotonic()
 
     def end(self, begun: tuple[contextvars.Token, dict[str, str], float]) -> None:
         """The request was answered (or failed): observe its time."""

@@ -31,19 +31,24 @@ import dataclasses
 import logging
 import os
 import shutil
-import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import ray
 
-from actors.metrics import PATH_ACTOR, TICK_S, Recorder, error_name
+from actors.clock import SYSTEM, Clock
+from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
+from actors.partition_files import (
+    partition_dir,
+    read_topic_id,
+    remove_stray,
+    write_topic_id,
+)
+
+# Re-exported: the controller removes stray partitions through this module.
+from actors.partition_files import remove_stray_partitions as remove_stray_partitions
 from actors.protocol import (
-    NO_EPOCH,
     AbortedTransaction,
     AlterPartitionRequest,
     DeleteRecordsRequest,
@@ -64,11 +69,13 @@ from actors.protocol import (
     checked_request,
     require,
 )
+from actors.replica_metrics import ReplicaMetrics
+from actors.replica_state import ReplicaState
 from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
-from storage.checkpoint import fsync_dir, read_offset, write_atomically, write_offset
-from storage.cleaner import clean, cleanable, dirty_ratio
+from storage.checkpoint import read_offset, write_offset
+from storage.cleaner import clean, cleanable
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -76,7 +83,6 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaStorageError,
-    LogDirLockedError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -86,7 +92,6 @@ from storage.errors import (
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
-from storage.file_lock import FileLock
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.records.control import build_control_batch
@@ -102,7 +107,6 @@ REORDER_WAIT_S = 5.0
 # Producer sessions whose call order a leader remembers (the oldest are forgotten first).
 MAX_ORDER_SESSIONS = 10_000
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
-PARTITION_METADATA_FILE = "partition.metadata"
 
 # Broker settings a replica needs for replication; the controller passes its values.
 DEFAULT_REPLICATION = {
@@ -110,111 +114,6 @@ DEFAULT_REPLICATION = {
     "replica.fetch.wait.max.ms": 500,
     "replica.fetch.max.bytes": 1048576,
 }
-
-
-def partition_dir(data_dir: str, topic: str, partition: int) -> Path:
-    """Kafka's partition directory: ``<log.dir>/<topic>-<partition>``."""
-    return Path(data_dir) / f"{topic}-{partition}"
-
-
-def read_topic_id(directory: Path) -> str | None:
-    """The topic id in the directory's ``partition.metadata`` (Kafka's PartitionMetadataFile),
-    or None when there is none (a new directory, or one written before topic ids)."""
-    try:
-        text = (directory / PARTITION_METADATA_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    if fields.get("version") != "0" or not fields.get("topic_id"):
-        raise KafkaStorageError(f"malformed {directory / PARTITION_METADATA_FILE}: {text!r}")
-    return fields["topic_id"]
-
-
-def write_topic_id(directory: Path, topic_id: str) -> None:
-    """Write ``partition.metadata`` atomically."""
-    write_atomically(directory / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {topic_id}\n".encode())
-
-
-def remove_stray(directory: Path, topic_id: str | None) -> bool:
-    """Delete ``directory`` if it belongs to a deleted topic of the same name (its topic id is
-    not ``topic_id``); True if it did. Renamed first (Kafka's ``-stray`` suffix) so that a crash
-    midway never leaves half of the old log where the new topic's replica would open it."""
-    for leftover in directory.parent.glob(f"{directory.name}.*-stray"):
-        shutil.rmtree(leftover, ignore_errors=True)  # an earlier removal cut short
-    if topic_id is None or not directory.exists():
-        return False
-    found = read_topic_id(directory)
-    if found is None or found == topic_id:
-        return False
-    stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
-    os.replace(directory, stray)
-    fsync_dir(directory.parent)
-    shutil.rmtree(stray, ignore_errors=True)
-    logger.warning("%s held topic id %s, not %s: a deleted topic's stray replica, removed", directory, found, topic_id)
-    return True
-
-
-def remove_stray_partitions(data_dir: str | Path, hosted: set[str]) -> list[str]:
-    """Delete the partition directories in a broker's ``data_dir`` that it no longer hosts
-    (``hosted``: the ``<topic>-<partition>`` names assigned to it), as Kafka's broker does
-    with stray logs when it starts: a topic deleted, or a replica moved away, while this
-    broker was down. Returns the names removed.
-
-    Only directories that are partition logs (a ``<topic>-<n>`` name holding a segment or
-    ``partition.metadata``) are touched; one whose lock a live replica holds is left (and
-    logged). Each is renamed ``-stray`` before it is deleted, and leftovers of a removal cut
-    short are deleted too.
-    """
-    root = Path(data_dir)
-    if not root.is_dir():
-        return []
-    removed = []
-    for entry in sorted(root.iterdir()):
-        try:
-            if _remove_if_stray(root, entry, hosted):
-                removed.append(entry.name)
-        except OSError as exc:  # one entry's trouble does not stop the sweep
-            logger.warning("could not check or remove %s: %s", entry, exc)
-    return removed
-
-
-def _remove_if_stray(root: Path, entry: Path, hosted: set[str]) -> bool:
-    """remove_stray_partitions for one entry of ``root``; True if it was removed."""
-    if not entry.is_dir() or entry.name in hosted:
-        return False
-    if entry.name.endswith("-stray"):
-        shutil.rmtree(entry, ignore_errors=True)  # an earlier removal cut short
-        return False
-    topic, _, number = entry.name.rpartition("-")
-    if not topic or not number.isdigit():
-        return False
-    if not (entry / PARTITION_METADATA_FILE).exists() and not any(entry.glob("*.log")):
-        return False
-    lock = FileLock(entry)
-    try:
-        lock.acquire()
-    except LogDirLockedError as exc:
-        logger.warning("%s is not assigned to this broker but is open: left as it is (%s)", entry, exc)
-        return False
-    try:
-        stray = entry.with_name(f"{entry.name}.{uuid.uuid4().hex}-stray")
-        os.replace(entry, stray)
-        fsync_dir(root)
-    finally:
-        lock.release()
-    shutil.rmtree(stray, ignore_errors=True)
-    logger.warning("%s: a replica this broker no longer hosts (topic deleted or moved), removed", entry)
-    return True
-
-
-@dataclass(slots=True)
-class _Follower:
-    """What the leader knows of one follower (Kafka's Replica state)."""
-
-    leo: int = -1  # unknown until it fetches: an unknown LEO holds the HW back
-    caught_up_at: float = 0.0
-    last_fetch_at: float = 0.0
-    leader_leo_at_last_fetch: int = -1
 
 
 class PartitionReplica:
@@ -230,6 +129,7 @@ class PartitionReplica:
         topic_id: str | None = None,
         metrics_enabled: bool = True,
         namespace: str = "",
+        clock: Clock = SYSTEM,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -246,30 +146,23 @@ class PartitionReplica:
         self._epochs = LeaderEpochFileCache(self._dir)
         # Recovery may have cut a torn tail that the epoch cache still covers.
         self._epochs.truncate_from_end(self._log.log_end_offset)
-        self._hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
-        self._hw_checkpointed = self._hw
-        self._log.update_high_watermark(self._hw)
-        self._role = ReplicaRole.OFFLINE
-        self._leader_epoch = NO_EPOCH
-        self._partition_epoch = 0
-        self._leader_id = -1
+        hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
+        self._clock = clock
+        # Role, epochs, ISR, follower lag and the HW: the rules live in ReplicaState.
+        self._state = ReplicaState(f"{topic}-{partition}", broker_id, hw, clock)
+        self._hw_checkpointed = hw
+        self._log.update_high_watermark(hw)
         self._leader_handle: Any = None  # the leader actor a follower fetches from
-        self._replicas: tuple[int, ...] = (broker_id,)
-        self._isr: tuple[int, ...] = (broker_id,)
-        self._pending_isr: tuple[int, ...] | None = None
-        self._followers: dict[int, _Follower] = {}
-        self._epoch_start_offset = 0
         self._controller: Any = None
         self._replication = dict(DEFAULT_REPLICATION)
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
         self._data_arrived: asyncio.Condition | None = None
         self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
-        self._closed = False
         self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
         self._retention_check_ms = 300000
-        self._metrics = _ReplicaMetrics(self, metrics_enabled, namespace)
+        self._metrics = ReplicaMetrics(topic, partition, broker_id, metrics_enabled, namespace, clock)
         logger.info("replica %s-%d on broker %d opened at %s", topic, partition, broker_id, self._dir)
 
     # -- role changes (driven by the controller) ------------------------------------------
@@ -284,33 +177,25 @@ class PartitionReplica:
             raise InvalidRequestError(f"broker {self.broker_id} cannot lead on {request!r:.200}")
         leader_epoch, partition_epoch = request.leader_epoch, request.partition_epoch
         replicas, isr = request.replicas, request.isr
-        if leader_epoch < self._leader_epoch:
+        if leader_epoch < self._state.leader_epoch:
             return self._log.log_end_offset
         self._retention_check_ms = request.retention_check_ms
         if request.controller is not None:
             self._controller = request.controller
-        if request.replication:
-            self._replication.update(request.replication)
-        if self._role == ReplicaRole.LEADER and leader_epoch == self._leader_epoch:
+        self._take_replication(request.replication)
+        if self._state.role == ReplicaRole.LEADER and leader_epoch == self._state.leader_epoch:
             # Same term: the controller changed the ISR or the replica set.
-            if partition_epoch >= self._partition_epoch:
-                self._set_membership(replicas, isr, partition_epoch)
+            if partition_epoch >= self._state.partition_epoch:
+                self._state.set_membership(replicas, isr, partition_epoch)
             await self._advance_hw()
             await self._notify()
             return self._log.log_end_offset
         self._stop_fetcher()
-        self._role = ReplicaRole.LEADER
-        self._leader_epoch = leader_epoch
-        self._leader_id = self.broker_id
         self._leader_handle = None
-        self._partition_epoch = partition_epoch
-        self._pending_isr = None
-        self._followers = {}
-        self._set_membership(replicas, isr, partition_epoch)
         # The epoch starts here even before its first append: followers asking where their
         # older epoch ended get this offset (Kafka assigns it on becoming leader, too).
-        self._epoch_start_offset = self._log.log_end_offset
-        self._epochs.assign(leader_epoch, self._epoch_start_offset)
+        self._state.lead(leader_epoch, partition_epoch, replicas, isr, self._log.log_end_offset)
+        self._epochs.assign(leader_epoch, self._state.epoch_start_offset)
         await self._advance_hw()
         await self._notify()
         logger.info(
@@ -320,8 +205,8 @@ class PartitionReplica:
             self.broker_id,
             leader_epoch,
             self._log.log_end_offset,
-            self._hw,
-            self._isr,
+            self._state.hw,
+            self._state.isr,
         )
         return self._log.log_end_offset
 
@@ -334,17 +219,20 @@ class PartitionReplica:
         if type(request) is not LeaderAndIsrRequest or request.leader_handle is None:
             raise InvalidRequestError(f"broker {self.broker_id} cannot follow on {request!r:.200}")
         leader_epoch, leader_id, leader = request.leader_epoch, request.leader, request.leader_handle
-        if leader_epoch < self._leader_epoch:
+        if leader_epoch < self._state.leader_epoch:
             return False
         self._retention_check_ms = request.retention_check_ms
-        if request.replication:
-            self._replication.update(request.replication)
-        self._replicas, self._isr = tuple(request.replicas), tuple(request.isr)
-        self._partition_epoch = request.partition_epoch
+        self._take_replication(request.replication)
+        state = self._state
+        state.replicas, state.isr, state.partition_epoch = (
+            tuple(request.replicas),
+            tuple(request.isr),
+            request.partition_epoch,
+        )
         if (
-            self._role == ReplicaRole.FOLLOWER
-            and leader_epoch == self._leader_epoch
-            and leader_id == self._leader_id
+            self._state.role == ReplicaRole.FOLLOWER
+            and leader_epoch == self._state.leader_epoch
+            and leader_id == self._state.leader_id
             # The same leader at the same epoch may be a new actor (recreated after it died).
             and leader == self._leader_handle
             and self._fetcher is not None
@@ -352,12 +240,8 @@ class PartitionReplica:
         ):
             return True
         self._stop_fetcher()
-        self._role = ReplicaRole.FOLLOWER
-        self._leader_epoch = leader_epoch
-        self._leader_id = leader_id
+        state.follow(leader_epoch, leader_id, request.replicas, request.isr, request.partition_epoch)
         self._leader_handle = leader
-        self._pending_isr = None
-        self._followers = {}
         self._fetcher = asyncio.get_running_loop().create_task(self._follow(leader, leader_epoch))
         # Wake produce and fetch calls waiting here as leader: they now fail with NotLeader.
         await self._notify()
@@ -371,6 +255,12 @@ class PartitionReplica:
         )
         return True
 
+    def _take_replication(self, replication: dict[str, Any] | None) -> None:
+        """The controller's replication settings (replica.lag.time.max.ms, fetch sizes)."""
+        if replication:
+            self._replication.update(replication)
+            self._state.lag_time_max_ms = self._replication["replica.lag.time.max.ms"]
+
     async def update_config(self, config: dict[str, Any]) -> None:
         """Apply new topic-level config overrides (alter configs)."""
         new_config = log_config(config)
@@ -380,7 +270,7 @@ class PartitionReplica:
         # between: there is no await from here to the reopen.
         self._log.close()
         self._log = Log(self._dir, self._config)
-        self._log.update_high_watermark(self._hw)
+        self._log.update_high_watermark(self._state.hw)
 
     # -- the data path --------------------------------------------------------------------
 
@@ -426,7 +316,7 @@ class PartitionReplica:
             raise
         if not self._metrics.enabled:
             return await self._produce(request)
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         try:
             result = await self._produce(request)
         except BaseException as exc:
@@ -445,12 +335,12 @@ class PartitionReplica:
         try:
             self._check_leader(leader_epoch)
             min_isr = self._config["min.insync.replicas"]
-            if acks == -1 and len(self._isr) < min_isr:
+            if acks == -1 and len(self._state.isr) < min_isr:
                 raise NotEnoughReplicasError(
-                    f"{self.topic}-{self.partition}: ISR {list(self._isr)} is smaller than min.insync.replicas={min_isr}"
+                    f"{self.topic}-{self.partition}: ISR {list(self._state.isr)} is smaller than min.insync.replicas={min_isr}"
                 )
             try:
-                info = self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
+                info = self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
             except OutOfOrderSequenceError:
                 if origin is not AppendOrigin.CLIENT:
                     raise
@@ -474,23 +364,21 @@ class PartitionReplica:
         result = ProduceResponse(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
         if acks != -1:
             return result
-        required, epoch = info.last_offset + 1, self._leader_epoch
+        required, epoch = info.last_offset + 1, self._state.leader_epoch
         replicated = await self._wait_until(
-            lambda: (
-                self._closed or self._role != ReplicaRole.LEADER or self._leader_epoch != epoch or self._hw >= required
-            ),
+            lambda: not self._state.is_leading(epoch) or self._state.hw >= required,
             timeout_ms / 1000,
         )
         if not replicated:
             raise RequestTimedOutError(
                 f"{self.topic}-{self.partition}: offset {info.last_offset} not replicated to ISR "
-                f"{list(self._isr)} within {timeout_ms} ms"
+                f"{list(self._state.isr)} within {timeout_ms} ms"
             )
-        if self._closed or self._role != ReplicaRole.LEADER or self._leader_epoch != epoch:
+        if not self._state.is_leading(epoch):
             raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: leadership moved before replication")
-        if len(self._isr) < min_isr:
+        if len(self._state.isr) < min_isr:
             raise NotEnoughReplicasAfterAppendError(
-                f"{self.topic}-{self.partition}: ISR shrank to {list(self._isr)} below min.insync.replicas={min_isr}"
+                f"{self.topic}-{self.partition}: ISR shrank to {list(self._state.isr)} below min.insync.replicas={min_isr}"
             )
         return result
 
@@ -505,7 +393,7 @@ class PartitionReplica:
         if len(turns) > MAX_ORDER_SESSIONS:
             del turns[next(iter(turns))]
         if n > expected:
-            await self._wait_until(lambda: self._closed or self._next_turns.get(session, n) >= n, timeout_s)
+            await self._wait_until(lambda: self._state.closed or self._next_turns.get(session, n) >= n, timeout_s)
 
     def _end_turn(self, order: ProduceOrder) -> None:
         """Call ``order`` is done (appended or refused); the caller notifies its successors."""
@@ -520,18 +408,20 @@ class PartitionReplica:
         TCP connection never does. Wait for the log to grow (the missing batch) and try
         again, until ``timeout_s``; then the OutOfOrderSequenceError stands.
         """
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic() + timeout_s
         while True:
             end = self._log.log_end_offset
             grew = await self._wait_until(
-                lambda end=end: self._closed or self._role != ReplicaRole.LEADER or self._log.log_end_offset != end,
-                deadline - time.monotonic(),
+                lambda end=end: (
+                    self._state.closed or self._state.role != ReplicaRole.LEADER or self._log.log_end_offset != end
+                ),
+                deadline - self._clock.monotonic(),
             )
             self._check_leader(leader_epoch)
             try:
-                return self._log.append(records, leader_epoch=self._leader_epoch, origin=origin)
+                return self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
             except OutOfOrderSequenceError:
-                if not grew or time.monotonic() >= deadline:
+                if not grew or self._clock.monotonic() >= deadline:
                     raise
 
     async def write_txn_marker(self, request: WriteTxnMarkersRequest) -> ProduceResponse:
@@ -569,7 +459,7 @@ class PartitionReplica:
         request = checked_request(request, FetchRequest)
         if not self._metrics.enabled:
             return await self._fetch(request)
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         follower = request.replica_id >= 0
         try:
             result = await self._fetch(request)
@@ -595,8 +485,8 @@ class PartitionReplica:
         result = self._read(offset, max_bytes, follower, committed)
         if len(result.records) >= min_bytes or max_wait_ms <= 0:
             return result
-        deadline = time.monotonic() + max_wait_ms / 1000
-        epoch = self._leader_epoch
+        deadline = self._clock.monotonic() + max_wait_ms / 1000
+        epoch = self._state.leader_epoch
         limit = self._log_end if follower else self._lso if committed else self._hw_value
         while True:
             # Woken when data became readable and either the readable end moved or enough
@@ -605,19 +495,19 @@ class PartitionReplica:
             seen, start_size, already = limit(), self._log.size_in_bytes, len(result.records)
             await self._wait_until(
                 lambda seen=seen, start_size=start_size, already=already: (
-                    self._closed
-                    or self._leader_epoch != epoch
+                    self._state.closed
+                    or self._state.leader_epoch != epoch
                     or self._worth_reading(limit(), seen, offset, start_size, already, min_bytes)
                 ),
-                deadline - time.monotonic(),
+                deadline - self._clock.monotonic(),
             )
             self._check_leader(leader_epoch)
             result = self._read(offset, max_bytes, follower, committed)
             if (
                 len(result.records) >= min_bytes
-                or self._closed
-                or self._leader_epoch != epoch
-                or time.monotonic() >= deadline
+                or self._state.closed
+                or self._state.leader_epoch != epoch
+                or self._clock.monotonic() >= deadline
             ):
                 return result
 
@@ -644,22 +534,22 @@ class PartitionReplica:
         request = checked_request(request, ListOffsetsRequest)
         timestamp = request.timestamp
         self._check_leader(request.current_leader_epoch)
-        if timestamp != EARLIEST_TIMESTAMP and self._epoch_start_offset > self._hw:
+        if timestamp != EARLIEST_TIMESTAMP and self._state.epoch_start_offset > self._state.hw:
             # Kafka's rule: a new leader whose HW has not yet reached the start of its epoch
             # (its followers have not fetched yet) would answer an end offset that is too low.
             raise OffsetNotAvailableError(
-                f"{self.topic}-{self.partition}: the new leader's high watermark {self._hw} has not reached "
-                f"its epoch start {self._epoch_start_offset} yet"
+                f"{self.topic}-{self.partition}: the new leader's high watermark {self._state.hw} has not reached "
+                f"its epoch start {self._state.epoch_start_offset} yet"
             )
-        limit = self._lso() if request.isolation_level is IsolationLevel.READ_COMMITTED else self._hw
+        limit = self._lso() if request.isolation_level is IsolationLevel.READ_COMMITTED else self._state.hw
         if timestamp == LATEST_TIMESTAMP:
-            return OffsetAndTimestamp(limit, -1, self._leader_epoch)
+            return OffsetAndTimestamp(limit, -1, self._state.leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
-            return OffsetAndTimestamp(self._log.log_start_offset, -1, self._leader_epoch)
+            return OffsetAndTimestamp(self._log.log_start_offset, -1, self._state.leader_epoch)
         found = self._log.offset_for_timestamp(timestamp)  # a time, or MAX_TIMESTAMP
         if found is None or found.offset >= limit:
-            return OffsetAndTimestamp(-1, -1, self._leader_epoch)
-        return OffsetAndTimestamp(found.offset, found.timestamp, self._leader_epoch)
+            return OffsetAndTimestamp(-1, -1, self._state.leader_epoch)
+        return OffsetAndTimestamp(found.offset, found.timestamp, self._state.leader_epoch)
 
     async def delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
         """Advance the log start offset to ``offset`` (-1: the high watermark); answers the
@@ -673,113 +563,66 @@ class PartitionReplica:
         self._check_leader(request.current_leader_epoch)
         if offset < -1:
             raise OffsetOutOfRangeError(f"delete_records({offset}): use an offset >= 0, or -1 for the high watermark")
-        target = self._hw if offset == -1 else offset
-        if target > self._hw:
-            raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self._hw}")
-        return DeleteRecordsResponse(self._log.delete_records(target, high_watermark=self._hw))
+        target = self._state.hw if offset == -1 else offset
+        if target > self._state.hw:
+            raise OffsetOutOfRangeError(f"delete_records({offset}) past the high watermark {self._state.hw}")
+        return DeleteRecordsResponse(self._log.delete_records(target, high_watermark=self._state.hw))
 
     # -- leader side of replication -------------------------------------------------------
 
     async def _on_follower_fetch(self, replica_id: int, offset: int) -> None:
         """A follower's fetch tells its LEO: update its lag, maybe the ISR and the HW."""
-        state = self._followers.get(replica_id)
-        if state is None:
-            raise NotLeaderOrFollowerError(
-                f"broker {replica_id} is not a replica of {self.topic}-{self.partition} {list(self._replicas)}"
-            )
-        now, leo = time.monotonic(), self._log.log_end_offset
-        # Kafka's rule: caught up now if it reached our LEO; caught up as of its previous
-        # fetch if it reached the LEO we had then.
-        if offset >= leo:
-            state.caught_up_at = now
-        elif offset >= state.leader_leo_at_last_fetch:
-            state.caught_up_at = max(state.caught_up_at, state.last_fetch_at)
-        state.leader_leo_at_last_fetch, state.last_fetch_at, state.leo = leo, now, offset
-        if (
-            replica_id not in self._maximal_isr()
-            and offset >= self._hw
-            and offset >= self._epoch_start_offset
-            and self._pending_isr is None
-        ):
-            self._propose_isr([b for b in self._replicas if b in self._isr or b == replica_id])
+        expansion = self._state.follower_fetched(replica_id, offset, self._log.log_end_offset)
+        if expansion is not None:
+            self._propose_isr(expansion)
         await self._advance_hw()
 
-    def _maximal_isr(self) -> set[int]:
-        # KIP-497: while an expansion is in flight the new member already counts for the HW,
-        # so the HW never passes a replica the controller may already consider in sync.
-        return set(self._isr) | set(self._pending_isr or ())
-
     async def _advance_hw(self) -> None:
-        if self._role != ReplicaRole.LEADER:
-            return
-        hw = self._log.log_end_offset
-        for b in self._maximal_isr():
-            if b != self.broker_id:
-                state = self._followers.get(b)
-                hw = min(hw, state.leo if state is not None else -1)
-        if hw > self._hw:  # never backwards
-            self._set_hw(hw)
+        if self._state.advance_hw(self._log.log_end_offset):
+            self._log.update_high_watermark(self._state.hw)
             await self._notify()
 
     def _maybe_shrink_isr(self) -> None:
-        if self._role != ReplicaRole.LEADER or self._pending_isr is not None:
-            return
-        lag = self._replication["replica.lag.time.max.ms"] / 1000
-        now = time.monotonic()
-        out = [
-            b for b in self._isr if b != self.broker_id and now - self._followers.get(b, _Follower()).caught_up_at > lag
-        ]
-        if out:
+        shrunk = self._state.isr_shrink()
+        if shrunk is not None:
             logger.info(
-                "%s-%d: replicas %s lag more than %.1fs; shrinking the ISR", self.topic, self.partition, out, lag
+                "%s-%d: replicas %s lag more than %.1fs; shrinking the ISR",
+                self.topic,
+                self.partition,
+                [b for b in self._state.isr if b not in shrunk],
+                self._state.lag_time_max_ms / 1000,
             )
-            self._propose_isr([b for b in self._isr if b not in out])
+            self._propose_isr(shrunk)
 
-    def _propose_isr(self, isr: list[int]) -> None:
+    def _propose_isr(self, isr: tuple[int, ...]) -> None:
         """Ask the controller for a new ISR (one change in flight at a time)."""
-        if self._controller is None or self._pending_isr is not None:
+        if self._controller is None or self._state.pending_isr is not None:
             return
-        self._pending_isr = tuple(isr)
+        self._state.pending_isr = tuple(isr)
         asyncio.get_running_loop().create_task(self._alter_partition(tuple(isr)))
 
     async def _alter_partition(self, isr: tuple[int, ...]) -> None:
-        epoch = self._leader_epoch
+        epoch = self._state.leader_epoch
         try:
             answer = await self._controller.alter_partition.remote(
-                AlterPartitionRequest(self.topic, self.partition, self.broker_id, epoch, self._partition_epoch, isr)
+                AlterPartitionRequest(
+                    self.topic, self.partition, self.broker_id, epoch, self._state.partition_epoch, isr
+                )
             )
-            if (
-                self._role == ReplicaRole.LEADER
-                and answer.leader_epoch == self._leader_epoch
-                and answer.partition_epoch >= self._partition_epoch
-            ):
-                self._set_membership(self._replicas, answer.isr, answer.partition_epoch)
+            self._state.isr_changed(answer.leader_epoch, answer.partition_epoch, answer.isr)
         except Exception:  # controller restarting: the next background turn proposes again
             logger.warning("%s-%d: ISR change to %s failed", self.topic, self.partition, list(isr), exc_info=True)
         finally:
-            self._pending_isr = None
+            self._state.pending_isr = None
         await self._advance_hw()
         await self._notify()
-
-    def _set_membership(
-        self, replicas: list[int] | tuple[int, ...], isr: list[int] | tuple[int, ...], partition_epoch: int
-    ) -> None:
-        self._replicas, self._isr, self._partition_epoch = tuple(replicas), tuple(isr), partition_epoch
-        now = time.monotonic()
-        for b in self._replicas:
-            # ISR members get a full lag period to show up before they can be dropped.
-            if b != self.broker_id and b not in self._followers:
-                self._followers[b] = _Follower(caught_up_at=now if b in self._isr else 0.0)
-        for b in list(self._followers):
-            if b not in self._replicas:
-                del self._followers[b]
 
     # -- follower side of replication -----------------------------------------------------
 
     async def _follow(self, leader: Any, epoch: int) -> None:
         """Fetch from ``leader`` until the role or epoch changes (the controller cancels this task)."""
         truncated = False
-        while not self._closed and self._role == ReplicaRole.FOLLOWER and self._leader_epoch == epoch:
+        while not self._state.closed and self._state.role == ReplicaRole.FOLLOWER and self._state.leader_epoch == epoch:
             try:
                 if self._fetch_paused:
                     await asyncio.sleep(0.02)
@@ -796,7 +639,7 @@ class PartitionReplica:
                         replica_id=self.broker_id,
                     )
                 )
-                if self._closed or self._role != ReplicaRole.FOLLOWER or self._leader_epoch != epoch:
+                if self._state.closed or self._state.role != ReplicaRole.FOLLOWER or self._state.leader_epoch != epoch:
                     return
                 if self._fetch_paused:  # an answer that arrives after the cut is lost with it
                     continue
@@ -805,7 +648,7 @@ class PartitionReplica:
                     self._assign_epochs(info.headers)
                 leo = self._log.log_end_offset
                 hw = min(result.high_watermark, leo)
-                if hw > self._hw:
+                if hw > self._state.hw:
                     self._set_hw(hw)
                 if result.log_start_offset > self._log.log_start_offset:
                     self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
@@ -839,14 +682,14 @@ class PartitionReplica:
             mine, leo = self._epochs.latest_epoch, self._log.log_end_offset
             if mine == UNDEFINED_EPOCH:
                 # No epoch history (an empty log, or one written before the cache existed).
-                self._truncate(self._hw)
+                self._truncate(self._state.hw)
                 return
             theirs = await leader.offset_for_leader_epoch.remote(OffsetForLeaderEpochRequest(mine, epoch))
             their_epoch, their_end = theirs.leader_epoch, theirs.end_offset
-            if self._role != ReplicaRole.FOLLOWER or self._leader_epoch != epoch:
+            if self._state.role != ReplicaRole.FOLLOWER or self._state.leader_epoch != epoch:
                 return
             if their_epoch == UNDEFINED_EPOCH:
-                self._truncate(self._hw)
+                self._truncate(self._state.hw)
                 return
             if their_epoch == mine:
                 self._truncate(min(their_end, leo))
@@ -854,7 +697,7 @@ class PartitionReplica:
             # The leader never had our last epoch: keep at most where its last common epoch
             # ended in both logs, then ask again about our (now older) last epoch.
             my_end = self._epochs.end_offset_for(their_epoch, leo)[1]
-            target = min(their_end, my_end) if my_end >= 0 else self._hw
+            target = min(their_end, my_end) if my_end >= 0 else self._state.hw
             self._truncate(target)
             if self._epochs.latest_epoch >= mine:  # no progress possible: stop rather than spin
                 return
@@ -872,7 +715,7 @@ class PartitionReplica:
             self._log.truncate_to(offset)
         leo = self._log.log_end_offset
         self._epochs.truncate_from_end(leo)
-        self._set_hw(min(self._hw, leo))
+        self._set_hw(min(self._state.hw, leo))
 
     async def _reset_below_log_start(self, leader: Any, epoch: int) -> None:
         start = (await leader.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, epoch))).offset
@@ -909,24 +752,24 @@ class PartitionReplica:
 
     async def _background_loop(self) -> None:
         # The interval is read on every turn: become_leader may change it after the loop starts.
-        last_retention = last_clean_check = last_metrics = time.monotonic()
-        while not self._closed:
+        last_retention = last_clean_check = last_metrics = self._clock.monotonic()
+        while not self._state.closed:
             await asyncio.sleep(0.1)
             try:
-                if time.monotonic() - last_metrics >= TICK_S:
-                    last_metrics = time.monotonic()
-                    self._metrics.tick()
-                if time.monotonic() - last_clean_check >= CLEANER_CHECK_S:
-                    last_clean_check = time.monotonic()
+                if self._clock.monotonic() - last_metrics >= TICK_S:
+                    last_metrics = self._clock.monotonic()
+                    self._tick_metrics()
+                if self._clock.monotonic() - last_clean_check >= CLEANER_CHECK_S:
+                    last_clean_check = self._clock.monotonic()
                     self._maybe_start_cleaning()
                 self._maybe_shrink_isr()
                 self._checkpoint_hw()
                 self._log.maybe_flush()
-                if time.monotonic() - last_retention >= self._retention_check_ms / 1000:
-                    last_retention = time.monotonic()
+                if self._clock.monotonic() - last_retention >= self._retention_check_ms / 1000:
+                    last_retention = self._clock.monotonic()
                     # producer.id.expiration.ms: forget idle producers (their snapshots shrink).
                     self._log.remove_expired_producers()
-                    deleted = self._log.delete_old_segments(high_watermark=self._hw)
+                    deleted = self._log.delete_old_segments(high_watermark=self._state.hw)
                     self._log.delete_pending_files()
                     if deleted:
                         self._epochs.truncate_from_start(self._log.log_start_offset)
@@ -967,9 +810,13 @@ class PartitionReplica:
         return dataclasses.asdict(stats)
 
     def _checkpoint_hw(self) -> None:
-        if self._hw != self._hw_checkpointed and not self._log.closed:
-            write_offset(self._dir / HIGH_WATERMARK_FILE, self._hw)
-            self._hw_checkpointed = self._hw
+        if self._state.hw != self._hw_checkpointed and not self._log.closed:
+            write_offset(self._dir / HIGH_WATERMARK_FILE, self._state.hw)
+            self._hw_checkpointed = self._state.hw
+
+    def _tick_metrics(self) -> None:
+        leader_hw = self._state.hw if self._state.role == ReplicaRole.LEADER else None
+        self._metrics.tick(self._log, leader_hw, "compact" in self._config["cleanup.policy"], self._lso)
 
     async def describe(self) -> dict[str, Any]:
         """Offsets, role, epochs, ISR as this replica sees it, and size."""
@@ -978,17 +825,17 @@ class PartitionReplica:
             "partition": self.partition,
             "broker_id": self.broker_id,
             "topic_id": self.topic_id,
-            "role": self._role,
-            "leader_id": self._leader_id,
-            "leader_epoch": self._leader_epoch,
-            "partition_epoch": self._partition_epoch,
-            "replicas": list(self._replicas),
-            "isr": list(self._isr),
-            "follower_leos": {b: s.leo for b, s in self._followers.items()},
+            "role": self._state.role,
+            "leader_id": self._state.leader_id,
+            "leader_epoch": self._state.leader_epoch,
+            "partition_epoch": self._state.partition_epoch,
+            "replicas": list(self._state.replicas),
+            "isr": list(self._state.isr),
+            "follower_leos": {b: s.leo for b, s in self._state.followers.items()},
             "epochs": self._epochs.entries,
             "log_start_offset": self._log.log_start_offset,
             "log_end_offset": self._log.log_end_offset,
-            "high_watermark": self._hw,
+            "high_watermark": self._state.hw,
             "last_stable_offset": self._lso(),
             "first_unstable_offset": self._log.first_unstable_offset,
             "size_bytes": self._log.size_in_bytes,
@@ -1017,13 +864,12 @@ class PartitionReplica:
     async def close(self, delete: bool = False) -> None:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
         self._stop_fetcher()
-        self._closed = True
-        self._role = ReplicaRole.OFFLINE
+        self._state.close()
         await self._notify()
         await self._finish_cleaning()
         if not self._log.closed:
             self._checkpoint_hw()
-            self._metrics.tick()  # the last counts; the log's gauges while it can still be read
+            self._tick_metrics()  # the last counts; the log's gauges while it can still be read
             self._log.close()
         if delete:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -1033,26 +879,26 @@ class PartitionReplica:
     @property
     def high_watermark(self) -> int:
         """Consumers never read past this: every ISR member has the records below it."""
-        return self._hw
+        return self._state.hw
 
     def _hw_value(self) -> int:
-        return self._hw
+        return self._state.hw
 
     def _set_hw(self, hw: int) -> None:
         # The log needs every HW move: a completed transaction stays unstable until its
         # marker is below the HW.
-        self._hw = hw
+        self._state.hw = hw
         self._log.update_high_watermark(hw)
 
     def _lso(self) -> int:
         """The last stable offset: read_committed consumers never read past it."""
-        return self._log.last_stable_offset(self._hw)
+        return self._log.last_stable_offset(self._state.hw)
 
     def _log_end(self) -> int:
         return self._log.log_end_offset
 
     def _read(self, offset: int, max_bytes: int, follower: bool = False, committed: bool = False) -> FetchResponse:
-        hw = self._hw
+        hw = self._state.hw
         if follower:
             lso = hw  # followers replicate everything; they ignore the LSO
             data = self._log.read(offset, max_bytes)
@@ -1072,7 +918,7 @@ class PartitionReplica:
             lso,
             self._log.log_start_offset,
             self._log.log_end_offset,
-            self._leader_epoch,
+            self._state.leader_epoch,
             aborted,
         )
 
@@ -1084,19 +930,7 @@ class PartitionReplica:
         return limit != seen or already + self._log.size_in_bytes - start_size >= max(min_bytes, 1)
 
     def _check_leader(self, leader_epoch: int) -> None:
-        if self._closed or self._role != ReplicaRole.LEADER:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}"
-            )
-        if leader_epoch != NO_EPOCH:
-            if leader_epoch < self._leader_epoch:
-                raise FencedLeaderEpochError(
-                    f"{self.topic}-{self.partition}: epoch {leader_epoch} < current {self._leader_epoch}"
-                )
-            if leader_epoch > self._leader_epoch:
-                raise UnknownLeaderEpochError(
-                    f"{self.topic}-{self.partition}: epoch {leader_epoch} > current {self._leader_epoch}"
-                )
+        self._state.check_leader(leader_epoch)
 
     def _condition(self) -> asyncio.Condition:
         # Created lazily: it must belong to the actor's event loop, not __init__'s thread.
@@ -1125,100 +959,3 @@ def _has_control_batch(records: Any) -> bool:
     if not isinstance(records, bytes | bytearray | memoryview):
         return False  # refused as it is by the append
     return any(records[p + ATTRIBUTES_OFFSET + 1] & CONTROL_MASK for p, _ in batch_boundaries(records))
-
-
-class _ReplicaMetrics:
-    """What a replica records (``actors.metrics``): per request and per append, summed
-    until its tick; the log's gauges on the tick. Never per record."""
-
-    def __init__(self, replica: PartitionReplica, enabled: bool, namespace: str) -> None:
-        self.enabled = enabled
-        self._replica = replica
-        if not enabled:
-            return
-        self._rec = rec = Recorder(namespace, enabled)
-        self._m = rec.metrics
-        topic, partition, broker = replica.topic, str(replica.partition), str(replica.broker_id)
-        self._topic_tags = (("topic", topic), ("broker", broker))
-        self._replica_tags = rec.tags(topic=topic, partition=partition, broker=broker)
-        self._partition_tags = rec.tags(topic=topic, partition=partition)
-        self._clean_tags = (("topic", topic), ("broker", broker))
-        self._request_tags: dict[tuple[str, str], dict[str, str]] = {}
-        self._broker_tags = rec.tags(broker=broker)
-        self._last_clean = time.monotonic()
-
-    def _request(self, request: str, acks: Any) -> dict[str, str]:
-        # Tags only ever take Kafka's acks values: a hostile request must not mint series.
-        acks = str(acks) if acks in (-1, 0, 1) and type(acks) is int else ("" if acks is None else "invalid")
-        key = (request, acks)
-        tags = self._request_tags.get(key)
-        if tags is None:
-            broker = str(self._replica.broker_id)
-            tags = self._request_tags[key] = self._rec.tags(broker=broker, path=PATH_ACTOR, request=request, acks=acks)
-        return tags
-
-    def appended(self, info: Any, size: int) -> None:
-        """A client's batches were appended (not a duplicate): records and bytes in."""
-        if self.enabled:
-            rec, m = self._rec, self._m
-            rec.add(m.messages_in, info.last_offset - info.first_offset + 1, self._topic_tags)
-            rec.add(m.bytes_in, size, self._topic_tags)
-
-    def request_done(self, request: str, acks: Any, started: float) -> None:
-        rec, m = self._rec, self._m
-        rec.add(m.produce_requests if request == "Produce" else m.fetch_requests, 1, self._topic_tags)
-        rec.observe_ms(m.request_time, started, self._request(request, acks))
-
-    def produce_failed(self, acks: Any, exc: BaseException, started: float | None = None) -> None:
-        if self.enabled:
-            self._failed("Produce", acks, exc, started)
-
-    def _failed(self, request: str, acks: Any, exc: BaseException, started: float | None) -> None:
-        rec, m = self._rec, self._m
-        failed = m.failed_produce if request == "Produce" else m.failed_fetch
-        rec.add(failed, 1, self._topic_tags)
-        tags = self._request(request, acks)
-        rec.add(m.request_errors, 1, (*tags.items(), ("error", error_name(exc))))
-        if started is not None:
-            rec.observe_ms(m.request_time, started, tags)
-
-    def fetched(self, follower: bool, size: int, started: float) -> None:
-        rec, m = self._rec, self._m
-        if follower:
-            rec.add(m.replication_bytes_out, size, self._topic_tags)
-            rec.observe_ms(m.request_time, started, self._request("FetchFollower", None))
-        else:
-            rec.add(m.bytes_out, size, self._topic_tags)
-            rec.add(m.fetch_requests, 1, self._topic_tags)
-            rec.observe_ms(m.request_time, started, self._request("FetchConsumer", None))
-
-    def fetch_failed(self, follower: bool, exc: BaseException, started: float) -> None:
-        self._failed("FetchFollower" if follower else "FetchConsumer", None, exc, started)
-
-    def cleaned(self, stats: Any) -> None:
-        self._last_clean = time.monotonic()
-        if self.enabled:
-            self._rec.add(self._m.cleaner_bytes_read, stats.bytes_read, self._clean_tags)
-            self._rec.add(self._m.cleaner_bytes_written, stats.bytes_written, self._clean_tags)
-
-    def tick(self) -> None:
-        """Counters to Ray; the log's gauges (and the flushes since the last tick)."""
-        if not self.enabled:
-            return
-        replica, m, tags = self._replica, self._m, self._replica_tags
-        self._rec.flush()
-        log = replica._log
-        if log.closed:
-            return
-        m.log_size.set(log.size_in_bytes, tags)
-        m.log_segments.set(len(log.segments), tags)
-        m.log_start_offset.set(log.log_start_offset, tags)
-        m.log_end_offset.set(log.log_end_offset, tags)
-        if replica._role == ReplicaRole.LEADER:
-            m.high_watermark.set(replica._hw, self._partition_tags)
-        flushes = log.flush_times_ms
-        while flushes:
-            m.flush_time.observe(flushes.popleft(), self._broker_tags)
-        if "compact" in replica._config["cleanup.policy"]:
-            m.cleaner_dirty_ratio.set(dirty_ratio(log, replica._lso()), tags)
-            m.cleaner_time_since_last_run.set((time.monotonic() - self._last_clean) * 1000.0, tags)

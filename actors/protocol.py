@@ -142,6 +142,9 @@ class TransactionState(enum.StrEnum):
     COMPLETE_COMMIT = "CompleteCommit"
     COMPLETE_ABORT = "CompleteAbort"
     DEAD = "Dead"
+    # Fencing an older producer (its epoch bumped) before its open transaction is aborted;
+    # in memory only, never written to __transaction_state.
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
 
 
 class TransactionResult(enum.IntEnum):

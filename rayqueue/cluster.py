@@ -11,16 +11,17 @@ A :class:`Cluster` is a :class:`rayqueue.connection.ClusterHandle` that also mak
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import launch as actor_launch
 from actors.config import broker_config, load_toml
 from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
+from actors.gateway.listeners import parse_listeners
 from actors.group_coordinator import GroupCoordinator
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.transaction_coordinator import TransactionCoordinator
@@ -31,6 +32,7 @@ from rayqueue.connection import (
     EMBEDDED_WORKER_STARTUP_CONCURRENCY,
     ClusterHandle,
     ensure_ray,
+    is_loopback,
     join_ray,
     start_embedded_ray,
     use_ray_token,
@@ -41,6 +43,30 @@ from storage.config import Config
 from storage.errors import InvalidConfigError
 
 logger = logging.getLogger(__name__)
+
+
+# What an operator may ask of the metrics endpoint's interface besides a loopback address.
+EVERY_INTERFACE = ("0.0.0.0", "::", "*")
+
+
+def metrics_on_loopback(listeners: Sequence[str] | str, metrics_host: str | None = None) -> bool:
+    """Whether an embedded Ray keeps its metrics endpoint (and so its node) on loopback.
+
+    ``metrics_host`` decides when given: a loopback address, or 0.0.0.0 / :: / * for every
+    interface; Ray's metrics agent knows no other choice, so any other address is an
+    InvalidConfigError. Otherwise the metrics bind where the Kafka listeners do: loopback
+    when every listener binds a loopback address (or there is none), else every interface.
+    """
+    if metrics_host is not None:
+        if is_loopback(metrics_host):
+            return True
+        if metrics_host.strip("[]") in EVERY_INTERFACE:
+            return False
+        raise InvalidConfigError(
+            f"the metrics endpoint cannot listen on {metrics_host} alone: Ray's metrics agent listens on"
+            " loopback (127.0.0.1) or on every interface (0.0.0.0)"
+        )
+    return all(is_loopback(listener.host) for listener in parse_listeners(listeners))
 
 
 class Cluster(ClusterHandle):
@@ -97,12 +123,12 @@ class Cluster(ClusterHandle):
             logger.warning("could not stop the gateways", exc_info=True)
         for coordinator in (self.transaction_coordinator, self.group_coordinator):
             if coordinator is not None:
-                ray.kill(coordinator, no_restart=True)
+                actor_launch.kill(coordinator)
         try:
             ray.get(self.controller.shutdown.remote(delete_data), timeout=120)
         except ray.exceptions.RayActorError:
             pass
-        ray.kill(self.controller, no_restart=True)
+        actor_launch.kill(self.controller)
         if self._owns_ray:
             ray.shutdown()
 
@@ -133,6 +159,7 @@ def launch(
     timeout_s: float = 120.0,
     create_topics: bool = True,
     metrics_export_port: int | None = None,
+    metrics_host: str | None = None,
     **overrides: Any,
 ) -> Cluster:
     """Start a rayqueue cluster and return a handle to it.
@@ -147,23 +174,21 @@ def launch(
 
     An embedded Ray started here serves the cluster's metrics to Prometheus on
     ``metrics_export_port`` (``http://<node>:<port>/metrics``) when given; otherwise on a
-    port of Ray's choosing. On a Ray the driver joined, metrics are wherever it exports them.
+    port of Ray's choosing. It listens where the Kafka listeners do (:func:`metrics_on_loopback`:
+    loopback unless a listener binds another address; ``metrics_host`` says otherwise). On a
+    Ray the driver joined, metrics are wherever it exports them.
     ``rayqueue.metrics.enabled=False`` records none.
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
-    owns_ray = ensure_ray(address, num_cpus, metrics_export_port)
+    owns_ray = ensure_ray(address, num_cpus, metrics_export_port, metrics_on_loopback(cfg["listeners"], metrics_host))
     namespace = cfg["rayqueue.namespace"]
-    try:
-        ray.get_actor(CONTROLLER_NAME, namespace=namespace)
-    except ValueError:
-        pass
-    else:
+    if actor_launch.find_actor(CONTROLLER_NAME, namespace) is not None:
         raise InvalidConfigError(f"a rayqueue cluster already runs in namespace {namespace!r}; use rayqueue.connect()")
     Path(cfg["log.dirs"]).mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     controller = _start_singleton(Controller, CONTROLLER_NAME, namespace, cfg, here)
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    nodes = sorted(actor_launch.alive_nodes())
     # The driver's node first, so that one-node clusters and broker 0 stay local.
     nodes.remove(here)
     nodes.insert(0, here)
@@ -194,19 +219,7 @@ def launch(
 def _start_singleton(cls: type, name: str, namespace: str, cfg: Config, node_id: str) -> Any:
     """A cluster-wide actor (controller, group and transaction coordinators): named, detached, restarted by Ray
     (each rebuilds its state from its log), placed on ``node_id`` when it can be."""
-    return (
-        ray.remote(cls)
-        .options(
-            name=name,
-            namespace=namespace,
-            lifetime="detached",
-            num_cpus=0,
-            max_concurrency=1000,
-            max_restarts=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
-        )
-        .remote(namespace, dict(cfg))
-    )
+    return actor_launch.launch(cls, actor_launch.CLUSTER_ACTOR, name, namespace, node_id, namespace, dict(cfg))
 
 
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> Cluster:
@@ -220,8 +233,10 @@ __all__ = [
     "Cluster",
     "connect",
     "ensure_ray",
+    "is_loopback",
     "join_ray",
     "launch",
+    "metrics_on_loopback",
     "start_embedded_ray",
     "use_ray_token",
 ]

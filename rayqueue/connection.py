@@ -10,14 +10,15 @@ sits above the clients.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import ray
 
+from actors import launch
 from actors.config import BROKER_CONFIG
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.protocol import MetadataRequest
@@ -41,6 +42,41 @@ EMBEDDED_NUM_CPUS = 8
 EMBEDDED_WORKER_STARTUP_CONCURRENCY = 16
 # Ray's own logger for its token-authentication notices (Ray 2.60).
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) is reachable from this machine alone."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def _ray_node_on_loopback() -> Iterator[None]:
+    """Have ``ray.init`` keep 127.0.0.1 as it is: as this node's address when it starts a
+    Ray, as the address it connects to when it joins one.
+
+    Ray's metrics agent listens on loopback when the node's address is loopback and on every
+    interface otherwise (Ray 2.60, ``ReporterAgent``: ``address=get_localhost_ip() if
+    is_localhost(ip) else ""``); it has no setting of its own for the bind address. Ray turns
+    ``127.0.0.1`` (a node address asked for, or the address a driver is told to join) into the
+    machine's outward address, except in its single-machine mode
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the default on Windows and macOS), which keeps
+    loopback as loopback. That switch is read once, when Ray is imported, so it is set here
+    for the one ``ray.init`` call; once started or joined, the node's address is the node's.
+    """
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 @contextlib.contextmanager
@@ -98,27 +134,54 @@ def _check_ray_reachable(address: str, token_on: bool) -> None:
         raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
 
 
+def _joins_loopback(address: str) -> bool:
+    """Whether ``address`` ("auto": RAY_ADDRESS, else the Ray started last on this machine)
+    names a loopback address, as written (Ray would turn it into the outward one)."""
+    from ray._private import services
+
+    if "://" in address:  # a Ray Client address: Ray does not rewrite those
+        return False
+    with _ray_node_on_loopback():
+        try:
+            resolved = services.canonicalize_bootstrap_address(address)
+        except Exception:  # noqa: BLE001 - no Ray found: ray.init says so in its own words
+            return False
+    return resolved is not None and is_loopback(resolved.rsplit(":", 1)[0])
+
+
 def join_ray(address: str) -> None:
     """Connect this process to the running Ray cluster at ``address`` ("auto": the one on this
-    machine), with its authentication token found as Ray's own tools find it."""
+    machine), with its authentication token found as Ray's own tools find it.
+
+    A Ray on loopback (``rayqueue start`` on loopback listeners) is joined at its loopback
+    address, which plain ``ray.init`` would replace by the machine's outward one."""
     token_on = use_ray_token()
     if address != "auto" and "://" not in address:
         _check_ray_reachable(address, token_on)
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    on_loopback = _ray_node_on_loopback() if _joins_loopback(address) else contextlib.nullcontext()
+    with on_loopback:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
 
 
-def start_embedded_ray(num_cpus: int | None = None, metrics_export_port: int | None = None) -> None:
+def start_embedded_ray(
+    num_cpus: int | None = None, metrics_export_port: int | None = None, loopback: bool = False
+) -> None:
     """Start a Ray of this process's own, quietly: Ray's defaults (token authentication on,
     unless RAY_AUTH_MODE says otherwise), its logs in its session directory, and a worker
     start-up concurrency fit for many small actors (EMBEDDED_WORKER_STARTUP_CONCURRENCY).
 
     ``metrics_export_port``: where Ray's metrics agent serves Prometheus (``/metrics``);
-    None lets Ray pick a free port.
+    None lets Ray pick a free port. With ``loopback`` the node's address is 127.0.0.1: its
+    metrics agent, GCS, raylet and workers listen on loopback only, and no other machine can
+    join this Ray or scrape it; without, the metrics agent listens on every interface.
     """
     extra: dict[str, Any] = {}
     if metrics_export_port:
         extra["_metrics_export_port"] = metrics_export_port
-    with _quiet(_RAY_AUTH_LOGGER):
+    if loopback:
+        extra["_node_ip_address"] = "127.0.0.1"
+    on_loopback = _ray_node_on_loopback() if loopback else contextlib.nullcontext()
+    with _quiet(_RAY_AUTH_LOGGER), on_loopback:
         # "local": never a Ray that `ray start` runs (or left behind in /tmp/ray) on this machine.
         ray.init(
             address="local",
@@ -131,9 +194,15 @@ def start_embedded_ray(num_cpus: int | None = None, metrics_export_port: int | N
         )
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None, metrics_export_port: int | None = None) -> bool:
+def ensure_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    metrics_export_port: int | None = None,
+    loopback: bool = False,
+) -> bool:
     """Connect to Ray (``address``/RAY_ADDRESS; "local" starts one) or start an embedded one
-    (serving Prometheus metrics on ``metrics_export_port`` when given); True if started here.
+    (serving Prometheus metrics on ``metrics_export_port`` when given, on loopback only with
+    ``loopback``: :func:`start_embedded_ray`); True if started here.
 
     A Ray that runs already keeps exporting wherever it does.
     """
@@ -145,7 +214,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, metrics_
     if address and address != "local":
         join_ray(address)
         return False
-    start_embedded_ray(num_cpus, metrics_export_port)
+    start_embedded_ray(num_cpus, metrics_export_port, loopback)
     return True
 
 
@@ -178,22 +247,11 @@ class ClusterHandle:
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> ClusterHandle:
     """Attach to the rayqueue cluster running in Ray namespace ``name``."""
     ensure_ray(address)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=name)
-            break
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}") from None
-            time.sleep(0.2)
+    controller = launch.wait_for_actor(CONTROLLER_NAME, name, timeout_s)
+    if controller is None:
+        raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}")
     cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
-    try:
-        coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        coordinator = None  # a cluster launched before groups existed; group calls will say so
-    try:
-        txn_coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=name)
-    except ValueError:
-        txn_coordinator = None  # a cluster launched before transactions existed
+    # None in a cluster launched before groups or transactions existed: their calls will say so.
+    coordinator = launch.find_actor(GROUP_COORDINATOR_NAME, name)
+    txn_coordinator = launch.find_actor(TRANSACTION_COORDINATOR_NAME, name)
     return ClusterHandle(name, controller, cfg, group_coordinator=coordinator, transaction_coordinator=txn_coordinator)

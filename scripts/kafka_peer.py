@@ -22,7 +22,6 @@ bootstrap servers and stops it on Ctrl-C.
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import signal
 import socket

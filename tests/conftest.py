@@ -72,9 +72,15 @@ def cluster(ray_session):
     """One rayqueue cluster (3 brokers on the local node) for the session; each broker's
     Kafka protocol gateway listens on a free port (``cluster.bootstrap_servers``)."""
     import rayqueue
+    from tests.helpers import SMALL_INTERNAL_TOPICS
 
     root = tempfile.mkdtemp(prefix="rayqueue-test-")
-    handle = rayqueue.launch(log_dirs=root, log_retention_check_interval_ms=1000, listeners="PLAINTEXT://127.0.0.1:0")
+    handle = rayqueue.launch(
+        log_dirs=root,
+        log_retention_check_interval_ms=1000,
+        listeners="PLAINTEXT://127.0.0.1:0",
+        **SMALL_INTERNAL_TOPICS,
+    )
     yield handle
     handle.shutdown(delete_data=True)
     shutil.rmtree(root, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The package's shape, checked from the source: layers import downward only, no module
 imports a module that imports it back (directly or through others), importing a light
-storage module loads nothing heavy, and no source module grows past 1,000 lines.
+storage module loads nothing heavy, no source module grows past 1,000 lines, and nothing in
+``actors/`` reads the clock except ``actors/clock.py``.
 
 Imports are read with ``ast``, so deferred imports inside functions and ``TYPE_CHECKING``
 blocks count too: a circle held together by a deferred import is still a circle.
@@ -22,12 +23,23 @@ SOURCE_DIRS = (*PACKAGES, "scripts")
 MAX_LINES = 1_000
 # Modules still over MAX_LINES: split by the actor half of issue 31. Empty it as they are
 # split (the test fails for a listed module that is no longer over, so the list stays true).
-OVERSIZED = {
-    "actors/controller.py",
-    "actors/group_coordinator.py",
-    "actors/partition.py",
-    "rayqueue/cli.py",
-}
+OVERSIZED: set[str] = set()
+# The one module of actors/ that reads the clock; the rest take a Clock (or use its SYSTEM).
+CLOCK_MODULE = "actors/clock.py"
+# Still reading the clock directly: moved onto actors/clock.py by the coordinator and
+# controller halves of issue 31. A path here covers the module and, once it is a package,
+# everything under it; the test fails for a listed path that reads no clock any more.
+CLOCK_READERS_PENDING: set[str] = set()
+# Packages whose state machines are plain classes on an injected clock (actors/clock.py): only
+# their ``actor`` module (the Ray shell) may import Ray or asyncio, and none reads the clock.
+STATE_MACHINE_PACKAGES = ("actors/controller", "actors/group_coordinator", "actors/transaction_coordinator")
+SHELL_MODULE = "actor.py"
+# Modules that read the time: reading it is the clock's job (Kafka's Time / MockTime).
+CLOCK_MODULES = ("time", "datetime")
+# The one module that launches Ray actors and looks them up (actors.launch), and what may
+# still do it elsewhere, with the reason.
+LAUNCH_MODULE = "actors/launch.py"
+LAUNCH_ALLOWED: dict[str, str] = {}
 # A package may import only itself and the packages after it.
 LAYERS = {"rayqueue": {"rayqueue", "actors", "storage"}, "actors": {"actors", "storage"}, "storage": {"storage"}}
 
@@ -170,6 +182,148 @@ def test_no_source_module_is_over_1000_lines() -> None:
     assert sorted(OVERSIZED - set(over)) == [], "split already: take it off OVERSIZED"
 
 
+def _state_modules() -> list[Path]:
+    return [
+        path
+        for package in STATE_MACHINE_PACKAGES
+        for path in sorted((ROOT / package).glob("*.py"))
+        if path.name != SHELL_MODULE
+    ]
+
+
+def _imported_names(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
+def test_the_state_machine_packages_exist() -> None:
+    """The lists below check something: every package is there, with a shell and state."""
+    for package in STATE_MACHINE_PACKAGES:
+        assert (ROOT / package / SHELL_MODULE).is_file(), package
+    assert len(_state_modules()) > len(STATE_MACHINE_PACKAGES)
+
+
+def test_state_modules_import_no_ray_and_no_asyncio() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _state_modules()
+        for name in _imported_names(path)
+        if name.split(".")[0] in ("ray", "asyncio")
+    ]
+    assert found == []
+
+
+def test_state_modules_import_without_ray() -> None:
+    """Every state module (and each package itself) imports with Ray unavailable, so nothing
+    they import, however indirectly, loads Ray."""
+    names = [_module_name(path) for path in _state_modules()]
+    names += [package.replace("/", ".") for package in STATE_MACHINE_PACKAGES]
+    code = (
+        "import importlib, json, sys; sys.modules['ray'] = None; "
+        f"[importlib.import_module(n) for n in {names!r}]; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'ray')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["ray"]  # only the blocked placeholder
+
+
+def _clock_reads(path: Path) -> list[str]:
+    """Imports of the time modules and event-loop clock reads (``loop.time()``) in ``path``."""
+    found = [f"imports {name}" for name in _imported_names(path) if name.split(".")[0] in CLOCK_MODULES]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "time":
+            if "loop" in ast.unparse(node.func.value):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_direct_clock_read_in_the_state_machine_packages() -> None:
+    """The shells too read the injected clock, so that a test's ManualClock moves them all."""
+    found = {
+        str(path.relative_to(ROOT)): reads
+        for package in STATE_MACHINE_PACKAGES
+        for path in sorted((ROOT / package).glob("*.py"))
+        if (reads := _clock_reads(path))
+    }
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    "source, reads",
+    [
+        ("import time\nx = time.monotonic()\n", 1),
+        ("from time import perf_counter\n", 1),
+        ("import asyncio\nx = asyncio.get_running_loop().time()\n", 1),
+        ("from actors.clock import SYSTEM\nx = SYSTEM.monotonic()\n", 0),
+    ],
+)
+def test_the_clock_read_finder_finds_reads(tmp_path: Path, source: str, reads: int) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(_clock_reads(path)) == reads
+
+
+def _launches(path: Path) -> list[str]:
+    """Ray actor launches and lookups in ``path``: ``ray.get_actor(...)``, ``ray.remote(...)``,
+    ``x.options(...).remote(...)`` (Ray's; Spark's ``reader.options(...)`` is not), and a class
+    decorated ``@ray.remote``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            call = ast.unparse(node.func)
+            inner = node.func.value
+            ray_options = (
+                node.func.attr == "remote"
+                and isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Attribute)
+                and inner.func.attr == "options"
+            )
+            if call in ("ray.get_actor", "ray.remote") or ray_options:
+                found.append(f"line {node.lineno}: {call}(...)")
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                f"line {node.lineno}: @ray.remote class" for d in node.decorator_list if ast.unparse(d) == "ray.remote"
+            ]
+    return found
+
+
+def test_actors_are_launched_and_looked_up_in_one_module() -> None:
+    found = {
+        rel: reads
+        for package in ("actors", "rayqueue")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (rel := str(path.relative_to(ROOT))) != LAUNCH_MODULE
+        and not any(
+            rel == allowed or rel.startswith(allowed + "/") or rel == allowed + ".py" for allowed in LAUNCH_ALLOWED
+        )
+        and (reads := _launches(path))
+    }
+    assert found == {}
+    assert _launches(ROOT / LAUNCH_MODULE), "the launch module launches nothing: the check above checks nothing"
+
+
+@pytest.mark.parametrize(
+    "source, launches",
+    [
+        ("import ray\nh = ray.get_actor('x', namespace='n')\n", 1),
+        ("import ray\nh = ray.remote(C).options(name='x').remote()\n", 2),
+        ("import ray\n@ray.remote\nclass A:\n    pass\n", 1),
+        ("import ray\n@ray.remote\ndef task():\n    pass\n", 0),  # a task, not an actor
+        ("from actors import launch\nh = launch.find_actor('x', 'n')\n", 0),
+    ],
+)
+def test_the_launch_finder_finds_launches(tmp_path: Path, source: str, launches: int) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(_launches(path)) == launches
+
+
 def test_a_light_storage_module_loads_neither_pyarrow_nor_numpy() -> None:
     """``import storage.errors`` (and the package) loads no codec, no Arrow, no numpy."""
     code = (
@@ -191,3 +345,79 @@ def test_the_log_loads_no_pyarrow() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+_CLOCK_CALLS = {
+    ("time", name) for name in ("time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns")
+} | {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("date", "today")}
+
+
+def _direct_clock_reads(source: str) -> list[str]:
+    """The direct clock reads in ``source``: ``time.monotonic()`` and its kin (however
+    ``time`` was imported), ``datetime.now()``, and clock functions imported by name."""
+    tree = ast.parse(source)
+    aliases = {  # import time as clock: clock.monotonic() is time.monotonic()
+        alias.asname: alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.asname and alias.name in ("time", "datetime")
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            found += [
+                f"line {node.lineno}: from {node.module} import {alias.name}"
+                for alias in node.names
+                if (node.module, alias.name) in _CLOCK_CALLS
+            ]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name | ast.Attribute):
+            owner = aliases.get(node.value.id, node.value.id) if isinstance(node.value, ast.Name) else node.value.attr
+            if (owner, node.attr) in _CLOCK_CALLS:
+                found.append(f"line {node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def _pending_clock_reader(relative: str) -> str | None:
+    return next(
+        (p for p in CLOCK_READERS_PENDING if relative == f"{p}.py" or relative.startswith(f"{p}/")),
+        None,
+    )
+
+
+def test_nothing_in_actors_reads_the_clock_but_the_clock_module() -> None:
+    """State machines take an injected Clock (tested on ManualClock); actors pass SYSTEM."""
+    direct: dict[str, list[str]] = {}
+    pending_clean = set(CLOCK_READERS_PENDING)
+    for path in sorted((ROOT / "actors").rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if relative == CLOCK_MODULE:
+            continue
+        reads = _direct_clock_reads(path.read_text())
+        pending = _pending_clock_reader(relative)
+        if pending is not None:
+            if reads:
+                pending_clean.discard(pending)
+            continue
+        if reads:
+            direct[relative] = reads
+    assert direct == {}
+    assert sorted(pending_clean) == [], "no direct clock read left: take it off CLOCK_READERS_PENDING"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import time\nt = time.monotonic()", ["line 2: time.monotonic"]),
+        ("import time as t\nx = t.sleep(0)", []),
+        ("import time as t\nx = t.perf_counter()", ["line 2: time.perf_counter"]),
+        ("from time import perf_counter", ["line 1: from time import perf_counter"]),
+        ("import datetime\nd = datetime.datetime.now()", ["line 2: datetime.now"]),
+        ("from datetime import datetime\nd = datetime.utcnow()", ["line 2: datetime.utcnow"]),
+        ("import time\nf = time.time_ns", ["line 2: time.time_ns"]),
+        ("from actors.clock import SYSTEM\nt = SYSTEM.monotonic()", []),
+        ("import datetime\nz = datetime.timedelta(0)", []),
+    ],
+)
+def test_the_direct_clock_read_finder_finds_reads(source: str, expected: list[str]) -> None:
+    assert _direct_clock_reads(source) == expected

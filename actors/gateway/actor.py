@@ -16,12 +16,11 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import launch
 from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
@@ -69,13 +68,6 @@ def _by_address(overrides: dict[str, int]) -> dict[str, int]:
         for address in addresses:
             out[address] = count
     return out
-
-
-def _named(name: str, namespace: str) -> Any:
-    try:
-        return ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return None
 
 
 class Gateway:
@@ -134,9 +126,9 @@ class Gateway:
             listener.broker_id,
             self._namespace,
             self._config,
-            _named(CONTROLLER_NAME, self._namespace),
-            _named(TRANSACTION_COORDINATOR_NAME, self._namespace),
-            _named(GROUP_COORDINATOR_NAME, self._namespace),
+            launch.find_actor(CONTROLLER_NAME, self._namespace),
+            launch.find_actor(TRANSACTION_COORDINATOR_NAME, self._namespace),
+            launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
         )
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
@@ -205,53 +197,38 @@ class Gateway:
 def start_gateways(namespace: str, config: dict[str, Any], meta: ClusterMetadata, timeout_s: float) -> str:
     """Start one gateway per broker on the broker's node when ``listeners`` is set; returns
     the bootstrap servers (``host:port,...``), empty without listeners."""
-    node_ips = {n["NodeID"]: n.get("NodeManagerAddress", "127.0.0.1") for n in ray.nodes() if n.get("Alive")}
+    node_ips = launch.node_addresses()
     brokers = {b.broker_id: b for b in meta.brokers}
     plan = broker_listeners(
         config["listeners"],
         config["advertised.listeners"],
-        [(b.broker_id, node_ips.get(b.node_id, "127.0.0.1")) for b in brokers.values()],
+        [(b.broker_id, node_ips.get(b.node_id) or "127.0.0.1") for b in brokers.values()],
     )
     if not plan:
         return ""
     handles = []
     for listener in plan:
         name = gateway_actor_name(listener.broker_id)
-        stale = _named(name, namespace)
+        stale = launch.find_actor(name, namespace)
         if stale is not None:  # left by a cluster that died without shutting down
-            ray.kill(stale, no_restart=True)
-            _wait_name_free(name, namespace)
+            launch.kill(stale)
+            launch.wait_name_free(name, namespace)
+        node_id = brokers[listener.broker_id].node_id
         handles.append(
-            ray.remote(Gateway)
-            .options(
-                name=name,
-                namespace=namespace,
-                lifetime="detached",
-                num_cpus=0,
-                max_concurrency=1000,
-                max_restarts=-1,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(brokers[listener.broker_id].node_id, soft=False),
-            )
-            .remote(namespace, dict(config), listener)
+            launch.launch(Gateway, launch.GATEWAY, name, namespace, node_id, namespace, dict(config), listener)
         )
     try:
         addresses = ray.get([h.start.remote() for h in handles], timeout=timeout_s)
     except Exception:
         for handle in handles:
-            ray.kill(handle, no_restart=True)
+            launch.kill(handle)
         raise
     return ",".join(f"{host}:{port}" for host, port in addresses)
 
 
-def _wait_name_free(name: str, namespace: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _named(name, namespace) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def stop_gateways(namespace: str, broker_ids: list[int]) -> None:
     """Stop and remove the gateways of ``broker_ids`` (those that run)."""
-    handles = [h for h in (_named(gateway_actor_name(b), namespace) for b in broker_ids) if h is not None]
+    handles = [h for h in (launch.find_actor(gateway_actor_name(b), namespace) for b in broker_ids) if h is not None]
     if not handles:
         return
     try:
@@ -259,7 +236,7 @@ def stop_gateways(namespace: str, broker_ids: list[int]) -> None:
     except Exception:  # noqa: BLE001 - killed below all the same
         logger.warning("a gateway did not stop cleanly", exc_info=True)
     for handle in handles:
-        ray.kill(handle, no_restart=True)
+        launch.kill(handle)
 
 
 def bootstrap_servers(meta: ClusterMetadata) -> str:

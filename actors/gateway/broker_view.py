@@ -19,13 +19,13 @@ import asyncio
 import base64
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
+from actors.clock import SYSTEM, Clock
 from actors.protocol import MetadataRequest
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.errors import (
@@ -59,12 +59,12 @@ def topic_uuid(topic_id: str) -> uuid.UUID | None:
 
 async def _get_metadata(controller: Any, request: MetadataRequest) -> ClusterMetadata:
     """controller.get_metadata, riding through a controller restart for a while."""
-    deadline = time.monotonic() + CONTROLLER_RETRY_S
+    deadline = SYSTEM.monotonic() + CONTROLLER_RETRY_S
     while True:
         try:
             return await controller.get_metadata.remote(request)
         except ray.exceptions.RayActorError:  # its ActorUnavailableError too
-            if time.monotonic() > deadline:
+            if SYSTEM.monotonic() > deadline:
                 raise RequestTimedOutError("the controller did not answer") from None
             await asyncio.sleep(0.2)
 
@@ -87,8 +87,10 @@ class BrokerView:
         controller: Any,
         transaction_coordinator: Any = None,
         group_coordinator: Any = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.broker_id = broker_id
+        self.clock = clock  # the metadata cache's ages
         self.namespace = namespace
         self.config = config
         self.controller = controller
@@ -123,7 +125,7 @@ class BrokerView:
         return snapshot
 
     def _remember(self, snapshot: ClusterMetadata, asked: list[str] | None) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self.cluster_id = snapshot.cluster_id
         for name, meta in snapshot.topics.items():
             old = self._topics.get(name)
@@ -143,7 +145,7 @@ class BrokerView:
     async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
         """A topic's metadata from the cache (asked for when missing, stale, or ``refresh``
         and not asked for in the last REFRESH_BACKOFF_S); None when it does not exist."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         fetched = self._fetched_at.get(name)
         fresh_enough = fetched is not None and now - fetched < (REFRESH_BACKOFF_S if refresh else MAX_AGE_S)
         if name in self._topics and fresh_enough:
@@ -160,7 +162,7 @@ class BrokerView:
     async def _refresh(self, name: str) -> None:
         try:
             await self.cluster([name])
-            self._fetched_at[name] = time.monotonic()
+            self._fetched_at[name] = self.clock.monotonic()
         finally:
             self._refreshing.pop(name, None)
 

@@ -48,11 +48,11 @@ import logging
 import mmap
 import socket
 import struct
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.clock import SYSTEM, Clock
 from actors.gateway.codec import (
     API_VERSIONS_KEY,
     DecodeDeferred,
@@ -188,8 +188,10 @@ class KafkaServer:
         limits: Limits | None = None,
         name: str = "gateway",
         metrics: Any = None,
+        clock: Clock = SYSTEM,
     ):
         self.apis = dict(apis)
+        self.clock = clock  # connections' idle time (connections.max.idle.ms)
         # An actors.metrics.GatewayMetrics, or None: then nothing is recorded.
         self.metrics = metrics
         self.state = state
@@ -276,7 +278,7 @@ class KafkaServer:
     def _close_idle(self, idle: float) -> None:
         # A function of its own: a loop variable in _reap_idle would keep the last
         # connection it looked at (and all it holds) alive across the sleep.
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for conn in list(self.connections):
             if conn.idle_since(now) > idle:
                 conn.fail(f"idle for more than {self.limits.idle_ms} ms (connections.max.idle.ms)")
@@ -305,6 +307,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: KafkaServer) -> None:
         self.server = server
+        self._clock = server.clock
         self.id = next(server._ids)
         self.peer = "?"
         self.ip: str | None = None
@@ -323,7 +326,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._memory_wait = False  # the next read needs memory the server does not have
         self._closing = False
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
 
     # -- asyncio callbacks ----------------------------------------------------------------
 
@@ -377,7 +380,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(rx)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
         self._end += nbytes
         self._parse()
 
@@ -391,7 +394,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:  # noqa: D102
         self._write_paused = False
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
         self._update_reading()
         self._parse()
 
@@ -627,7 +630,7 @@ class Connection(asyncio.BufferedProtocol):
                 small.append(chunk)
         if small:
             transport.write(b"".join(small))
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
 
     # -- closing --------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 Pages are static HTML and a small script of rayqueue's own (no CDN, no build step) that
 poll the JSON API (``routes``); charts are drawn as SVG from the history the server
 samples (the cluster's Prometheus metrics, else its snapshots: ``state``). Errors from the cluster reach the page as ``{"error", "message"}``, never a
-traceback.
+traceback. Unknown ``Host`` names, state changes from other origins and bodies over
+``max_body_bytes`` are refused before any route runs (``guard``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from rayqueue.cluster import Cluster
 from rayqueue.console import DEFAULT_HOST, DEFAULT_PORT
+from rayqueue.console.guard import DEFAULT_MAX_BODY_BYTES, SameOriginMiddleware, allowed_hosts
 from rayqueue.console.metrics import ray_metrics_endpoints
 from rayqueue.console.routes import router
 from rayqueue.console.state import DEFAULT_SAMPLE_INTERVAL_S, ConsoleState
@@ -81,10 +84,16 @@ def create_app(
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
     sample: bool = True,
     metrics_endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
+    hosts: Iterable[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The console app for ``cluster``; with ``sample`` a thread fills the chart history
     while the app runs (started and stopped by the app's lifespan), scraping the
-    ``metrics_endpoints`` (by default every Ray node's metrics agent) on each tick."""
+    ``metrics_endpoints`` (by default every Ray node's metrics agent) on each tick.
+
+    It answers only requests whose ``Host`` is one of ``hosts`` (default: localhost,
+    127.0.0.1 and [::1]; :func:`rayqueue.console.guard.allowed_hosts`), accepts a state
+    change only from its own origin, and refuses a body over ``max_body_bytes`` with 413."""
     state = ConsoleState(cluster, sample_interval_s, metrics_endpoints=metrics_endpoints)
 
     @asynccontextmanager
@@ -96,8 +105,24 @@ def create_app(
         finally:
             state.close()
 
-    app = FastAPI(title="rayqueue console", lifespan=lifespan, docs_url="/api/docs", redoc_url=None)
+    # max_body_size: FastAPI's own cap (Starlette's RequestBodyLimitMiddleware): a larger
+    # Content-Length is answered 413 before a byte of the body is read, a chunked body is
+    # counted as it arrives (uvicorn buffers at most ~64 KiB of it before the app asks).
+    app = FastAPI(
+        title="rayqueue console",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        max_body_size=max_body_bytes,
+    )
     app.state.console = state
+    # The last added runs first: an unknown Host is refused before its Origin is looked at.
+    app.add_middleware(SameOriginMiddleware)
+    app.add_middleware(
+        TrustedHostMiddleware,
+        allowed_hosts=allowed_hosts("") if hosts is None else list(hosts),
+        www_redirect=False,
+    )
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -135,8 +160,11 @@ class ConsoleServer:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        extra_hosts: Iterable[str] = (),
     ) -> None:
-        self.app = create_app(cluster, sample_interval_s)
+        # The Host names it answers: its own address, loopback names and ``extra_hosts``.
+        self.allowed_hosts = allowed_hosts(host, extra_hosts)
+        self.app = create_app(cluster, sample_interval_s, hosts=self.allowed_hosts)
         # Bound here, before the thread starts, so a busy port fails in the caller and
         # port 0 resolves to the port actually taken.
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

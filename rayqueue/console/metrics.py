@@ -43,6 +43,12 @@ FETCH_REQUESTS = frozenset({"Fetch", "FetchConsumer"})
 # (metrics_report_interval_ms = 10 s), as a Grafana panel takes rate(x[1m]) over scrapes.
 DEFAULT_RATE_WINDOW_S = 20.0
 
+# How long one scrape may take before it is given up: Prometheus' own default
+# scrape_timeout. Ray's agent renders every series of every worker process that ever
+# recorded one (megabytes on a node that ran a few hundred replicas, in one Python thread
+# that serves one request at a time), which takes over a second on a busy machine.
+DEFAULT_SCRAPE_TIMEOUT_S = 10.0
+
 SOURCE_METRICS = "metrics"
 SOURCE_SNAPSHOTS = "snapshots"
 SOURCE_LABELS = {
@@ -101,6 +107,11 @@ def fetch_text(url: str, timeout_s: float) -> str:
         return response.read().decode("utf-8", errors="replace")
 
 
+def scrape(url: str, cluster: str, timeout_s: float) -> dict[_SeriesKey, float]:
+    """One endpoint's samples of ``cluster`` (:func:`fetch_text`, then :func:`parse`)."""
+    return parse(fetch_text(url, timeout_s), cluster)
+
+
 def parse(text: str, cluster: str) -> dict[_SeriesKey, float]:
     """The samples the console uses, of ``cluster`` only, keyed by name and every label."""
     out: dict[_SeriesKey, float] = {}
@@ -152,8 +163,13 @@ class MetricsReader:
     Increases are summed scrape by scrape, so a series that restarts in the window
     still counts everything it grew by.
 
-    ``read`` returns None when no endpoint answered (the console then falls back to its
-    snapshots) and until a second scrape gives a window to take rates over."""
+    ``read`` waits up to ``timeout_s`` for the endpoints' answers; a scrape still running
+    then goes on in the background (for up to ``scrape_timeout_s``) and is counted by a
+    later ``read``, which asks that endpoint nothing new meanwhile (Ray's agent answers one
+    request at a time: a scrape abandoned and asked again would never finish), and takes
+    its gauges from that endpoint's last answer. ``read`` returns None when no endpoint
+    answered (the console then falls back to its snapshots) and until a second scrape
+    gives a window to take rates over."""
 
     def __init__(
         self,
@@ -161,11 +177,15 @@ class MetricsReader:
         endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
         timeout_s: float = 1.0,
         window_s: float = DEFAULT_RATE_WINDOW_S,
+        scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
     ) -> None:
         self.cluster = cluster
         self.endpoints = endpoints
         self.timeout_s = timeout_s
         self.window_s = window_s
+        self.scrape_timeout_s = max(scrape_timeout_s, timeout_s)
+        # Per endpoint: its scrape under way, if any (one at a time per endpoint).
+        self._running: dict[str, concurrent.futures.Future[dict[_SeriesKey, float]]] = {}
         # Per endpoint: its last answered scrape's samples (where its next increases start).
         self._last: dict[str, dict[_SeriesKey, float]] = {}
         # Every increase since the first scrape, summed by (metric, topic) and (request
@@ -173,19 +193,34 @@ class MetricsReader:
         self._totals: dict[tuple[str, Any], float] = {}
         self._history: collections.deque[tuple[float, dict[tuple[str, Any], float]]] = collections.deque()
         self.last_error: str | None = None
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-scrape")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
 
-    def _scrape_all(self, urls: list[str]) -> dict[str, dict[_SeriesKey, float]]:
+    def _scrape_all(self, urls: list[str]) -> tuple[dict[str, dict[_SeriesKey, float]], list[str]]:
+        """The endpoints that answered within ``timeout_s`` (their samples), and those
+        whose scrape is still under way."""
+        running = self._running
+        for url in set(running) - set(urls):
+            running.pop(url).cancel()  # a node gone: its answer would count for no one
+        for url in urls:
+            if url not in running:
+                running[url] = self._pool.submit(scrape, url, self.cluster, self.scrape_timeout_s)
+        concurrent.futures.wait([running[url] for url in urls], timeout=self.timeout_s)
         answered: dict[str, dict[_SeriesKey, float]] = {}
+        pending: list[str] = []
         errors = []
-        futures = {self._pool.submit(fetch_text, url, self.timeout_s): url for url in urls}
-        for future, url in futures.items():
+        for url in urls:
+            future = running[url]
+            if not future.done():
+                pending.append(url)
+                errors.append(f"{url}: no answer within {self.timeout_s:g} s yet (still waiting)")
+                continue
+            del running[url]
             try:
-                answered[url] = parse(future.result(), self.cluster)
+                answered[url] = future.result()
             except Exception as exc:  # noqa: BLE001 - a node without metrics is not an error of ours
                 errors.append(f"{url}: {exc}")
         self.last_error = "; ".join(errors) or None
-        return answered
+        return answered, pending
 
     def _add_increases(self, old: dict[_SeriesKey, float], samples: dict[_SeriesKey, float]) -> None:
         totals = self._totals
@@ -208,16 +243,20 @@ class MetricsReader:
             totals[total_key] = totals.get(total_key, 0.0) + grown
 
     def read(self) -> MetricsPoint | None:
-        """Scrape every endpoint once; the point over the window ending now."""
+        """Scrape every endpoint (but one still answering an earlier read); the point over
+        the window ending now."""
         try:
             urls = list(self.endpoints())
         except Exception as exc:  # noqa: BLE001 - no node list: no metrics this tick
             self.last_error = f"listing Ray nodes: {exc}"
             return None
-        answered = self._scrape_all(urls)
+        answered, pending = self._scrape_all(urls)
         for url in set(self._last) - set(urls):
             del self._last[url]  # a node gone: forget it, its series left with it
-        if not answered:
+        # An endpoint still answering counts with its last answer's gauges (its counters'
+        # increases come with the answer under way).
+        waiting = {url: self._last[url] for url in pending if url in self._last}
+        if not answered and not waiting:
             return None
         now, taken_at = time.monotonic(), time.time()
         gauges: dict[str, float] = {UNDER_REPLICATED: 0.0, OFFLINE: 0.0}
@@ -227,6 +266,7 @@ class MetricsReader:
             self._last[url] = samples
             if old is not None:  # an endpoint's first answer is where its increases start
                 self._add_increases(old, samples)
+        for samples in (*answered.values(), *waiting.values()):
             for (name, labels), value in samples.items():
                 if name in gauges:
                     gauges[name] += value
@@ -267,7 +307,7 @@ class MetricsReader:
             offline=int(gauges[OFFLINE]),
             group_lag={group: sum(parts.values()) for group, parts in lag.items()},
             partition_lag=lag,
-            endpoints=len(answered),
+            endpoints=len(answered) + len(waiting),
         )
 
     def close(self) -> None:
@@ -280,6 +320,7 @@ __all__ = [
     "SOURCE_METRICS",
     "SOURCE_SNAPSHOTS",
     "DEFAULT_RATE_WINDOW_S",
+    "DEFAULT_SCRAPE_TIMEOUT_S",
     "MetricsPoint",
     "MetricsReader",
     "TopicTraffic",
@@ -288,4 +329,5 @@ __all__ = [
     "increase",
     "parse",
     "ray_metrics_endpoints",
+    "scrape",
 ]

@@ -25,8 +25,10 @@ logger = logging.getLogger(__name__)
 # Ten minutes of history at the default 2 s sampling period.
 DEFAULT_HISTORY = 300
 DEFAULT_SAMPLE_INTERVAL_S = 2.0
-# A scrape answers in milliseconds on a live node; a dead one must not stall the sampler.
-SCRAPE_TIMEOUT_S = 1.0
+# How long a sampler tick waits for the metrics endpoints: a dead node must not stall the
+# sampler, and a slow answer (Ray's agent takes seconds on a busy node) is counted by a later
+# tick (MetricsReader), not abandoned.
+SCRAPE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,7 @@ class ConsoleState:
         self.history: collections.deque[Sample] = collections.deque(maxlen=history)
         self._snapshot: ClusterSnapshot | None = None
         self._base: ClusterSnapshot | None = None  # where the sampler's next rates start
-        self.metrics = MetricsReader(cluster.namespace, metrics_endpoints, SCRAPE_TIMEOUT_S)
+        self.metrics = MetricsReader(cluster.namespace, metrics_endpoints, SCRAPE_WAIT_S)
         self._lock = threading.Lock()
         self._producer: Any = None
         self._producer_lock = threading.Lock()

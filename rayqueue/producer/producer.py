@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import ray
-
 from actors.protocol import AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
@@ -335,12 +333,12 @@ class Producer:
     def _group_coordinator(self) -> Any:
         handle = self._cluster.group_coordinator
         if handle is None:
+            from actors.launch import find_actor
             from actors.names import GROUP_COORDINATOR_NAME
 
-            try:
-                handle = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._cluster.namespace)
-            except ValueError:
-                raise CoordinatorNotAvailableError("this cluster has no group coordinator") from None
+            handle = find_actor(GROUP_COORDINATOR_NAME, self._cluster.namespace)
+            if handle is None:
+                raise CoordinatorNotAvailableError("this cluster has no group coordinator")
         return handle
 
     def __enter__(self) -> Producer:

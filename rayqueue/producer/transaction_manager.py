@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from actors.launch import find_actor
 from actors.names import TRANSACTION_COORDINATOR_NAME
 from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
@@ -158,12 +159,11 @@ class TransactionManager:
         if self._coordinator is None:
             handle = getattr(self._cluster, "transaction_coordinator", None)
             if handle is None:
-                try:
-                    handle = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=self._cluster.namespace)
-                except ValueError:
+                handle = find_actor(TRANSACTION_COORDINATOR_NAME, self._cluster.namespace)
+                if handle is None:
                     raise CoordinatorNotAvailableError(
                         f"no transaction coordinator in namespace {self._cluster.namespace!r}"
-                    ) from None
+                    )
             self._coordinator = handle
         return self._coordinator
 

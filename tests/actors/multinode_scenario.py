@@ -29,7 +29,7 @@ def main() -> None:
     ray.init(address=harness.address, log_to_driver=False)
     out: dict = {}
     try:
-        cluster = rayqueue.launch(log_dirs=root)
+        cluster = rayqueue.launch(log_dirs=root, offsets_topic_num_partitions=1, transaction_state_log_num_partitions=1)
         brokers = cluster.describe()["brokers"]
         out["broker_nodes"] = {b.broker_id: b.node_id for b in brokers}
         admin = cluster.admin()

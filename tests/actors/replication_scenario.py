@@ -61,7 +61,11 @@ def main() -> None:
     out: dict = {}
     try:
         cluster = rayqueue.launch(
-            log_dirs=root, replica_lag_time_max_ms=3000, leader_imbalance_check_interval_seconds=2
+            log_dirs=root,
+            replica_lag_time_max_ms=3000,
+            leader_imbalance_check_interval_seconds=2,
+            offsets_topic_num_partitions=1,
+            transaction_state_log_num_partitions=1,
         )
         admin = cluster.admin()
         nodes = {b.broker_id: b.node_id for b in cluster.describe()["brokers"]}

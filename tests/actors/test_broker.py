@@ -7,7 +7,9 @@ import time
 import pytest
 import ray
 
-from actors.controller import Controller, _altered, assign_replicas, new_cluster_id, validate_topic_name
+from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
+from actors.controller.configuration_control import altered
+from actors.controller.quorum_controller import QuorumController
 from actors.metadata_log import MetadataLog
 from actors.names import replica_actor_name
 from actors.partition import PartitionReplica
@@ -270,13 +272,13 @@ def test_incremental_alter_configs_applies_kafka_s_four_operations_or_none():
         AlterableConfig("retention.ms", AlterConfigOp.DELETE),
         AlterableConfig("segment_bytes", AlterConfigOp.SET, "4096"),  # the keyword form, converted
     )
-    assert _altered(overrides, defaults, changes) == {"cleanup.policy": ["delete", "compact"], "segment.bytes": 4096}
+    assert altered(overrides, defaults, changes) == {"cleanup.policy": ["delete", "compact"], "segment.bytes": 4096}
     assert overrides == {"retention.ms": 1000, "segment.bytes": 2048}  # the input stays as it was
     both = {"cleanup.policy": ["delete", "compact"]}
     subtract = (AlterableConfig("cleanup.policy", AlterConfigOp.SUBTRACT, "delete"),)
-    assert _altered(both, defaults, subtract) == {"cleanup.policy": ["compact"]}
+    assert altered(both, defaults, subtract) == {"cleanup.policy": ["compact"]}
     append_again = (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, ["compact"]),)
-    assert _altered(both, defaults, append_again) == both  # nothing doubled
+    assert altered(both, defaults, append_again) == both  # nothing doubled
     for bad, error in (
         ((AlterableConfig("retention.ms", AlterConfigOp.APPEND, 5),), InvalidConfigError),  # not a list
         ((AlterableConfig("no.such.key", AlterConfigOp.SET, 1),), InvalidConfigError),
@@ -286,7 +288,7 @@ def test_incremental_alter_configs_applies_kafka_s_four_operations_or_none():
         (("retention.ms=1",), InvalidRequestError),
     ):
         with pytest.raises(error):
-            _altered(overrides, defaults, bad)
+            altered(overrides, defaults, bad)
 
 
 def test_describe_and_alter_configs_through_the_controller(cluster, new_topic):
@@ -554,7 +556,7 @@ def test_alter_partition_refuses_stale_epochs_and_wrong_leaders(cluster, admin, 
     assert answer == AlterPartitionResponse(meta.leader_epoch, meta.partition_epoch + 1, shrunk)
 
 
-def test_metadata_log_without_topic_ids_loads_and_gets_them(ray_session, tmp_path):
+def test_metadata_log_without_topic_ids_loads_and_gets_them(tmp_path):
     """A metadata log written before topic ids (KIP-516) still loads: each topic gets an id
     once, written to the log, and keeps it across restarts."""
     log = MetadataLog(tmp_path / "__cluster_metadata-0")
@@ -577,10 +579,10 @@ def test_metadata_log_without_topic_ids_loads_and_gets_them(ray_session, tmp_pat
         log.append(record)
     log.close()
     ids = []
-    for _ in range(2):  # a plain object, not an actor: only the replay and its writes run
-        controller = Controller("ns", {"log.dirs": str(tmp_path)})
-        ids.append(controller._topic_metadata(controller._state.topics["old"]).topic_id)
-        controller._metadata.close()
+    for _ in range(2):  # the controller's state without its actor: the replay and its writes
+        quorum = QuorumController({"log.dirs": str(tmp_path)})
+        ids.append(quorum.replication.topic_metadata("old", {}).topic_id)
+        quorum.close()
     assert ids[0] and ids[0] == ids[1] and not ids[0].startswith("-")
     log = MetadataLog(tmp_path / "__cluster_metadata-0")
     assert [r for r in log.replay() if r["type"] == "topic_id"] == [

@@ -18,7 +18,7 @@ import re
 import crc32c
 import pytest
 
-from actors.controller import Controller
+from actors.controller.quorum_controller import QuorumController
 from actors.group_coordinator import GroupCoordinator, encode_offset, group_key, offset_key
 from actors.metadata_log import MetadataLog
 from actors.transaction_coordinator import TransactionCoordinator, transaction_key
@@ -100,11 +100,11 @@ def test_group_coordinator_load_skips_unreadable_offsets_records(caplog):
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
     assert coordinator._loaded
-    group = coordinator._groups["g1"]
+    group = coordinator.state.groups.get("g1")
     # Every good record applied; none of the bad ones for the same keys changed anything.
-    assert group.offsets == {TP: OffsetAndMetadata(42, "meta")}
+    assert coordinator.state.offsets.committed("g1") == {TP: OffsetAndMetadata(42, "meta")}
     assert group.generation == 3 and group.protocol == "range" and not group.members
-    assert coordinator._groups["g2"].offsets == {TP: OffsetAndMetadata(9)}
+    assert coordinator.state.offsets.committed("g2") == {TP: OffsetAndMetadata(9)}
     expected = [2 + i for i in range(len(BAD_OFFSETS))] + [101]
     assert asyncio.run(coordinator.skipped_records()) == len(expected)
     assert _skip_lines(caplog, "__consumer_offsets") == expected
@@ -121,7 +121,7 @@ def test_group_coordinator_skips_a_batch_whose_records_do_not_decode(caplog):
     _replaying(coordinator, [bytes(broken), good])
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
-    assert coordinator._groups["g1"].offsets == {TP: OffsetAndMetadata(6)}
+    assert coordinator.state.offsets.committed("g1") == {TP: OffsetAndMetadata(6)}
     assert asyncio.run(coordinator.skipped_records()) == 1
     assert _skip_lines(caplog, "__consumer_offsets") == [3]
 
@@ -160,7 +160,7 @@ def test_transaction_coordinator_load_skips_unreadable_state_records(caplog):
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
         asyncio.run(coordinator._load())
     assert coordinator._loaded
-    txn = coordinator._txns["tid"]
+    txn = coordinator.state.get("tid")
     assert (txn.producer_id, txn.producer_epoch, txn.state) == (11, 2, "CompleteCommit")
     assert txn.partitions == {TP}
     expected = [1 + i for i in range(len(BAD_TXNS))]
@@ -168,9 +168,8 @@ def test_transaction_coordinator_load_skips_unreadable_state_records(caplog):
     assert _skip_lines(caplog, "__transaction_state") == expected
 
 
-def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog, monkeypatch):
-    # A plain object, not an actor: only the replay (and its writes) run, without Ray.
-    monkeypatch.setattr("actors.controller._restarted_by_ray", lambda: False)
+def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog):
+    # The controller's state without its actor: only the replay (and its writes) run, without Ray.
     directory = tmp_path / "__cluster_metadata-0"
     metadata = MetadataLog(directory)
     for record in [
@@ -210,16 +209,15 @@ def test_controller_replay_skips_unreadable_metadata_records(tmp_path, caplog, m
     log.close()
 
     with caplog.at_level(logging.ERROR, logger="actors.internal_records"):
-        controller = Controller("ns", {"log.dirs": str(tmp_path), **NO_METRICS})
+        quorum = QuorumController({"log.dirs": str(tmp_path), **NO_METRICS})
     try:
-        state = controller._state
-        assert state.cluster_id == "c1" and state.controller_epoch == 5  # 4, then this start's
-        assert list(state.brokers) == [0] and list(state.topics) == ["kept"]
-        assert [(p.replicas, p.leader) for p in state.topics["kept"].partitions] == [([0], 0)]
-        assert controller._skipped.count == len(garbage)
+        assert quorum.cluster.cluster_id == "c1" and quorum.cluster.controller_epoch == 5  # 4, then this start's
+        assert list(quorum.cluster.brokers) == [0] and list(quorum.replication.topics) == ["kept"]
+        assert [(p.replicas, p.leader) for p in quorum.replication.topics["kept"].partitions] == [([0], 0)]
+        assert quorum.skipped.count == len(garbage)
         assert _skip_lines(caplog, "__cluster_metadata") == list(range(first, first + len(garbage)))
     finally:
-        controller._metadata.close()
+        quorum.close()
 
 
 @pytest.mark.parametrize("value", [b"\x00", b"{}", b'{"type": 1}'])

@@ -8,6 +8,7 @@ real process with its own embedded Ray and stops it with SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,13 +24,16 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
 from rayqueue import TopicPartition
 from rayqueue.cli import app
+from rayqueue.cluster import metrics_on_loopback
 from rayqueue.partitioner import partition_for_key
 from tests.helpers import consume_all
+from tests.rayqueue.processes import RAYQUEUE, Background, user_env
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -359,7 +364,7 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
             assert time.monotonic() < deadline, seen
             with contextlib.suppress(queue.Empty):
                 seen.append(lines.get(timeout=1.0))
-        url = next(line for line in seen if "Prometheus metrics: " in line).split("Prometheus metrics: ")[1].strip()
+        url = re.search(r"Prometheus metrics: (\S+)", next(line for line in seen if "Prometheus metrics: " in line))[1]
         with urllib.request.urlopen(url, timeout=30) as response:
             assert response.status == 200 and b"# TYPE" in response.read()
         proc.send_signal(signal.SIGTERM)
@@ -374,6 +379,111 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
         seen.append(lines.get())
     assert any("Stopped." in line for line in seen), seen
     assert (data / "__cluster_metadata").exists() or any(data.iterdir())
+
+
+def _outside_addresses() -> list[str]:
+    """This machine's addresses that another machine could reach (not loopback, not link-local)."""
+    found = []
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family in (socket.AF_INET, socket.AF_INET6):
+                ip = ipaddress.ip_address(address.address.split("%")[0])
+                if not (ip.is_loopback or ip.is_link_local):
+                    found.append(str(ip))
+    return found
+
+
+def test_start_serves_metrics_on_loopback_only_when_the_listeners_are(tmp_path):
+    """`rayqueue start` on loopback listeners: the banner names where the metrics are, they
+    answer there, and the port is closed on every other address of the machine."""
+    outside = _outside_addresses()
+    if not outside:
+        pytest.skip("this machine has no address but loopback: nothing to try the metrics port from")
+    home = tmp_path / "home"
+    home.mkdir()
+    start = Background(
+        [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}"]
+        + ["-o", "rayqueue.num.brokers=1", "--name", "rayqueue-metrics-bind-test"]
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"],
+        user_env(home),
+        tmp_path / "start.log",
+    )
+    try:
+        banner = start.wait_for("Running in the foreground", 180)
+        line = re.search(r"Prometheus metrics: (http://([\d.]+):(\d+)/metrics) \((.*)\)", banner)
+        assert line is not None, banner
+        url, host, port = line[1], line[2], int(line[3])
+        assert host == "127.0.0.1" and line[4].startswith("loopback only"), line[0]
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.status == 200 and b"# TYPE" in response.read()
+        for address in outside:
+            with pytest.raises((ConnectionRefusedError, TimeoutError)):
+                socket.create_connection((address, port), timeout=10).close()
+    finally:
+        code = start.stop()
+    assert code == 0, start.output()
+
+
+def test_the_metrics_cannot_be_bound_to_one_outside_address(monkeypatch):
+    # Ray's metrics agent binds loopback or every interface; asking for one address says so
+    # (before any Ray starts: with no RAY_ADDRESS the command would embed its own).
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result = rq(
+        "start",
+        "--metrics-host",
+        "192.0.2.77",
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0",
+        "--metrics-export-port",
+        "0",
+        ok=False,
+    )
+    assert result.exit_code == 1 and "loopback (127.0.0.1) or on every interface (0.0.0.0)" in result.output
+
+
+def test_the_metrics_bind_where_the_listeners_do():
+    assert metrics_on_loopback("PLAINTEXT://127.0.0.1:0") and metrics_on_loopback("PLAINTEXT://localhost:0")
+    assert metrics_on_loopback("PLAINTEXT://[::1]:0") and metrics_on_loopback("")  # no listener: nothing outside
+    assert not metrics_on_loopback("PLAINTEXT://0.0.0.0:0") and not metrics_on_loopback("PLAINTEXT://10.1.2.3:0")
+    assert not metrics_on_loopback("PLAINTEXT://127.0.0.1:0", "0.0.0.0")  # the operator's word wins
+    assert metrics_on_loopback("PLAINTEXT://0.0.0.0:0", "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("given", "env", "joined"),
+    [
+        ("127.0.0.1:6390", None, "127.0.0.1:6390"),
+        ("localhost:6390", None, "127.0.0.1:6390"),
+        ("auto", "127.0.0.1:6391", "127.0.0.1:6391"),
+        ("192.0.2.7:6390", None, "192.0.2.7:6390"),
+    ],
+)
+def test_a_ray_on_loopback_is_joined_at_loopback(monkeypatch, given, env, joined):
+    """`rayqueue start` on loopback listeners runs its Ray on 127.0.0.1 only and prints that
+    address; other commands given it must connect there, where Ray would otherwise connect to
+    the machine's outward address, on which that Ray does not listen. Ray's resolution of the
+    address is read inside ray.init (no Ray runs here); Ray's setting is restored after."""
+    import ray
+    from ray._private import ray_constants, services
+
+    from rayqueue import connection
+
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    monkeypatch.setattr(connection, "_check_ray_reachable", lambda address, token_on: None)
+    # A CLI command joins before any Ray runs in its process; the suite's session Ray, when an
+    # earlier test started it, would make Ray resolve loopback to that node's address.
+    monkeypatch.setattr(ray._private.worker, "_global_node", None)
+    resolved = []
+    monkeypatch.setattr(
+        ray, "init", lambda address, **_: resolved.append(services.canonicalize_bootstrap_address(address))
+    )
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    connection.join_ray(given)
+    assert resolved == [joined]
+    assert ray_constants.ENABLE_RAY_CLUSTER == cluster_mode
 
 
 def test_groups_list_describe_reset_and_delete(cluster, new_topic):

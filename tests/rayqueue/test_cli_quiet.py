@@ -1,7 +1,10 @@
 """What a new user sees: `rayqueue start` and the CLI print rayqueue's lines, not Ray's.
 
 Runs the commands as separate processes with a user's environment (Ray's default token
-authentication included), as a person following the README would.
+authentication included), as a person following the README would, while the ports
+`rayqueue start` takes by default (Kafka's 9092 and up, the metrics' 8080, the console's 8088)
+are held by someone else, as on a machine where a Kafka broker or another `rayqueue start`
+runs: the commands are given free ports and need none of those.
 """
 
 from __future__ import annotations
@@ -10,17 +13,28 @@ import json
 import re
 import urllib.request
 
+import pytest
+
+from tests import ports
 from tests.rayqueue.processes import RAYQUEUE, Background, ray_lines, run, user_env
 
 
-def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
+@pytest.fixture
+def default_ports_taken():
+    """rayqueue's default ports, listened on by this test where no one else has them yet."""
+    with ports.hold(sorted(ports.rayqueue_default_ports())) as held:
+        yield held
+
+
+def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken):
     home = tmp_path / "home"
     home.mkdir()
     env = user_env(home)
     ns = ["--name", "rayqueue-quiet-test"]
     start = Background(
         [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns]
-        + ["--metrics-export-port", "0"],  # 8080 may be taken on a shared machine
+        # Free ports: Kafka's default listeners and Ray's usual metrics port are taken (above).
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"],
         env,
         tmp_path / "start.log",
     )
@@ -28,6 +42,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
     try:
         ready = start.wait_for("Running in the foreground", 180)
         address = re.search(r"--address (\S+) or RAY_ADDRESS", ready).group(1)
+        servers = re.search(r"bootstrap\.servers=(\S+)", ready).group(1).split(",")
+        assert len(servers) == 3 and not {int(s.rsplit(":", 1)[1]) for s in servers} & set(default_ports_taken)
         at = ["--address", address, *ns]
         # 18 replica actors and the 3 coordinators: a worker process each, far more than
         # Ray's default expects of a 2-core machine.
@@ -43,8 +59,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path):
         assert code == 0 and {"a", "b", "c"} <= set(outputs["consume"].splitlines())
         code, outputs["status"] = run([*RAYQUEUE, "status", *at], env)
         # quiet's 18 and the internal topics' 6 (configs/local.toml: 3 partitions each, RF 1),
-            # created when the cluster starts.
-            assert code == 0 and re.search(r"Replica actors:\s+24", outputs["status"])
+        # created when the cluster starts.
+        assert code == 0 and re.search(r"Replica actors:\s+24", outputs["status"])
         code, outputs["health"] = run([*RAYQUEUE, "health", *at], env)
         assert code == 0 and "healthy:" in outputs["health"] and "none offline" in outputs["health"]
         outputs["console"] = _console_serves_the_cluster(at, env, tmp_path)

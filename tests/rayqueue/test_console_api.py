@@ -2,7 +2,9 @@
 TestClient: every endpoint, the numbers it shows against what the test produced, and
 errors as Kafka-named messages (never a traceback). The session Ray exports Prometheus
 metrics (tests/conftest.py), so the charts come from them; a second app scrapes a closed
-port and falls back to snapshots."""
+port and falls back to snapshots. The clients speak as the console's own page does (Host
+localhost, an Origin naming it); what the console refuses from anyone else is tested at the
+end, through TestClient and against a real uvicorn."""
 
 from __future__ import annotations
 
@@ -10,24 +12,39 @@ import itertools
 import json
 import os
 import re
+import select
 import socket
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
 from rayqueue import TopicPartition
-from rayqueue.console.app import STATIC, create_app
+from rayqueue.console.app import STATIC, ConsoleServer, create_app
+from rayqueue.console.guard import DEFAULT_MAX_BODY_BYTES, allowed_hosts
 from tests.helpers import consume_all, wait_for
 
 _ids = itertools.count()
 
 
+# What the console's own page sends: it is served as http://localhost and its scripts' POST
+# and DELETE requests carry the page's origin, as a browser adds it.
+OWN = "http://localhost"
+
+
+def page_client(app) -> TestClient:
+    """A client that speaks to ``app`` as the console's own page does."""
+    return TestClient(app, base_url=OWN, headers={"Origin": OWN}, raise_server_exceptions=False)
+
+
 @pytest.fixture(scope="module")
 def client(cluster):
     """The console app (sampling every 0.3 s) with its lifespan running."""
-    with TestClient(create_app(cluster, sample_interval_s=0.3), raise_server_exceptions=False) as c:
+    with page_client(create_app(cluster, sample_interval_s=0.3)) as c:
         yield c
 
 
@@ -39,7 +56,7 @@ def snapshot_client(cluster):
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}/metrics"
         app = create_app(cluster, sample_interval_s=0.3, metrics_endpoints=lambda: [url])
-        with TestClient(app, raise_server_exceptions=False) as c:
+        with page_client(app) as c:
             yield c
 
 
@@ -480,3 +497,191 @@ def test_pages_and_assets_are_served_locally(client):
         assert resp.status_code == 200
         # No CDN or other network fetch at run time: the only URL is SVG's namespace name.
         assert set(re.findall(r"https?://[^\s\"'`)]+", resp.text)) <= {"http://www.w3.org/2000/svg"}
+
+
+# -- what the console refuses: other origins, other host names, big bodies -------------------
+
+
+@pytest.fixture
+def stranger(client):
+    """A client of the same app that sends only the headers each request names."""
+    return TestClient(client.app, base_url=OWN, raise_server_exceptions=False)
+
+
+def test_a_state_change_from_another_origin_is_refused(admin, client, stranger, names):
+    name, other = names(), names()
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    delete = f"/api/topics/{name}?confirm={name}"
+    evil = {"Origin": "http://evil.example"}
+    for headers in (
+        evil,
+        {"Referer": "http://evil.example/page.html"},  # no Origin: the Referer names the page
+        {},  # neither: a hand-made request, asked to say where it comes from
+        {"Origin": "null"},  # a sandboxed frame or a file:// page
+        {"Origin": "http://localhost:1"},  # same name, another port: another origin
+        {"Origin": "https://localhost"},  # another scheme
+        {"Origin": "http://evil.example", "Referer": f"{OWN}/topics"},  # Origin decides
+    ):
+        body = refused(stranger.delete(delete, headers=headers), 403, "CROSS_ORIGIN_REQUEST")
+        assert f"Origin: {OWN}" in body["message"]  # how a script gets through
+    refused(stranger.post("/api/topics", json={"name": other}, headers=evil), 403, "CROSS_ORIGIN_REQUEST")
+    # What a plain HTML form posts across sites (no CORS preflight) is refused as well.
+    refused(stranger.post("/api/topics", data={"name": other}, headers=evil), 403, "CROSS_ORIGIN_REQUEST")
+    refused(
+        stranger.post(f"/api/topics/{name}/records", json={"value": "x"}, headers=evil), 403, "CROSS_ORIGIN_REQUEST"
+    )
+    refused(
+        stranger.post(f"/api/topics/{name}/configs", json={"set": {"retention.ms": 1}}, headers=evil),
+        403,
+        "CROSS_ORIGIN_REQUEST",
+    )
+    reset = {"group_id": f"{name}-g", "to": "earliest", "topics": [name], "confirm": True}
+    refused(stranger.post("/api/group-offsets/reset", json=reset, headers=evil), 403, "CROSS_ORIGIN_REQUEST")
+    # Nothing changed: the topic is there, untouched, and the other one was never made.
+    assert name in admin.list_topics() and other not in admin.list_topics()
+    assert admin.describe_configs(name)["retention.ms"][1] != "DYNAMIC_TOPIC_CONFIG"
+    assert ok(client.get(f"/api/topics/{name}"))["messages"] == 0
+    # Reads change nothing; a browser keeps their answers from a foreign page (no CORS headers).
+    listed = ok(stranger.get("/api/topics", headers=evil))
+    assert "access-control-allow-origin" not in {k.lower() for k in stranger.get("/api/topics").headers}
+    assert name in [t["name"] for t in listed["topics"]]
+    # The console's own origin, by Origin or (without one) by Referer, is accepted.
+    ok(stranger.delete(delete, headers={"Referer": f"{OWN}/topics/{name}"}))
+    assert name not in admin.list_topics()
+
+
+def test_unknown_host_names_are_refused(cluster, client):
+    # DNS rebinding: evil.example resolves to 127.0.0.1; its page then sends Host: evil.example,
+    # and as far as the browser knows the console is evil.example's own origin.
+    rebound = {"Host": "evil.example", "Origin": "http://evil.example"}
+    for resp in (client.get("/", headers=rebound), client.get("/api/overview", headers=rebound)):
+        assert resp.status_code == 400 and resp.text == "Invalid host header"
+    assert client.post("/api/topics", json={"name": "rebound"}, headers=rebound).status_code == 400
+    for host in ("localhost", "127.0.0.1", "[::1]", "LOCALHOST:1234"):
+        assert client.get("/topics", headers={"Host": host}).status_code == 200, host
+
+    # An operator's extra names (--allowed-host), next to the bound address and loopback names.
+    assert allowed_hosts("127.0.0.1") == ["localhost", "127.0.0.1", "[::1]"]
+    assert allowed_hosts("::1") == ["localhost", "127.0.0.1", "[::1]"]
+    assert allowed_hosts("10.1.2.3", ["console.example", "fd00::7"]) == [
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "10.1.2.3",
+        "console.example",
+        "[fd00::7]",
+    ]
+    # A wildcard bind is no name a browser uses: it adds nothing.
+    hosts = allowed_hosts("0.0.0.0", ["console.example"])
+    assert "0.0.0.0" not in hosts
+    app = create_app(cluster, sample=False, hosts=hosts)
+    named = TestClient(app, base_url="http://console.example", headers={"Origin": "http://console.example"})
+    assert named.get("/").status_code == 200
+    assert named.get("/", headers={"Host": "0.0.0.0"}).status_code == 400
+    assert named.get("/", headers={"Host": "evil.example"}).status_code == 400
+    # Its own pages' changes still pass the origin check under that name.
+    refused(named.delete("/api/topics/none-such?confirm=none-such"), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_a_body_over_the_cap_is_refused_and_one_under_it_served(admin, client, names):
+    name = names()
+    too_big = json.dumps({"name": name, "configs": {"note": "x" * (DEFAULT_MAX_BODY_BYTES + 1)}}).encode()
+    json_type = {"Content-Type": "application/json"}
+    resp = client.post("/api/topics", content=too_big, headers=json_type)
+    assert resp.status_code == 413, resp.text
+    # Chunked (no Content-Length): counted as it streams, refused once past the cap.
+    chunks = (too_big[i : i + 65536] for i in range(0, len(too_big), 65536))
+    resp = client.post("/api/topics", content=chunks, headers=json_type)
+    assert resp.status_code == 413 and "content-length" not in resp.request.headers, resp.text
+    assert name not in admin.list_topics()
+    # Under the cap: read, parsed and acted on (a record of 900 KB, below message.max.bytes).
+    ok(client.post("/api/topics", json={"name": name, "partitions": 1, "replication_factor": 1}), 201)
+    landed = ok(client.post(f"/api/topics/{name}/records", json={"value": "v" * 900_000}), 201)
+    assert landed["offset"] == 0
+
+
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The console on a real uvicorn, on a free loopback port."""
+    server = ConsoleServer(cluster, "127.0.0.1", 0, sample_interval_s=5).start()
+    yield server
+    server.stop()
+
+
+def _http(port: int, head: str, timeout: float = 60) -> tuple[socket.socket, Callable[[], bytes]]:
+    """Send ``head`` (a request line and headers) on a fresh connection; returns the socket and
+    a function that reads one response (headers and its Content-Length body)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock.sendall(head.encode())
+
+    def read() -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = sock.recv(65536)
+            assert more, f"connection closed after {data!r}"
+            data += more
+        top, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", top).group(1))
+        while len(body) < length:
+            more = sock.recv(65536)
+            assert more, f"connection closed after {data!r}"
+            body += more
+        return top + b"\r\n\r\n" + body
+
+    return sock, read
+
+
+def test_a_huge_body_is_refused_by_uvicorn_before_it_is_sent(served, admin, names):
+    name = names()
+    host = f"127.0.0.1:{served.port}"
+    rss = psutil.Process().memory_info().rss
+    # 200 MB announced, not a byte of it sent: the answer must come without it.
+    sock, read = _http(
+        served.port,
+        f"POST /api/topics HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {200 * 1024 * 1024}\r\n\r\n",
+    )
+    with sock:
+        answer = read()
+        assert answer.startswith(b"HTTP/1.1 413 "), answer
+        # The server closes the connection (with a body unread it can carry no other request).
+        assert sock.recv(1) == b""
+
+    # A chunked body streams until the server has seen more than the cap: it answers 413
+    # then, and stops reading; the kernel's socket buffers are all the client gets to fill.
+    sock, read = _http(
+        served.port,
+        f"POST /api/topics HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+    sent = 0
+    with sock:
+        sock.setblocking(False)
+        while sent < 256 * 1024 * 1024 and not select.select([sock], [], [], 0)[0]:
+            try:
+                sent += sock.send(chunk)  # the kernel takes what fits; the rest is resent
+            except BlockingIOError:
+                select.select([sock], [sock], [], 5)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        sock.settimeout(60)
+        answer = read()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+    assert sent < 64 * 1024 * 1024, f"{sent} bytes went in before the server refused"
+    # The server (this process) did not keep what came: far less than what was sent.
+    assert psutil.Process().memory_info().rss - rss < 64 * 1024 * 1024
+    assert name not in admin.list_topics()
+
+    # The console's own page, and a change from it, are served as before.
+    with urllib.request.urlopen(f"{served.url}/topics", timeout=60) as page:
+        assert page.status == 200 and '<main id="app">' in page.read().decode()
+    body = json.dumps({"name": name, "partitions": 1, "replication_factor": 1})
+    sock, read = _http(
+        served.port,
+        f"POST /api/topics HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}",
+    )
+    with sock:
+        assert read().startswith(b"HTTP/1.1 201 ")
+    assert name in admin.list_topics()

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from rayqueue.console.metrics import MetricsReader, histogram_quantile, increase, parse
+from tests.helpers import wait_for
 
 CLUSTER = "console-metrics-unit"
 RAY_LABELS = 'Component="core_worker",NodeAddress="127.0.0.1",SessionName="s",Version="2.60.0"'
@@ -23,11 +24,28 @@ class _Endpoint:
     def __init__(self) -> None:
         self.text = ""
         self.scrapes = 0
+        self.delay = threading.Event()  # set: answers wait for `released`, as a busy Ray agent's do
+        self.released = threading.Event()
+        self.answering = 0
+        self.most_at_once = 0
         outer = self
+        lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                outer.scrapes += 1
+                with lock:
+                    outer.scrapes += 1
+                    outer.answering += 1
+                    outer.most_at_once = max(outer.most_at_once, outer.answering)
+                try:
+                    if outer.delay.is_set():
+                        outer.released.wait(30)
+                    self._answer()
+                finally:
+                    with lock:
+                        outer.answering -= 1
+
+            def _answer(self) -> None:
                 body = outer.text.encode()
                 self.send_response(200 if self.path == "/metrics" else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -188,6 +206,38 @@ def test_no_answer_is_no_point_and_says_why(endpoint):
     failing = MetricsReader(CLUSTER, _no_nodes, timeout_s=1)
     assert failing.read() is None and "listing Ray nodes" in failing.last_error
     failing.close()
+
+
+def test_a_slow_endpoint_is_waited_for_not_asked_again(endpoint):
+    """Ray's agent renders every series of every worker process in one thread: on a busy
+    node that takes longer than a sampler tick waits. The scrape goes on across ticks, the
+    endpoint is never asked twice at once, its answer counts when it comes, and meanwhile
+    its last answer's gauges stand (before, every tick gave up and asked again: no point)."""
+    reader = MetricsReader(CLUSTER, lambda: [endpoint.url], timeout_s=0.2, window_s=0, scrape_timeout_s=30)
+    try:
+        endpoint.text = _text({("a", "w1"): 10}, {}, BUCKETS_0, urp=3)
+        endpoint.delay.set()
+        assert reader.read() is None  # nothing answered yet
+        assert "no answer within 0.2 s yet" in reader.last_error
+        assert reader.read() is None and endpoint.scrapes == 1  # still the first scrape
+        endpoint.released.set()  # the first answer: where the rates start
+        wait_for(lambda: endpoint.answering == 0, 30, what="the first answer")
+        endpoint.released.clear()
+        endpoint.text = _text({("a", "w1"): 25}, {}, BUCKETS_0, urp=1)
+        assert reader.read() is None  # takes the first answer: where the rates start
+        point = reader.read()  # asks again, and that answer waits
+        # No new answer: the gauges are the last answer's, no increase yet.
+        assert point is not None and point.endpoints == 1 and point.under_replicated == 3
+        assert point.topics == {}
+        endpoint.released.set()
+        point = wait_for(
+            lambda: (p := reader.read()) is not None and p.under_replicated == 1 and p, 30, what="the answer"
+        )
+        assert point.topics["a"].messages_in * point.window_s == pytest.approx(15)
+        assert endpoint.most_at_once == 1
+    finally:
+        endpoint.released.set()
+        reader.close()
 
 
 def _no_nodes() -> list[str]:

@@ -157,7 +157,8 @@ def test_dead_member_partitions_move_and_resume_from_last_commit(cluster, new_to
         committed = victim.committed(victim_parts)
         seen.extend(victim.poll(200))
         victim._group._simulate_crash()  # no heartbeats, no leave: a dead process
-        started = time.monotonic()
+        # When a silent member goes (its session timeout) is the state machine's, tested on a
+        # manual clock in tests/actors/test_group_state.py; here: the partitions move at all.
         wait_for(
             lambda: (
                 [seen.extend(c.poll(20)) for c in survivors]
@@ -167,8 +168,6 @@ def test_dead_member_partitions_move_and_resume_from_last_commit(cluster, new_to
             interval=0,
             what="the dead member's partitions to move",
         )
-        moved_after = time.monotonic() - started
-        assert moved_after < 3.0 + 5.0  # session timeout plus a rebalance
         for tp in victim_parts:
             owner = next(c for c in survivors if tp in c.assignment())
             start = committed[tp].offset if committed[tp] else 0

@@ -27,7 +27,7 @@ from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.errors import NotLeaderOrFollowerError
 from storage.records.builder import RecordBatchBuilder
-from tests.helpers import consume_all, wait_for
+from tests.helpers import SMALL_INTERNAL_TOPICS, consume_all, wait_for
 
 NAMESPACE = "rayqueue-metrics-test"
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana" / "rayqueue.json"
@@ -98,6 +98,7 @@ def metrics_cluster(ray_session):
         log_retention_check_interval_ms=1000,
         rayqueue_group_lag_refresh_interval_ms=500,
         listeners="PLAINTEXT://127.0.0.1:0",
+        **SMALL_INTERNAL_TOPICS,
     )
     yield cluster
     cluster.shutdown(delete_data=True)

@@ -51,7 +51,9 @@ def test_readme_multinode_flow_on_a_ray_with_token_authentication(tmp_path):
     port = free_port()
     head = Background(
         [RAY, "start", "--head", f"--port={port}", "--block", f"--temp-dir={ray_tmp}"]
-        + ["--include-dashboard=false", "--disable-usage-stats"],
+        + ["--include-dashboard=false", "--disable-usage-stats"]
+        # Free ports for what `ray start` would otherwise bind at fixed ones (10001, 52365).
+        + [f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
         env,
         tmp_path / "head.log",
     )
@@ -62,13 +64,27 @@ def test_readme_multinode_flow_on_a_ray_with_token_authentication(tmp_path):
         address = re.search(r"ray start --address='([^']+)'", started).group(1)
         # Ray's own rule for a node joining a cluster with tokens (the README says so).
         worker = Background(
-            [RAY, "start", f"--address={address}", "--block", "--num-cpus=1"],
+            [RAY, "start", f"--address={address}", "--block", "--num-cpus=1"]
+            + [f"--dashboard-agent-listen-port={free_port()}"],
             {**env, "RAY_AUTH_MODE": "token"},
             tmp_path / "worker.log",
         )
         worker.wait_for("Ray runtime started", 120)
 
-        code, out = run([*RAYQUEUE, "start", "--config", str(config), "--address", address], env)
+        # Free ports for the gateways: the default listeners are 127.0.0.1:9092 and up.
+        code, out = run(
+            [
+                *RAYQUEUE,
+                "start",
+                "--config",
+                str(config),
+                "--address",
+                address,
+                "--listeners",
+                "PLAINTEXT://127.0.0.1:0",
+            ],
+            env,
+        )
         assert code == 0, out
         assert "ready in namespace rayqueue-readme: 2 brokers, 3 topics" in out and "detached" in out
 

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from actors.clock import SYSTEM
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
@@ -280,7 +280,7 @@ def _read_aheads(ctx: RequestContext) -> _ReadAheads:
 async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int) -> None:
     """Wait on every partition at once until ``wanted`` more bytes or the deadline; cancel
     the polls still open. Partitions that answered keep their new result."""
-    deadline = time.monotonic() + max_wait_ms / 1000
+    deadline = SYSTEM.monotonic() + max_wait_ms / 1000
     refs = {}
     for p in parts:
         ref = p.call(max_wait_ms, 1, isolation)
@@ -289,7 +289,7 @@ async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int
     got = 0
     try:
         while pending and got < wanted:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - SYSTEM.monotonic()
             if remaining <= 0:
                 break
             done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)

@@ -122,10 +122,6 @@ async def _delete_groups(coordinator: Any, request: DeleteGroupsRequest) -> dict
     return await coordinator.delete_groups.remote(request)
 
 
-async def _ensure_topic(coordinator: Any) -> bool:
-    return await coordinator.ensure_topic.remote()
-
-
 # -- the consumer protocol's embedded messages ------------------------------------------------
 
 

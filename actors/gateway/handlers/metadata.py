@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from actors.controller import validate_topic_name
+from actors.controller.topics import validate_topic_name
 from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
 from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of

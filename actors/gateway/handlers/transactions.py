@@ -13,11 +13,11 @@ see. DescribeTransactions and ListTransactions read the coordinator's state.
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 from kio.static.primitive import i32Timedelta
 
+from actors.clock import SYSTEM
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of
@@ -257,7 +257,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     states = {s.lower() for s in request.state_filters}
     pids = set(request.producer_id_filters)
     min_ms = int(getattr(request, "duration_filter", -1))
-    now_ms = int(time.time() * 1000)
+    now_ms = SYSTEM.wall_ms()
     code, described = NONE, []
     try:
         described = await _describe(view.transaction_coordinator, DescribeTransactionsRequest(None))

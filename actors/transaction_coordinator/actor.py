@@ -1,43 +1,38 @@
-"""The TransactionCoordinator actor: producer ids, transactional ids and their transactions.
+"""The TransactionCoordinator actor: the thin shell around the transaction state machine.
 
-One named, detached, restartable async actor serves the whole cluster (KIP-98).
+One named, detached, restartable async actor serves the whole cluster (KIP-98). The rules
+live in :class:`~actors.transaction_coordinator.state_manager.TransactionStateManager`; this
+shell does the I/O it decides on: it appends each transition's record to
+``__transaction_state`` with acks=all before the transition takes effect, writes the
+COMMIT/ABORT markers to the partitions of a transaction (in parallel, retried until written)
+and tells the group coordinator when ``__consumer_offsets`` is among them, takes producer id
+blocks from the controller, runs the timeout and expiry timers, and records metrics.
 
 Producer ids come in blocks from the controller (``allocate_producer_ids``, durable in its
 metadata log), so no id is handed out twice, even across restarts of either actor. An
 idempotent producer gets a fresh id at epoch 0; a transactional id keeps its producer id
 and each ``init_producer_id`` bumps the epoch, fencing older instances (ProducerFenced).
 
-Each transactional id has Kafka's transaction metadata (producer id and epoch, state,
-partitions, timeout, start and last-update times) and moves through Kafka's state machine:
-
-    Empty/CompleteCommit/CompleteAbort -> Ongoing -> PrepareCommit -> CompleteCommit
-                                                  -> PrepareAbort  -> CompleteAbort
-
-Every transition is a record in the compacted internal topic ``__transaction_state``
-(partition = ``abs(javaHashCode(id)) % partitions``, as ``__consumer_offsets`` does for
-groups), written with acks=all before it takes effect. A partition is recorded before the
-producer writes data to it. Ending a transaction writes PrepareX, then a COMMIT/ABORT marker
-to every partition (in parallel, retried until written), tells the group coordinator for
-``__consumer_offsets`` partitions, then writes CompleteX. A restarted coordinator replays
-the topic before serving (until then: CoordinatorLoadInProgressError) and completes every
-PrepareCommit/PrepareAbort it finds. Markers carry the coordinator epoch: the leader epoch
-of the id's ``__transaction_state`` partition. Calls for one transactional id run one at a
-time (a per-id lock); a transaction open longer than its timeout is aborted with an epoch
-bump, so the zombie producer is fenced.
+Ending a transaction writes PrepareX, then a marker to every partition, tells the group
+coordinator for ``__consumer_offsets`` partitions, then writes CompleteX. A restarted
+coordinator replays the topic before serving (until then: CoordinatorLoadInProgressError)
+and completes every PrepareCommit/PrepareAbort it finds. Markers carry the coordinator
+epoch: the leader epoch of the id's ``__transaction_state`` partition. Calls for one
+transactional id run one at a time (a per-id lock); a transaction open longer than its
+timeout is aborted with an epoch bump, so the zombie producer is fenced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
 from actors import internal_records as stored
+from actors import launch
+from actors.clock import SYSTEM, Clock
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
 from actors.names import (
@@ -61,14 +56,13 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
+from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit
+from actors.transaction_coordinator.transaction_metadata import PREPARE_STATES, TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
-    InvalidProducerIdMappingError,
     InvalidRequestError,
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
     KafkaError,
     ProducerFencedError,
     TransactionCoordinatorFencedError,
@@ -77,94 +71,13 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-MAX_EPOCH = 32767  # producer epochs are int16
 PRODUCER_ID_BLOCK_SIZE = 1000
-TXN_KEY_VERSION = 0  # Kafka's TransactionLogKey version
 
 _WRITE_TIMEOUT_S = 30.0
 _LOCK_WAIT_S = 60.0  # a call waits this long for another call on the same id, then is told to retry
 _MARKER_TIMEOUT_MS = 30000
 _RETRY_BACKOFF_S = 0.1
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def transaction_key(transactional_id: str) -> bytes:
-    """Key of a transactional id's state record: JSON ``[0, id]``."""
-    return _dumps([TXN_KEY_VERSION, transactional_id])
-
-
-@dataclass
-class TransactionMetadata:
-    """What the coordinator keeps per transactional id (Kafka's TransactionMetadata)."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TransactionState = TransactionState.EMPTY
-    partitions: set[TopicPartition] = field(default_factory=set)
-    start_ms: int = -1
-    last_update_ms: int = field(default_factory=_now_ms)
-    # The id and epoch before the last rotation or bump, to recognise a retried InitProducerId.
-    last_producer_id: int = NO_PRODUCER_ID
-    last_producer_epoch: int = NO_PRODUCER_EPOCH
-
-    def to_record(self) -> dict[str, Any]:
-        """The JSON value written to ``__transaction_state``."""
-        return {
-            "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch,
-            "last_producer_id": self.last_producer_id,
-            "last_producer_epoch": self.last_producer_epoch,
-            "timeout_ms": self.timeout_ms,
-            "state": self.state,
-            "partitions": sorted([tp.topic, tp.partition] for tp in self.partitions),
-            "start_ms": self.start_ms,
-            "last_update_ms": self.last_update_ms,
-        }
-
-    @classmethod
-    def from_record(cls, transactional_id: str, d: dict[str, Any]) -> TransactionMetadata:
-        """Inverse of :meth:`to_record`; ValueError/TypeError/KeyError for a record that is not one."""
-        return cls(
-            transactional_id,
-            stored.field(d, "producer_id", int),
-            stored.field(d, "producer_epoch", int),
-            stored.field(d, "timeout_ms", int),
-            TransactionState(stored.field(d, "state", str)),
-            {TopicPartition(t, p) for t, p in stored.topic_partitions(d.get("partitions", []), "partitions")},
-            stored.field(d, "start_ms", int, -1),
-            stored.field(d, "last_update_ms", int, _now_ms()),
-            stored.field(d, "last_producer_id", int, NO_PRODUCER_ID),
-            stored.field(d, "last_producer_epoch", int, NO_PRODUCER_EPOCH),
-        )
-
-    def copy(self, **changes: Any) -> TransactionMetadata:
-        """A copy with ``changes`` (the next state, before it is durable)."""
-        values = {**self.__dict__, "partitions": set(self.partitions), **changes}
-        return TransactionMetadata(**values)
-
-    def describe(self) -> TransactionDescription:
-        """As DescribeTransactions shows it."""
-        return TransactionDescription(
-            self.transactional_id,
-            self.producer_id,
-            self.producer_epoch,
-            self.state,
-            self.timeout_ms,
-            self.start_ms,
-            tuple(sorted(self.partitions)),
-        )
+_EXPIRY_CHECK_S = 3600.0
 
 
 class TransactionCoordinator(Coordinator):
@@ -172,8 +85,9 @@ class TransactionCoordinator(Coordinator):
 
     _kind = "transaction coordinator"
 
-    def __init__(self, namespace: str, config: dict[str, Any]) -> None:
+    def __init__(self, namespace: str, config: dict[str, Any], clock: Clock = SYSTEM) -> None:
         super().__init__(namespace, config)
+        self._clock = clock
         self._topic = InternalTopic(
             TRANSACTION_STATE_TOPIC,
             self._controller_handle,
@@ -181,10 +95,10 @@ class TransactionCoordinator(Coordinator):
             self._config["transaction.state.log.replication.factor"],
             min_insync_replicas=self._config["transaction.state.log.min.isr"],
         )
-        self._max_timeout_ms = self._config["transaction.max.timeout.ms"]
+        self.state = TransactionStateManager(
+            clock, self._config["transaction.max.timeout.ms"], self._config["transactional.id.expiration.ms"]
+        )
         self._abort_interval_s = self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
-        self._id_expiration_ms = self._config["transactional.id.expiration.ms"]
-        self._txns: dict[str, TransactionMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._completions: set[asyncio.Task] = set()
         self._group_coordinator: Any = None
@@ -198,12 +112,12 @@ class TransactionCoordinator(Coordinator):
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
     def _count(self) -> int:
-        return len(self._txns)
+        return len(self.state)
 
     async def _load(self) -> None:
         """Replay ``__transaction_state``, then complete every transaction left in a Prepare
         state. A record it cannot read is skipped, logged and counted (``skipped_records``)."""
-        started = time.monotonic()
+        started = self._clock.monotonic()
         records = 0
         skipped = stored.SkippedRecords(TRANSACTION_STATE_TOPIC, self._count_skipped)
         async for p, batch, first in self._topic.replay():
@@ -211,26 +125,22 @@ class TransactionCoordinator(Coordinator):
                 continue
             for record in skipped.records(p, batch, first):
                 try:
-                    self._apply(record.key, record.value)
+                    self.state.replay(record.key, record.value)
                 except stored.READ_ERRORS as exc:
                     skipped.skip(p, record.offset, exc)
                     continue
                 records += 1
         self._skipped += skipped.count
         self._loaded = True
-        pending = [
-            t
-            for t in self._txns.values()
-            if t.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
-        ]
-        for txn in pending:
-            self._spawn(self._complete_after_load(txn.transactional_id))
+        pending = self.state.pending_completions()
+        for tid in pending:
+            self._spawn(self._complete_after_load(tid))
         logger.info(
             "transaction coordinator loaded %d transactional ids from %d records in %.2fs "
             "(%d to complete, %d unreadable records skipped)",
-            len(self._txns),
+            len(self.state),
             records,
-            time.monotonic() - started,
+            self._clock.monotonic() - started,
             len(pending),
             skipped.count,
         )
@@ -243,26 +153,12 @@ class TransactionCoordinator(Coordinator):
         """How many unreadable ``__transaction_state`` records this actor's load skipped."""
         return self._skipped
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one ``__transaction_state`` record (replay); one that is not what the
-        coordinator writes raises ValueError/TypeError/KeyError and changes nothing."""
-        k = stored.loads(key, "key")
-        if not isinstance(k, list) or len(k) != 2 or type(k[0]) is not int or k[0] != TXN_KEY_VERSION:
-            raise ValueError(f"the key is {k!r:.60}, not [{TXN_KEY_VERSION}, transactional id]")
-        if not isinstance(k[1], str):
-            raise ValueError(f"the key is {k!r:.60}, not [{TXN_KEY_VERSION}, transactional id]")
-        tid = k[1]
-        if value is None:
-            self._txns.pop(tid, None)
-        else:
-            self._txns[tid] = TransactionMetadata.from_record(tid, stored.json_object(value))
-
     async def _complete_after_load(self, tid: str) -> None:
         async with self._lock(tid):
-            txn = self._txns.get(tid)
-            if txn is not None and txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            txn = self.state.get(tid)
+            if txn is not None and txn.state in PREPARE_STATES:
                 logger.info("completing %s of %r found on load", txn.state, tid)
-                await self._complete(txn)
+                await self._complete(tid)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -303,66 +199,27 @@ class TransactionCoordinator(Coordinator):
         newer instance took over (ProducerFencedError).
         """
         require(request, InitProducerIdRequest)
-        transactional_id, transaction_timeout_ms = request.transactional_id, request.transaction_timeout_ms
-        producer_id, producer_epoch = request.producer_id, request.producer_epoch
-        if transactional_id is None or transactional_id == "":
+        tid, timeout_ms = request.transactional_id, request.transaction_timeout_ms
+        if tid is None or tid == "":
             # Idempotent producers need no state here (Kafka does the same).
             self._start()
             return ProducerIdAndEpoch(await self._new_producer_id(), 0)
         self._check_loaded()
-        if not isinstance(transactional_id, str):
-            raise InvalidRequestError("transactional id must be a string")
-        if not 0 < transaction_timeout_ms <= self._max_timeout_ms:
-            raise InvalidTransactionTimeoutError(
-                f"transaction.timeout.ms={transaction_timeout_ms} is outside (0, "
-                f"transaction.max.timeout.ms={self._max_timeout_ms}]"
-            )
-        async with self._locked(transactional_id):
-            txn = self._txns.get(transactional_id)
-            if txn is None:
-                new = TransactionMetadata(transactional_id, await self._new_producer_id(), 0, transaction_timeout_ms)
-                await self._write(new)
+        self.state.validate_init(tid, timeout_ms)
+        async with self._locked(tid):
+            if self.state.get(tid) is None:
+                new = await self._transition(self.state.prepare_new(tid, await self._new_producer_id(), timeout_ms))
                 return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
-            if producer_id != NO_PRODUCER_ID:
-                current = (txn.producer_id, txn.producer_epoch)
-                if (producer_id, producer_epoch) == (txn.last_producer_id, txn.last_producer_epoch) and (
-                    txn.state == TransactionState.EMPTY
-                ):
-                    return ProducerIdAndEpoch(*current)  # a retry of a bump that went through
-                if (producer_id, producer_epoch) != current:
-                    raise ProducerFencedError(
-                        f"{transactional_id!r}: producer {producer_id} epoch {producer_epoch} is not the current "
-                        f"{current[0]} epoch {current[1]}"
-                    )
-            if txn.state == TransactionState.ONGOING:
-                # An older instance left a transaction open: abort it under a bumped epoch,
-                # so that its zombie can neither write more nor commit.
-                txn = await self._prepare_end(txn, commit=False, bump=True)
-            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
-                txn = await self._complete(txn)
-            if txn.producer_epoch >= MAX_EPOCH - 1:
-                # The epoch would overflow int16: a new producer id starts at epoch 0.
-                new = txn.copy(
-                    producer_id=await self._new_producer_id(),
-                    producer_epoch=0,
-                    last_producer_id=txn.producer_id,
-                    last_producer_epoch=txn.producer_epoch,
-                )
-            else:
-                new = txn.copy(
-                    producer_epoch=txn.producer_epoch + 1,
-                    last_producer_id=txn.producer_id,
-                    last_producer_epoch=txn.producer_epoch,
-                )
-            new = new.copy(
-                state=TransactionState.EMPTY,
-                partitions=set(),
-                start_ms=-1,
-                timeout_ms=transaction_timeout_ms,
-                last_update_ms=_now_ms(),
-            )
-            await self._write(new)
-            logger.info("%r: producer %d epoch %d", transactional_id, new.producer_id, new.producer_epoch)
+            retried = self.state.check_init(tid, request.producer_id, request.producer_epoch)
+            if retried is not None:
+                return retried  # a retry of a bump that went through
+            if self.state.get(tid).state == TransactionState.ONGOING:
+                await self._transition(self.state.prepare_fence(tid))
+            if self.state.get(tid).state in PREPARE_STATES:
+                await self._complete(tid)
+            fresh = await self._new_producer_id() if self.state.needs_new_producer_id(tid) else None
+            new = await self._transition(self.state.prepare_init(tid, timeout_ms, fresh))
+            logger.info("%r: producer %d epoch %d", tid, new.producer_id, new.producer_epoch)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
     async def add_partitions_to_txn(self, request: AddPartitionsToTxnRequest) -> None:
@@ -384,167 +241,90 @@ class TransactionCoordinator(Coordinator):
         tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for(group_id, await self._offsets_partitions()))
         await self._add(request.transactional_id, request.producer_id, request.producer_epoch, {tp})
 
+    async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
+        async with self._locked(tid):
+            transit = self.state.prepare_add_partitions(tid, producer_id, producer_epoch, wanted)
+            if transit is not None:
+                await self._transition(transit)
+
     async def end_txn(self, request: EndTxnRequest) -> None:
         """EndTxn: commit (``committed``) or abort. Returns once every marker is written and
         the state is CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
         require(request, EndTxnRequest)
-        transactional_id, producer_id, producer_epoch = (
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-        )
-        commit = bool(request.committed)
+        tid = request.transactional_id
         self._check_loaded()
-        async with self._locked(transactional_id):
-            txn = self._owned(transactional_id, producer_id, producer_epoch)
-            wanted = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
-            if txn.state == TransactionState.ONGOING:
-                txn = await self._prepare_end(txn, commit, bump=False)
-            elif txn.state == wanted:
-                return  # a retry of an end that completed
-            elif txn.state == (TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT):
-                pass  # an earlier end did not finish: finish it now
-            else:
-                raise InvalidTxnStateError(
-                    f"{transactional_id!r}: cannot {'commit' if commit else 'abort'} in state {txn.state}"
-                )
-            await self._complete(txn)
+        async with self._locked(tid):
+            plan = self.state.end_txn(tid, request.producer_id, request.producer_epoch, bool(request.committed))
+            if plan.prepare is not None:
+                await self._transition(plan.prepare)
+            if plan.complete:
+                await self._complete(tid)
 
     async def describe_transactions(self, request: DescribeTransactionsRequest) -> list[TransactionDescription]:
         """State of the given transactional ids (Kafka's DescribeTransactions; all of them, as
         ListTransactions, when none are given); unknown ids show as Dead."""
         require(request, DescribeTransactionsRequest)
-        transactional_ids = request.transactional_ids
         self._check_loaded()
-        if transactional_ids is None:
-            return [self._txns[t].describe() for t in sorted(self._txns)]
-        out = []
-        for tid in transactional_ids:
-            txn = self._txns.get(tid)
-            out.append(
-                txn.describe()
-                if txn is not None
-                else TransactionDescription(tid, -1, -1, TransactionState.DEAD, 0, -1, ())
-            )
-        return out
+        return self.state.describe(request.transactional_ids)
 
     async def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
         """Abort every transaction open longer than its timeout, with an epoch bump (the
         producer is fenced); returns how many. The background loop calls it every
         transaction.abort.timed.out.transaction.cleanup.interval.ms."""
         self._check_loaded()
-        now = _now_ms() if now_ms is None else now_ms
-
-        def timed_out(txn: TransactionMetadata | None) -> bool:
-            return txn is not None and txn.state == TransactionState.ONGOING and now >= txn.start_ms + txn.timeout_ms
+        now = self._clock.wall_ms() if now_ms is None else now_ms
 
         async def abort(tid: str) -> bool:
             async with self._lock(tid):
-                txn = self._txns.get(tid)
-                if not timed_out(txn):
+                transit = self.state.prepare_timeout_abort(tid, now)
+                if transit is None:
                     return False
-                logger.info("%r: transaction open for more than %d ms; aborting", tid, txn.timeout_ms)
-                await self._complete(await self._prepare_end(txn, commit=False, bump=True))
+                await self._transition(transit)
+                await self._complete(tid)
                 return True
 
         # A call running on an id (it holds the lock) is left alone until the next turn.
-        due = [tid for tid, txn in self._txns.items() if timed_out(txn) and not self._lock(tid).locked()]
+        due = [tid for tid in self.state.timed_out(now) if not self._lock(tid).locked()]
         return sum(await asyncio.gather(*(abort(tid) for tid in due)))
 
     async def expire_transactional_ids(self, now_ms: int | None = None) -> int:
         """Forget ids with no open transaction idle for transactional.id.expiration.ms (a
         tombstone in ``__transaction_state``); returns how many."""
         self._check_loaded()
-        now = _now_ms() if now_ms is None else now_ms
+        now = self._clock.wall_ms() if now_ms is None else now_ms
         expired = 0
-        for tid, txn in list(self._txns.items()):
-            if txn.state not in (
-                TransactionState.EMPTY,
-                TransactionState.COMPLETE_COMMIT,
-                TransactionState.COMPLETE_ABORT,
-            ):
-                continue
-            if now - txn.last_update_ms < self._id_expiration_ms or self._lock(tid).locked():
+        for tid in self.state.expirable(now):
+            if self._lock(tid).locked():
                 continue
             async with self._lock(tid):
-                txn = self._txns.get(tid)
-                if txn is None or txn.state not in (
-                    TransactionState.EMPTY,
-                    TransactionState.COMPLETE_COMMIT,
-                    TransactionState.COMPLETE_ABORT,
-                ):
-                    continue
-                await self._topic.append(self._partition_for(tid), [(transaction_key(tid), None)])
-                self._txns.pop(tid, None)
-                expired += 1
+                transit = self.state.prepare_expire(tid, now)
+                if transit is not None:
+                    await self._transition(transit)
+                    expired += 1
         return expired
 
-    # -- transitions ----------------------------------------------------------------------
+    # -- carrying out transitions ---------------------------------------------------------
 
-    async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
-        async with self._locked(tid):
-            txn = self._owned(tid, producer_id, producer_epoch)
-            if txn.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
-                raise ConcurrentTransactionsError(f"{tid!r}: the previous transaction is still completing")
-            if txn.state == TransactionState.DEAD:
-                raise InvalidTxnStateError(f"{tid!r} is dead")
-            if txn.state == TransactionState.ONGOING and wanted <= txn.partitions:
-                return
-            now = _now_ms()
-            start = txn.start_ms if txn.state == TransactionState.ONGOING else now
-            await self._write(
-                txn.copy(
-                    state=TransactionState.ONGOING,
-                    partitions=txn.partitions | wanted,
-                    start_ms=start,
-                    last_update_ms=now,
-                )
-            )
+    async def _transition(self, transit: TxnTransit) -> TransactionMetadata:
+        """Make the transit's metadata the id's state: durable (acks=all) first, then in memory."""
+        await self._topic.append(self._partition_for(transit.transactional_id), [transit.record])
+        return self.state.complete_transition(transit)
 
-    def _owned(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
-        """The id's metadata, if ``producer_id``/``producer_epoch`` are its current ones."""
-        txn = self._txns.get(tid)
-        if txn is None or txn.producer_id != producer_id:
-            raise InvalidProducerIdMappingError(f"producer {producer_id} is not the producer of {tid!r}")
-        if producer_epoch != txn.producer_epoch:
-            raise ProducerFencedError(
-                f"{tid!r}: epoch {producer_epoch} is not the current {txn.producer_epoch}; a newer producer "
-                "took over or the transaction timed out"
-            )
-        return txn
-
-    async def _prepare_end(self, txn: TransactionMetadata, commit: bool, bump: bool) -> TransactionMetadata:
-        """Ongoing -> PrepareCommit/PrepareAbort, durable. ``bump`` (fencing, timeouts) raises
-        the epoch so that the markers fence the current producer."""
-        epoch = min(txn.producer_epoch + 1, MAX_EPOCH) if bump else txn.producer_epoch
-        prepared = txn.copy(
-            state=TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT,
-            producer_epoch=epoch,
-            last_producer_epoch=txn.producer_epoch if bump else txn.last_producer_epoch,
-            last_update_ms=_now_ms(),
-        )
-        await self._write(prepared)
-        return prepared
-
-    async def _complete(self, txn: TransactionMetadata) -> TransactionMetadata:
+    async def _complete(self, tid: str) -> TransactionMetadata:
         """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable."""
-        commit = txn.state == TransactionState.PREPARE_COMMIT
-        state_partition = self._partition_for(txn.transactional_id)
+        markers = self.state.markers(tid)
+        commit = markers.result == TransactionResult.COMMIT
+        state_partition = self._partition_for(tid)
         await asyncio.gather(
             *(
-                self._write_marker(tp, txn.producer_id, txn.producer_epoch, state_partition, commit)
-                for tp in sorted(txn.partitions)
+                self._write_marker(tp, markers.producer_id, markers.producer_epoch, state_partition, commit)
+                for tp in markers.partitions
             )
         )
-        if any(tp.topic == OFFSETS_TOPIC for tp in txn.partitions):
-            await self._tell_group_coordinator(txn.producer_id, commit)
-        done = txn.copy(
-            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT,
-            partitions=set(),
-            last_update_ms=_now_ms(),
-        )
-        await self._write(done)
-        logger.debug("%r: %s", txn.transactional_id, done.state)
+        if markers.touches_offsets:
+            await self._tell_group_coordinator(markers.producer_id, commit)
+        done = await self._transition(self.state.prepare_complete(tid))
+        logger.debug("%r: %s", tid, done.state)
         return done
 
     async def _write_marker(
@@ -595,29 +375,21 @@ class TransactionCoordinator(Coordinator):
 
     async def _tell_group_coordinator(self, producer_id: int, commit: bool) -> None:
         # A restarted group coordinator replays the markers itself, so giving up is safe.
-        deadline = time.monotonic() + _WRITE_TIMEOUT_S
+        deadline = self._clock.monotonic() + _WRITE_TIMEOUT_S
         while True:
             try:
                 if self._group_coordinator is None:
-                    self._group_coordinator = ray.get_actor(GROUP_COORDINATOR_NAME, namespace=self._namespace)
+                    self._group_coordinator = launch.get_actor(GROUP_COORDINATOR_NAME, self._namespace)
                 result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
                 await self._group_coordinator.complete_txn.remote(CompleteTxnRequest(producer_id, result))
                 return
             except (KafkaError, ray.exceptions.RayActorError, ValueError) as exc:
                 if isinstance(exc, ValueError):
                     self._group_coordinator = None
-                if time.monotonic() > deadline:
+                if self._clock.monotonic() > deadline:
                     logger.warning("group coordinator not told of producer %d's end: %r", producer_id, exc)
                     return
                 await asyncio.sleep(_RETRY_BACKOFF_S)
-
-    # -- __transaction_state --------------------------------------------------------------
-
-    async def _write(self, txn: TransactionMetadata) -> None:
-        """Make ``txn`` the id's state: durable (acks=all) first, then in memory."""
-        tid = txn.transactional_id
-        await self._topic.append(self._partition_for(tid), [(transaction_key(tid), _dumps(txn.to_record()))])
-        self._txns[tid] = txn
 
     def _partition_for(self, tid: str) -> int:
         return transaction_partition_for(tid, self._topic.num_partitions)
@@ -657,7 +429,7 @@ class TransactionCoordinator(Coordinator):
     # -- background -----------------------------------------------------------------------
 
     async def _background_loop(self) -> None:
-        next_expiry = time.monotonic() + 3600
+        next_expiry = self._clock.monotonic() + _EXPIRY_CHECK_S
         aborting: asyncio.Task | None = None
         if self._recorder is not None:
             # Its own loop: the abort check may run only every few seconds or minutes.
@@ -673,24 +445,23 @@ class TransactionCoordinator(Coordinator):
                 if aborting is None or aborting.done():
                     aborting = asyncio.get_running_loop().create_task(self.abort_timed_out_transactions())
                     aborting.add_done_callback(self._completion_done)
-                if time.monotonic() >= next_expiry:
-                    next_expiry = time.monotonic() + 3600
+                if self._clock.monotonic() >= next_expiry:
+                    next_expiry = self._clock.monotonic() + _EXPIRY_CHECK_S
                     await self.expire_transactional_ids()
             except Exception:  # a failed turn must not stop the loop
                 logger.exception("transaction coordinator background task failed")
 
     async def _metrics_loop(self) -> None:
         """Every TICK_S: how many transactions are open and how old the oldest is."""
-        open_states = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
         rec = self._recorder
         while True:
             await asyncio.sleep(TICK_S)
             try:
                 rec.flush()  # counters summed since the last tick (skipped records)
-                now = _now_ms()
-                starts = [t.start_ms for t in self._txns.values() if t.state in open_states]
+                starts = self.state.open_transaction_starts()
                 rec.metrics.transactions_open.set(len(starts), rec.tags())
-                rec.metrics.transaction_oldest_age.set(max(0, now - min(starts)) if starts else 0, rec.tags())
+                oldest = max(0, self._clock.wall_ms() - min(starts)) if starts else 0
+                rec.metrics.transaction_oldest_age.set(oldest, rec.tags())
             except Exception:  # noqa: BLE001 - metrics must never stop the coordinator
                 logger.exception("recording transaction metrics failed")
 

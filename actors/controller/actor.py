@@ -1,0 +1,745 @@
+"""The Controller actor: the Ray shell over :class:`QuorumController`.
+
+Every decision (placement, elections, ISR changes, reassignment, configs) is made by the
+plain managers under :mod:`actors.controller.quorum_controller`, written to the metadata log
+before it takes effect. This shell does what needs Ray and an event loop: it creates,
+attaches to, watches, restarts and stops the replica actors (through ``actors.launch``),
+tells replicas their roles (LeaderAndIsr), serves requests one change at a time (an
+asyncio lock), and runs the periodic work (preferred-leader rebalance, reassignment
+completion, metrics, listener probes).
+
+A controller restarted by Ray replays the metadata log and re-attaches to (or re-creates)
+the replica actors. It watches every replica through Ray: each replica's ``run`` call stays
+pending for the replica's life, so its failure tells the controller the replica died: the
+replica leaves the ISR, a new leader is elected if it led, and it is restarted as a
+follower. It never sits on the data path: clients ask it for metadata (leader actor handles
+and epochs) and talk to leaders directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from actors import launch
+from actors.clock import SYSTEM, Clock
+from actors.config import broker_config
+from actors.controller.quorum_controller import QuorumController
+from actors.controller.records import NO_LEADER
+from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
+from actors.gateway.probe import probe_listeners
+from actors.metrics import TICK_S, Recorder
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
+from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
+from actors.protocol import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    LeaderAndIsrRequest,
+    MetadataRequest,
+    require,
+)
+from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
+from storage.errors import (
+    ElectionNotNeededError,
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    PreferredLeaderNotAvailableError,
+    TopicAlreadyExistsError,
+)
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
+# How often the controller checks that each listed broker's listener answers (the
+# listener-up gauge): an ApiVersions round trip each, bounded by the probe's timeout.
+LISTENER_PROBE_INTERVAL_S = 5.0
+STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
+REPLICA_CALL_TIMEOUT_S = 30.0  # a hung replica must not stall the controller
+REPLICA_START_TIMEOUT_S = 30.0  # waiting for a dead replica's name to be released
+REPLICA_STOP_TIMEOUT_S = 10.0  # waiting for a killed replica to be gone
+REASSIGNMENT_CHECK_S = 0.1
+_ATTACHED, _STARTED = "attached", "started"
+
+
+def _restarted_by_ray() -> bool:
+    """True inside an actor that Ray has restarted (False outside any actor)."""
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:
+        return False
+    return bool(context.was_current_actor_reconstructed)
+
+
+class Controller:
+    """Owns cluster metadata; creates, watches and restarts replica actors."""
+
+    def __init__(self, namespace: str, config: dict[str, Any], clock: Clock = SYSTEM) -> None:
+        self._namespace = namespace
+        self._clock = clock
+        self._config = broker_config(config)
+        self._metrics_enabled = self._config["rayqueue.metrics.enabled"]
+        self._recorder = Recorder(namespace, True) if self._metrics_enabled else None
+        self._quorum = QuorumController(self._config, on_partition_change=self._count_change)
+        self._cluster = self._quorum.cluster
+        self._replication = self._quorum.replication
+        self._configuration = self._quorum.configuration
+        self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
+        self._handles: dict[Replica, Any] = {}
+        self._watches: dict[Replica, asyncio.Task] = {}
+        self._lock: asyncio.Lock | None = None
+        self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
+        self._rebalancer: asyncio.Task | None = None
+        self._metrics_task: asyncio.Task | None = None
+        self._listener_task: asyncio.Task | None = None
+        self._listeners_down: dict[int, str] = {}  # broker id -> why its listener did not answer
+        self._probed: set[int] = set()  # brokers whose listener-up gauge was set
+        self._exported_topics: set[str] = set()
+        self._started = False
+        self._stopping = False
+        self._restart_task: asyncio.Task | None = None
+        if _restarted_by_ray():
+            # Leaders call alter_partition and replicas die whether or not a client calls us:
+            # a restarted controller brings itself up. A task of the actor's own event loop
+            # (where an async actor's constructor runs), not a remote call to itself: Ray
+            # fails that call (ACTOR_UNAVAILABLE) when it is told, before the constructor
+            # returns, that the actor is still restarting.
+            # (A first start waits for register_brokers, which binds brokers to live nodes.)
+            self._restart_task = asyncio.get_running_loop().create_task(self.start())
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def register_brokers(self, node_ids: list[str]) -> ClusterMetadata:
+        """Bind the brokers to Ray nodes (round-robin) and bring every replica up.
+
+        Called by ``rayqueue.launch``. Broker ids and data dirs persist with the data; a
+        relaunch on the same data binds them to the current nodes.
+        """
+        async with self._mutex():
+            self._quorum.commit(self._cluster.register_brokers(node_ids, self._config["rayqueue.num.brokers"]))
+            self._started = False
+        await self._ensure_started()
+        return await self.get_metadata(MetadataRequest())
+
+    async def start(self) -> None:
+        """Bring a (re)started controller up (idempotent): attach to or create every replica,
+        watch them, run the leader rebalance loop. A failed attempt is retried."""
+        while not self._started and not self._stopping:
+            try:
+                await self._ensure_started()
+            except Exception:
+                logger.exception("controller start failed; retrying")
+                await asyncio.sleep(1.0)
+
+    async def _ensure_started(self) -> None:
+        """After a (re)start, attach to or create every replica and watch it."""
+        if self._started:
+            return
+        async with self._mutex():
+            if self._started:
+                return
+            keys = self._replication.replicas()
+            outcomes = await asyncio.gather(*(self._attach_or_start(*key) for key in keys))
+            recreated = {key for key, outcome in zip(keys, outcomes, strict=True) if outcome == _STARTED}
+            for topic, p in self._replication.partitions():
+                # A replica that could not come back (node gone, broker stopped) is no
+                # longer in sync, as if its death had been seen.
+                self._quorum.commit(self._replication.drop_offline(topic, p, self._handles))
+                # A leader that died unseen and was recreated starts a new term: a new
+                # epoch makes its followers re-truncate and fetch from the new actor.
+                leader = self._quorum.partition(topic, p).leader
+                await self._elect(topic, p, bump=(topic, p, leader) in recreated)
+            for topic, p in self._replication.reassigning():
+                self._track_reassignment(topic, p)
+            await self._remove_strays(list(self._cluster.brokers))
+            loop = asyncio.get_running_loop()
+            if self._rebalancer is None:
+                self._rebalancer = loop.create_task(self._rebalance_loop())
+            if self._metrics_task is None and self._recorder is not None:
+                self._metrics_task = loop.create_task(self._metrics_loop())
+                self._listener_task = loop.create_task(self._listener_loop())
+            self._started = True
+
+    async def shutdown(self, delete_data: bool = False) -> None:
+        """Close every replica cleanly (clean-shutdown markers) and stop watching."""
+        self._stopping = True
+        tasks = [self._rebalancer, self._metrics_task, self._listener_task, self._restart_task]
+        for task in [*self._watches.values(), *self._reassignments.values(), *tasks]:
+            if task is not None:
+                task.cancel()
+        closes = [asyncio.ensure_future(handle.close.remote(delete_data)) for handle in self._handles.values()]
+        if closes:
+            # Bounded: a replica that cannot close cleanly is killed below all the same (its
+            # log recovers on the next open), so shutdown never hangs on one.
+            done, _ = await asyncio.wait(closes, timeout=SHUTDOWN_CLOSE_TIMEOUT_S)
+            for future in done:
+                if future.exception() is not None and not isinstance(future.exception(), ray.exceptions.RayActorError):
+                    logger.warning("replica close failed: %s", future.exception())
+        for handle in self._handles.values():
+            launch.kill(handle)
+        self._handles.clear()
+        self._quorum.close()
+
+    # -- topics ---------------------------------------------------------------------------
+
+    async def create_topic(self, request: CreateTopicsRequest) -> TopicMetadata:
+        """Create a topic (one of Kafka's CreateTopics) and start its replicas; see
+        ``ReplicationControlManager.create_topic`` for the rules and ``validate_only``."""
+        require(request, CreateTopicsRequest)
+        await self._ensure_started()
+        async with self._mutex():
+            new = self._quorum.commit(self._replication.create_topic(request, launch.alive_nodes()))
+            if new.planned is not None:
+                return new.planned
+            await self._bring_up(new)
+        logger.info("created topic %s with %d partitions", request.name, len(new.assignment))
+        return self._replication.topic_metadata(request.name, self._handles)
+
+    async def delete_topic(self, request: DeleteTopicsRequest) -> None:
+        """Delete a topic (one of Kafka's DeleteTopics), its replicas and their data."""
+        require(request, DeleteTopicsRequest)
+        await self._ensure_started()
+        async with self._mutex():
+            enabled = self._config["delete.topic.enable"]
+            replicas = self._quorum.commit(self._replication.delete_topic(request.name, enabled))
+            # Together: each stop waits until its actor is gone, under the controller's lock.
+            await asyncio.gather(*(self._stop_replica(*replica, delete=True) for replica in replicas))
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> TopicMetadata:
+        """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
+        shrinks one). With ``validate_only`` every check runs and the topic stays as it is."""
+        require(request, CreatePartitionsRequest)
+        await self._ensure_started()
+        async with self._mutex():
+            new = self._quorum.commit(self._replication.create_partitions(request, launch.alive_nodes()))
+            if not request.validate_only:
+                await self._bring_up(new)
+            return self._replication.topic_metadata(request.name, self._handles)
+
+    async def _bring_up(self, new: NewPartitions) -> None:
+        """Start the new partitions' replicas, then give each partition its leader."""
+        await asyncio.gather(*(self._attach_or_start(*replica) for replica in new.replicas()))
+        for p in new.partitions():
+            self._quorum.commit(self._replication.drop_offline(new.topic, p, self._handles))
+            await self._elect(new.topic, p, bump=True)
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Topic names, sorted."""
+        return self._quorum.list_topics(include_internal)
+
+    async def describe_configs(self, request: DescribeConfigsRequest) -> dict[str, tuple[Any, str]]:
+        """The topic's configs (all, or ``configuration_keys``) with value and source
+        (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC); one resource of Kafka's DescribeConfigs."""
+        require(request, DescribeConfigsRequest)
+        self._replication.require_topic(request.resource_name)
+        return self._configuration.describe(request.resource_name, request.configuration_keys)
+
+    async def alter_configs(self, request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
+        """Change topic config overrides (one resource of Kafka's IncrementalAlterConfigs):
+        SET, DELETE (back to the default), and APPEND / SUBTRACT on list configs. Every key
+        and value is checked before anything changes: one bad entry refuses the whole request
+        (INVALID_CONFIG) and leaves the topic's configs as they were. Returns the topic's
+        overrides after it (with ``validate_only``: the ones it would leave; nothing changes)."""
+        require(request, IncrementalAlterConfigsRequest)
+        name = request.resource_name
+        await self._ensure_started()
+        async with self._mutex():
+            topic = self._replication.require_topic(name)
+            merged = self._quorum.commit(self._configuration.alter(name, request.configs, request.validate_only))
+            if request.validate_only:
+                return merged
+            effective = self._configuration.effective(name)
+            for (t, _, _), handle in list(self._handles.items()):
+                if t == name:
+                    await self._call_replica(handle.update_config.remote(effective))
+            if effective["unclean.leader.election.enable"]:
+                # As Kafka does when the setting is turned on: offline partitions elect at once.
+                for p, part in enumerate(topic.partitions):
+                    if (name, p, part.leader) not in self._handles:
+                        await self._elect(name, p, bump=False)
+            return merged
+
+    async def register_listener(self, broker_id: int, host: str, port: int) -> None:
+        """Record where broker ``broker_id``'s Kafka protocol gateway is reached (its
+        advertised listener), as a Kafka broker registers its endpoints; Metadata answers
+        name it. Durable, so a restarted controller still knows it."""
+        async with self._mutex():
+            self._quorum.commit(self._cluster.register_listener(broker_id, host, port))
+        logger.info("broker %d's gateway listens at %s:%d", broker_id, host, port)
+
+    # -- producer ids ---------------------------------------------------------------------
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """Hand out a block of ``count`` producer ids (Kafka's AllocateProducerIds). The block
+        is in the metadata log before it is answered, so a restarted controller never hands
+        an id out twice."""
+        require(request, AllocateProducerIdsRequest)
+        async with self._mutex():
+            block = self._quorum.commit(self._quorum.producer_ids.generate(request.count))
+        first = block.producer_id_start
+        logger.info("allocated producer ids [%d, %d)", first, first + block.producer_id_len)
+        return block
+
+    # -- metadata -------------------------------------------------------------------------
+
+    async def get_metadata(self, request: MetadataRequest) -> ClusterMetadata:
+        """A snapshot of brokers and topics with leader handles, for clients to cache (Kafka's
+        Metadata).
+
+        With ``allow_auto_topic_creation`` (and auto.create.topics.enable), unknown topics are
+        created with num.partitions and default.replication.factor, as a Kafka broker does.
+        """
+        require(request, MetadataRequest)
+        await self._ensure_started()
+        names = None if request.topics is None else list(request.topics)
+        for name in names or ():
+            if not isinstance(name, str):
+                raise InvalidTopicError(f"a topic name is a string, got {type(name).__name__}")
+        if names and request.allow_auto_topic_creation and self._config["auto.create.topics.enable"]:
+            for name in names:
+                if name not in self._replication.topics and name not in INTERNAL_TOPICS:
+                    try:
+                        await self.create_topic(CreateTopicsRequest(name))
+                    except TopicAlreadyExistsError:
+                        pass
+        return self._quorum.metadata(names, self._handles)
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        """Cluster id, controller epoch, brokers and counts."""
+        await self._ensure_started()
+        return {**self._quorum.describe(), "replica_actors": len(self._handles)}
+
+    async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
+        """Actor handles of every live replica of a partition, by broker id (for tests/tools)."""
+        return {b: h for (t, p, b), h in self._handles.items() if t == tp.topic and p == tp.partition}
+
+    async def wait_online(self, tp: TopicPartition, timeout_s: float = 60.0) -> PartitionMetadata:
+        """Wait until the partition has a live leader; returns its metadata."""
+        topic, partition = tp.topic, tp.partition
+        deadline = self._clock.monotonic() + timeout_s
+        while True:
+            await self._ensure_started()
+            self._replication.require_partition(topic, partition)
+            meta = self._replication.partition_metadata(topic, partition, self._handles)
+            if meta.leader_handle is not None:
+                return meta
+            if self._clock.monotonic() > deadline:
+                raise LeaderNotAvailableError(f"{topic}-{partition} has no leader after {timeout_s}s")
+            await asyncio.sleep(0.05)
+
+    # -- replicas: start, watch, restart, stop --------------------------------------------
+
+    async def _attach_or_start(self, topic: str, partition: int, broker_id: int) -> str | None:
+        """Attach to the replica's live actor or create it; returns _ATTACHED, _STARTED or
+        None (its broker is stopped or its node is down)."""
+        key = (topic, partition, broker_id)
+        handle = launch.find_actor(replica_actor_name(topic, partition, broker_id), self._namespace)
+        outcome = _ATTACHED
+        if handle is not None:
+            try:
+                await handle.ping.remote()
+            except ray.exceptions.RayActorError:
+                handle = None
+        if handle is None:
+            handle = await self._start_replica(topic, partition, broker_id)
+            if handle is None:
+                return None
+            outcome = _STARTED
+        self._handles[key] = handle
+        self._watch(key, handle)
+        return outcome
+
+    async def _start_replica(self, topic: str, partition: int, broker_id: int) -> Any | None:
+        spec = self._quorum.replica_spec(topic, partition, broker_id)
+        if spec is None:
+            return None  # stopped with stop_broker
+        if spec.node_id not in launch.alive_nodes():
+            logger.warning(
+                "broker %d's node %s is down; replica %s-%d stays offline", broker_id, spec.node_id, topic, partition
+            )
+            return None
+        name = replica_actor_name(topic, partition, broker_id)
+        deadline = self._clock.monotonic() + REPLICA_START_TIMEOUT_S
+        while True:
+            try:
+                handle = launch.launch(
+                    PartitionReplica,
+                    launch.REPLICA,
+                    name,
+                    self._namespace,
+                    spec.node_id,
+                    topic,
+                    partition,
+                    broker_id,
+                    spec.data_dir,
+                    spec.config,
+                    spec.topic_id,
+                    self._metrics_enabled,
+                    self._namespace,
+                )
+                await handle.ping.remote()
+                return handle
+            except ValueError:
+                # The dead actor's name is released asynchronously; try again shortly.
+                if self._clock.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _remove_strays(self, broker_ids: list[int]) -> None:
+        """On each running broker's node, delete the partition directories it no longer hosts
+        (topics deleted or replicas moved while it was down; see remove_stray_partitions).
+        A failure is logged: it leaves disk space behind, never a wrong log."""
+        hosted = self._replication.hosted(broker_ids)
+        alive = launch.alive_nodes()
+        calls = {}
+        for b in broker_ids:
+            if self._cluster.usable(b, alive):
+                broker = self._cluster.brokers[b]
+                calls[b] = launch.run_on_node(remove_stray_partitions, broker.node_id, broker.data_dir, hosted[b])
+        for b, ref in calls.items():
+            try:
+                # Bounded: this runs under the controller's lock.
+                removed = await asyncio.wait_for(ref, STRAY_SWEEP_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - see the docstring
+                logger.exception("broker %d: could not remove stray partition directories", b)
+                continue
+            if removed:
+                logger.warning("broker %d: removed stray partition directories %s", b, removed)
+
+    def _watch(self, key: Replica, handle: Any) -> None:
+        old = self._watches.pop(key, None)
+        # The death handler runs in the old watch task: cancelling it would abort the handler.
+        if old is not None and old is not asyncio.current_task():
+            old.cancel()
+        self._watches[key] = asyncio.get_running_loop().create_task(self._watch_replica(key, handle))
+
+    async def _watch_replica(self, key: Replica, handle: Any) -> None:
+        try:
+            await handle.run.remote()
+        except ray.exceptions.RayActorError:
+            if self._stopping or self._handles.get(key) is not handle:
+                return
+            logger.warning("replica %s died; restarting it", key)
+            try:
+                await self._on_replica_death(*key)
+            except Exception:  # a task's exception would otherwise vanish silently
+                logger.exception("handling the death of replica %s failed", key)
+
+    async def _on_replica_death(self, topic: str, partition: int, broker_id: int) -> None:
+        """A replica actor died: drop it from the ISR, elect if it led, then restart it as a follower."""
+        async with self._mutex():
+            self._handles.pop((topic, partition, broker_id), None)
+            if not self._replication.has_partition(topic, partition):
+                return
+            self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
+            # Elect before restarting: the restart takes about a second, failover should not.
+            await self._elect(topic, partition, bump=False)
+            handle = await self._start_replica(topic, partition, broker_id)
+            if handle is None:
+                return
+            self._handles[(topic, partition, broker_id)] = handle
+            self._watch((topic, partition, broker_id), handle)
+            await self._elect(topic, partition, bump=False)
+
+    async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
+        key = (topic, partition, broker_id)
+        handle = self._handles.pop(key, None)
+        task = self._watches.pop(key, None)
+        if task is not None:
+            task.cancel()
+        if handle is None:
+            return
+        try:
+            await handle.close.remote(delete)
+        except ray.exceptions.RayActorError:
+            pass
+        launch.kill(handle)
+        # ray.kill returns before the actor is gone: a replica started next under the same
+        # name (a topic deleted and created again) must not attach to this closed one.
+        deadline = self._clock.monotonic() + REPLICA_STOP_TIMEOUT_S
+        while self._clock.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(handle.ping.remote(), 1.0)
+            except (ray.exceptions.RayActorError, TimeoutError):
+                return
+            await asyncio.sleep(0.05)
+
+    async def _elect(self, topic: str, partition: int, bump: bool) -> None:
+        """Elect the partition's leader (ReplicationControlManager.elect) and tell every live
+        replica its role."""
+        election = self._quorum.commit(self._replication.elect(topic, partition, self._handles, bump))
+        if election.unclean and self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.unclean_elections, 1, (("topic", topic),))
+        if election.leader != NO_LEADER:
+            await self._push(topic, partition)
+
+    async def _push(self, topic: str, partition: int) -> None:
+        """Send the partition's state to its live replicas: the leader first, then the followers."""
+        part = self._quorum.partition(topic, partition)
+        leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
+        if leader is None:
+            return
+        state = LeaderAndIsrRequest(
+            part.leader,
+            part.leader_epoch,
+            tuple(part.replicas),
+            tuple(part.isr),
+            part.partition_epoch,
+            leader_handle=leader,
+            controller=ray.get_runtime_context().current_actor,
+            retention_check_ms=self._config["log.retention.check.interval.ms"],
+            replication={k: self._config[k] for k in DEFAULT_REPLICATION},
+        )
+        await self._call_replica(leader.become_leader.remote(state))
+        calls = []
+        for b in part.replicas:
+            handle = self._handles.get((topic, partition, b))
+            if handle is None or b == part.leader:
+                continue
+            calls.append(self._call_replica(handle.become_follower.remote(state)))
+        await asyncio.gather(*calls)
+
+    async def _call_replica(self, ref: Any) -> Any:
+        # A dead replica is the watcher's business; a hung one must not stall the controller.
+        try:
+            return await asyncio.wait_for(ref, REPLICA_CALL_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, TimeoutError):
+            logger.warning("replica call failed", exc_info=True)
+            return None
+
+    # -- replication: ISR changes, brokers, elections, reassignment -------------------------
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        """A leader's ISR change (Kafka's AlterPartition); answers the partition's state as
+        committed (see ReplicationControlManager.alter_partition)."""
+        require(request, AlterPartitionRequest)
+        # A leader may call before any client does after a controller restart: the live
+        # replicas must be known before an expansion is judged.
+        await self._ensure_started()
+        async with self._mutex():
+            return self._quorum.commit(self._replication.alter_partition(request, self._handles))
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Shut one broker down cleanly: its replicas close, leave the ISRs and give up leadership."""
+        await self._ensure_started()
+        async with self._mutex():
+            self._quorum.commit(self._cluster.set_alive(broker_id, False))
+            for topic, p in self._replication.partitions_on(broker_id):
+                # Close first, so that nothing more is appended to the old leader, then elect.
+                await self._stop_replica(topic, p, broker_id, delete=False)
+                self._quorum.commit(self._replication.remove_from_isr(topic, p, broker_id))
+                await self._elect(topic, p, bump=False)
+        logger.info("broker %d stopped", broker_id)
+
+    async def start_broker(self, broker_id: int) -> None:
+        """Start a stopped broker: its replicas recover from disk, follow their leaders and catch up."""
+        await self._ensure_started()
+        async with self._mutex():
+            self._quorum.commit(self._cluster.set_alive(broker_id, True))
+            on = self._replication.partitions_on(broker_id)
+            await asyncio.gather(*(self._attach_or_start(t, p, broker_id) for t, p in on))
+            for t, p in on:
+                await self._elect(t, p, bump=False)
+            await self._remove_strays([broker_id])
+        logger.info("broker %d started", broker_id)
+
+    async def add_broker(self, node_id: str, broker_id: int | None = None) -> int:
+        """Register a new broker on Ray node ``node_id`` (hex id); returns its id. It holds no
+        replicas until partitions are reassigned to it."""
+        async with self._mutex():
+            alive = node_id in launch.alive_nodes()
+            return self._quorum.commit(self._cluster.add_broker(node_id, broker_id, alive))
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> dict[TopicPartition, str | None]:
+        """Preferred leader election (Kafka's ElectLeaders): move leadership to each
+        partition's first replica.
+
+        Answers None per partition that moved, else the reason (ElectionNotNeeded,
+        PreferredLeaderNotAvailable) as the error's class name.
+        """
+        require(request, ElectLeadersRequest)
+        await self._ensure_started()
+        out: dict[TopicPartition, str | None] = {}
+        async with self._mutex():
+            if request.topic_partitions is None:
+                wanted = self._replication.partitions()
+            else:
+                wanted = [(tp.topic, tp.partition) for tp in request.topic_partitions]
+            for topic, p in wanted:
+                self._replication.require_partition(topic, p)
+                try:
+                    await self._elect_preferred(topic, p)
+                    out[TopicPartition(topic, p)] = None
+                except (ElectionNotNeededError, PreferredLeaderNotAvailableError) as exc:
+                    out[TopicPartition(topic, p)] = type(exc).__name__
+        return out
+
+    async def _elect_preferred(self, topic: str, p: int) -> None:
+        self._quorum.commit(self._replication.elect_preferred(topic, p, self._handles))
+        await self._push(topic, p)
+
+    async def _rebalance_loop(self) -> None:
+        """auto.leader.rebalance.enable: periodically give leadership back to preferred replicas."""
+        while not self._stopping:
+            await asyncio.sleep(self._config["leader.imbalance.check.interval.seconds"])
+            if not self._config["auto.leader.rebalance.enable"]:
+                continue
+            try:
+                async with self._mutex():
+                    for topic, p in self._replication.partitions():
+                        try:
+                            await self._elect_preferred(topic, p)
+                        except (ElectionNotNeededError, PreferredLeaderNotAvailableError):
+                            pass
+            except Exception:  # the next turn tries again
+                logger.exception("leader rebalance failed")
+
+    async def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest) -> None:
+        """Move partitions to new replica lists (Kafka's AlterPartitionReassignments).
+
+        The new replicas start as followers and catch up; once all of them are in the ISR
+        leadership moves into the new list if needed and the old replicas are removed with
+        their data. Returns at once; ``list_partition_reassignments`` shows what is ongoing.
+        """
+        require(request, AlterPartitionReassignmentsRequest)
+        await self._ensure_started()
+        async with self._mutex():
+            for tp, target in request.reassignments.items():
+                topic, p = tp.topic, tp.partition
+                adding = self._quorum.commit(self._replication.reassign(topic, p, target))
+                await asyncio.gather(*(self._attach_or_start(topic, p, b) for b in adding))
+                await self._elect(topic, p, bump=False)
+                self._track_reassignment(topic, p)
+
+    async def list_partition_reassignments(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """Ongoing reassignments: replicas, adding and removing, per partition."""
+        # Under the mutex: a reassignment being completed (old replicas stopping) still counts.
+        async with self._mutex():
+            return self._replication.reassignments()
+
+    def _track_reassignment(self, topic: str, p: int) -> None:
+        task = self._reassignments.get((topic, p))
+        if task is None or task.done():
+            self._reassignments[(topic, p)] = asyncio.get_running_loop().create_task(
+                self._complete_reassignment(topic, p)
+            )
+
+    async def _complete_reassignment(self, topic: str, p: int) -> None:
+        """Wait until the partition's new replicas are all in the ISR, then finish the move."""
+        while not self._stopping:
+            await asyncio.sleep(REASSIGNMENT_CHECK_S)
+            if not self._replication.has_partition(topic, p):
+                return
+            part = self._quorum.partition(topic, p)
+            if part.target is None:
+                return
+            if not all(b in part.isr for b in part.target):
+                continue
+            async with self._mutex():
+                done = self._quorum.commit(self._replication.complete_reassignment(topic, p, self._handles))
+                if done is None:
+                    continue
+                await self._push(topic, p)
+                await asyncio.gather(*(self._stop_replica(topic, p, b, delete=True) for b in done.removing))
+                if done.leader == NO_LEADER:
+                    await self._elect(topic, p, bump=False)
+            return
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _mutex(self) -> asyncio.Lock:
+        # Created lazily so it belongs to the actor's event loop.
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def _count_change(self, topic: str, partition: int, change: PartitionChange) -> None:
+        """Count what a partition change is: ISR shrink or expansion, leader election."""
+        rec = self._recorder
+        if rec is None:
+            return
+        tags = (("topic", topic),)
+        if change.isr_shrink:
+            rec.add(rec.metrics.isr_shrinks, 1, tags)
+        elif change.isr_expand:
+            rec.add(rec.metrics.isr_expands, 1, tags)
+        if change.leader_elected:
+            rec.add(rec.metrics.leader_elections, 1, tags)
+
+    async def _metrics_loop(self) -> None:
+        """Every TICK_S: the summed counters to Ray, and the replication gauges from the state."""
+        while not self._stopping:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._record_state()
+            except Exception:  # metrics must never take the controller down
+                logger.exception("recording controller metrics failed")
+
+    async def _listener_loop(self) -> None:
+        """Every LISTENER_PROBE_INTERVAL_S: is each listed broker's listener serving?"""
+        while not self._stopping:
+            await asyncio.sleep(LISTENER_PROBE_INTERVAL_S)
+            try:
+                await self._probe_listeners()
+            except Exception:  # metrics must never take the controller down
+                logger.exception("probing the brokers' listeners failed")
+
+    async def _probe_listeners(self) -> None:
+        """Set the listener-up gauge of every broker Metadata names (alive, with a registered
+        listener) from an ApiVersions round trip to its advertised address; a broker no
+        longer named reads 0. A change of state is logged once."""
+        rec = self._recorder
+        listed = [
+            (b.broker_id, b.host, b.port) for b in self._cluster.brokers.values() if b.alive and b.host and b.port > 0
+        ]
+        reasons = await probe_listeners(listed)
+        for broker_id, host, port in listed:
+            reason = reasons[broker_id]
+            if reason is not None and broker_id not in self._listeners_down:
+                logger.warning("broker %d's listener %s:%d does not answer: %s", broker_id, host, port, reason)
+            elif reason is None and broker_id in self._listeners_down:
+                logger.info("broker %d's listener %s:%d answers again", broker_id, host, port)
+            if reason is None:
+                self._listeners_down.pop(broker_id, None)
+            else:
+                self._listeners_down[broker_id] = reason
+        for broker_id in self._probed | set(reasons):
+            up = reasons.get(broker_id, "not listed") is None
+            rec.metrics.listener_up.set(1 if up else 0, rec.tags(broker=broker_id))
+        self._probed |= set(reasons)
+
+    def _record_state(self) -> None:
+        rec = self._recorder
+        m = rec.metrics
+        skipped = self._quorum.skipped.count
+        if skipped > self._skipped_reported:
+            # Skipped while the metadata log was replayed, before there was a recorder.
+            rec.add(m.internal_records_skipped, skipped - self._skipped_reported, (("topic", METADATA_TOPIC),))
+            self._skipped_reported = skipped
+        rec.flush()
+        stats = self._replication.stats()
+        for name in stats.under_replicated:
+            m.under_replicated.set(stats.under_replicated[name], rec.tags(topic=name))
+            m.under_min_isr.set(stats.under_min_isr[name], rec.tags(topic=name))
+        # A deleted topic's series drop to zero rather than keep their last value.
+        for name in self._exported_topics - set(stats.under_replicated):
+            m.under_replicated.set(0, rec.tags(topic=name))
+            m.under_min_isr.set(0, rec.tags(topic=name))
+        self._exported_topics = set(stats.under_replicated)
+        m.offline.set(stats.offline, rec.tags())
+        m.active_controller.set(1, rec.tags())
+        for b in stats.leaders:
+            m.leader_count.set(stats.leaders[b], rec.tags(broker=b))
+            m.partition_count.set(stats.hosted[b], rec.tags(broker=b))

@@ -1,0 +1,51 @@
+"""The ``rayqueue`` command line: start a cluster, manage topics, produce, consume, measure.
+
+Modelled on Kafka's tools (kafka-server-start, kafka-topics, kafka-console-producer,
+kafka-console-consumer, kafka-producer-perf-test, kafka-consumer-perf-test). Every
+command attaches to a running cluster by Ray namespace (``--name``) through
+:func:`rayqueue.connect`; inside a process that already runs Ray (tests, notebooks) it
+reuses that Ray. This is the one package that prints; the library only logs.
+
+One module per command group (``cluster``: start/stop/console/status/health, ``clients``:
+produce/consume, ``topics``, ``groups``, ``partitions``, ``brokers``, ``transactions``,
+``perf``), what they share in ``common``; the app is assembled here, in the order ``--help``
+lists the commands.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from rayqueue.cli import brokers, clients, cluster, groups, partitions, perf, topics, transactions
+from rayqueue.cli.cluster import status_view
+from rayqueue.cli.common import DEFAULT_LISTENERS, DEFAULT_METRICS_EXPORT_PORT, CliError, quiet_ray
+
+__all__ = ["DEFAULT_LISTENERS", "DEFAULT_METRICS_EXPORT_PORT", "CliError", "app", "main", "status_view"]
+
+app = typer.Typer(
+    help="rayqueue: a Kafka-style distributed commit log on Ray.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Markdown: docstring paragraphs reflow to the terminal width instead of keeping hard breaks.
+    rich_markup_mode="markdown",
+)
+app.command("start")(cluster.start)
+app.command("stop")(cluster.stop_cluster)
+app.command("console")(cluster.console_command)
+app.command("status")(cluster.status)
+app.command("health")(cluster.health)
+app.command("produce")(clients.produce)
+app.command("consume")(clients.consume)
+app.add_typer(topics.topics_app, name="topics")
+app.add_typer(groups.groups_app, name="groups")
+app.add_typer(partitions.partitions_app, name="partitions")
+app.add_typer(brokers.brokers_app, name="brokers")
+app.add_typer(transactions.transactions_app, name="transactions")
+app.add_typer(perf.perf_app, name="perf")
+
+
+def main() -> None:
+    """Entry point of the ``rayqueue`` console script."""
+    quiet_ray()
+    app()
