@@ -3,7 +3,8 @@
 The group and transaction coordinators keep their state as records in compacted internal
 topics (``__consumer_offsets``, ``__transaction_state``): :class:`InternalTopic` creates the
 topic when its coordinator first loads (so ``rayqueue.launch`` returns with both topics
-created and led, and a first group or transaction never waits for a topic creation), writes
+created and led, and a first group or transaction never waits for a topic creation; a topic
+found missing later is created again through FindCoordinator, :meth:`Coordinator.ensure_topic`), writes
 to it with acks=all and reads it back; :class:`Coordinator` is the actor lifecycle both
 share (load the topic once per actor life, refuse calls until then).
 
@@ -19,6 +20,7 @@ watermark alone could miss state that was acknowledged.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -49,6 +51,8 @@ from storage.errors import (
 from storage.log import EARLIEST_TIMESTAMP
 from storage.records.builder import RecordBatchBuilder
 from storage.records.reader import RecordBatch, iter_batches
+
+logger = logging.getLogger(__name__)
 
 # After a fetch that found nothing new below the log end, the next waits this long for the HW to move.
 _HW_WAIT_MS = 500
@@ -123,6 +127,16 @@ class InternalTopic:
                 md = await controller.get_metadata.remote(MetadataRequest((self.name,)))
             self.num_partitions = len(md.topics[self.name].partitions)
             self._ready = True
+
+    async def exists(self) -> bool:
+        """Whether the controller has the topic now. A topic this actor once found can be gone
+        (deleted); then what was cached about it is dropped and :meth:`ensure` creates it again."""
+        md = await self._controller().get_metadata.remote(MetadataRequest((self.name,)))
+        if self.name in md.topics:
+            return True
+        self._ready = False
+        self._leaders.clear()
+        return False
 
     async def leader(self, p: int) -> Any:
         """Partition ``p``'s leader metadata (``leader_handle``, ``leader_epoch``), waiting for
@@ -212,6 +226,7 @@ class Coordinator:
         self._loaded = False
         self._load_task: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
+        self._creating: asyncio.Task | None = None
         self._controller: Any = None
 
     def _start(self) -> None:
@@ -228,6 +243,30 @@ class Coordinator:
         self._start()
         await asyncio.shield(self._load_task)
         return self._count()
+
+    async def ensure_topic(self) -> bool:
+        """Whether the internal topic exists; if not, start creating it in the background and
+        answer False.
+
+        FindCoordinator calls this when it finds no such topic (a cluster whose data an older
+        version wrote, or the topic deleted). Kafka then creates ``__consumer_offsets`` /
+        ``__transaction_state`` and answers COORDINATOR_NOT_AVAILABLE until it is there, so
+        the client retries that lookup instead of waiting inside its first offset commit or
+        transactional request while the topic's replicas start (a Kafka client gives up on a
+        request after 30 s).
+        """
+        if self._creating is not None and not self._creating.done():
+            return False
+        if await self._topic.exists():
+            return True
+        self._creating = asyncio.get_running_loop().create_task(self._topic.ensure())
+        self._creating.add_done_callback(self._created)
+        return False
+
+    def _created(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # The next lookup starts another attempt; the error is the controller's (no broker yet, say).
+            logger.warning("creating %s failed: %s", self._topic.name, task.exception())
 
     async def ping(self) -> bool:
         """Liveness probe; True once loaded."""

@@ -678,6 +678,8 @@ class JoinGroupRequest(_Message):
     what the gateway read of the subscription (for DescribeGroups). With
     ``require_known_member_id`` (JoinGroup v4+, KIP-394) a new member without a
     ``group_instance_id`` is first given its id and asked to join again with it.
+    ``client_host`` is where the member connects from as Kafka shows it ("/" and the
+    address; DescribeGroups' client host); empty for rayqueue's own consumers.
     """
 
     group_id: str
@@ -694,6 +696,7 @@ class JoinGroupRequest(_Message):
     metadata: tuple[bytes, ...] | None = None
     protocol_type: str = "consumer"
     require_known_member_id: bool = False
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)

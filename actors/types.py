@@ -132,6 +132,7 @@ class MemberDescription:
     assignment: tuple[TopicPartition, ...]
     metadata: bytes = b""  # a client-assigning member's opaque protocol metadata
     member_assignment: bytes = b""  # and its opaque assignment
+    client_host: str = ""  # "/<address>" of a Kafka client's connection (Kafka's clientHost)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,17 +5,25 @@ STACK.md). ``read()`` turns a topic into a DataFrame with exactly the schema of 
 own Kafka source, through the Ray Data source and RayDP's Dataset-to-Spark conversion;
 ``write()`` produces a DataFrame's rows to a topic. ``stream()`` runs a micro-batch loop
 from source topics to a sink topic with progress committed per (group, topic, partition).
+
+The other path is Spark's own Kafka connector (``spark-sql-kafka-0-10``) pointed at the
+brokers' Kafka protocol gateways: ``session(kafka_connector=True)`` puts its jars on the
+session, ``kafka_options(cluster)`` gives the options every ``format("kafka")`` reader and
+writer needs, and ``read(..., via="connector")`` reads through it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -61,6 +69,112 @@ def _java() -> str | None:
     return shutil.which("java")
 
 
+# -- Spark's own Kafka connector ------------------------------------------------------------
+
+KAFKA_CONNECTOR_JARS_ENV = "RAYQUEUE_SPARK_KAFKA_JARS"
+"""Environment variable naming the connector's jars (a ``:``-separated classpath)."""
+
+# What `make jvm` writes in a source checkout: the pinned spark-sql-kafka-0-10 set, resolved
+# by Maven (tests/jvm/pins.toml), as a classpath of paths into ~/.m2.
+CONNECTOR_CLASSPATH_FILE = Path(__file__).resolve().parent.parent / "build" / "jvm" / "spark-kafka.classpath"
+"""The classpath file ``make jvm`` writes for Spark's Kafka connector in a source checkout."""
+
+_CONNECTOR_ARTIFACT = "spark-sql-kafka-0-10_"
+# <artifact>-<version>.jar, where an artifact may hold digits after a dash (spark-sql-kafka-0-10_2.12)
+# and a version is dotted numbers with qualifiers (3.5.7, 1.5.6-10, 2.0.0-RC1).
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+(?:\.\d+)*(?:[-.][A-Za-z0-9]+)*)\.jar$")
+
+
+class KafkaConnectorNotFoundError(RuntimeError):
+    """Spark's Kafka connector was asked for and its jars were not found or do not fit this PySpark."""
+
+
+def _artifact(jar: str) -> tuple[str, str]:
+    """(artifact, version) of a Maven-named jar file (``kafka-clients-3.4.1.jar``)."""
+    m = _VERSIONED_JAR.match(os.path.basename(jar))
+    return (m["artifact"], m["version"]) if m else (os.path.basename(jar), "")
+
+
+def kafka_connector_jars(jars: str | Sequence[str] | None = None) -> list[str]:
+    """The jars that add Spark's own Kafka connector to a session (for ``spark.jars``).
+
+    Taken from ``jars`` (paths, or one ``:``-separated classpath), else from the
+    ``RAYQUEUE_SPARK_KAFKA_JARS`` environment variable (a classpath), else from the
+    classpath file ``make jvm`` writes in a source checkout (``build/jvm/spark-kafka.classpath``:
+    ``org.apache.spark:spark-sql-kafka-0-10_2.12`` at the pinned PySpark version with its
+    dependencies, resolved by Maven). Jars of artifacts PySpark already ships (Hadoop's
+    client, Scala, slf4j, snappy, lz4, ...) are left out so that Spark's own versions stay
+    the only ones; what remains is the connector, its token provider, kafka-clients and
+    commons-pool2. Raises KafkaConnectorNotFoundError when none is found, a jar is missing,
+    or the connector's version is not this PySpark's (a mismatch fails later, and obscurely).
+    """
+    import pyspark
+
+    where = "the jars argument"
+    if jars is None:
+        if os.environ.get(KAFKA_CONNECTOR_JARS_ENV):
+            jars, where = os.environ[KAFKA_CONNECTOR_JARS_ENV], f"${KAFKA_CONNECTOR_JARS_ENV}"
+        elif CONNECTOR_CLASSPATH_FILE.exists():
+            jars, where = CONNECTOR_CLASSPATH_FILE.read_text().strip(), str(CONNECTOR_CLASSPATH_FILE)
+        else:
+            raise KafkaConnectorNotFoundError(
+                "Spark's Kafka connector jars were not found: run `make jvm` in a rayqueue checkout (Maven "
+                f"resolves them), set {KAFKA_CONNECTOR_JARS_ENV} to their classpath, or pass them as "
+                f"kafka_connector=[...] (org.apache.spark:spark-sql-kafka-0-10_2.12:{pyspark.__version__} "
+                "and its dependencies)"
+            )
+    paths = [p for p in (jars.split(os.pathsep) if isinstance(jars, str) else list(jars)) if p]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise KafkaConnectorNotFoundError(f"jars named by {where} do not exist: {missing}")
+    connector = [p for p in paths if _artifact(p)[0].startswith(_CONNECTOR_ARTIFACT)]
+    if not connector:
+        raise KafkaConnectorNotFoundError(f"{where} names no {_CONNECTOR_ARTIFACT}* jar: {paths}")
+    version = _artifact(connector[0])[1]
+    if version != pyspark.__version__:
+        raise KafkaConnectorNotFoundError(
+            f"{os.path.basename(connector[0])} is for Spark {version}, this PySpark is {pyspark.__version__}"
+        )
+    shipped = {_artifact(name)[0] for name in os.listdir(os.path.join(_spark_home(), "jars"))}
+    return [p for p in paths if _artifact(p)[0] not in shipped]
+
+
+def _spark_home() -> str:
+    import pyspark
+
+    return os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+
+
+def kafka_options(cluster: Any = None, **options: Any) -> dict[str, str]:
+    """The options that point Spark's Kafka source and sink at ``cluster``'s gateways.
+
+    ``{"kafka.bootstrap.servers": ...}`` plus ``options`` (Spark's own names, e.g.
+    ``subscribe``, ``startingOffsets``, ``topic``, ``kafka.isolation.level``) as strings,
+    for ``spark.read/readStream.format("kafka").options(**kafka_options(cluster, subscribe=t))``
+    and ``df.write/writeStream.format("kafka").options(**kafka_options(cluster, topic=t))``.
+    Raises InvalidConfigError when the cluster has no Kafka listeners.
+    """
+    cluster = data._cluster_or_connect(cluster)
+    servers = cluster.bootstrap_servers
+    if not servers:
+        raise InvalidConfigError(
+            "the cluster has no Kafka protocol listeners (launch it with listeners=..., "
+            "e.g. 'PLAINTEXT://127.0.0.1:0'); Spark's Kafka connector needs them"
+        )
+    return {"kafka.bootstrap.servers": servers, **{k: _option_value(v) for k, v in options.items()}}
+
+
+def _option_value(value: Any) -> str:
+    """A Spark data source option as Spark wants it: JSON for per-partition maps, ``true``/``false``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return json.dumps({str(t): {str(p): int(v) for p, v in parts.items()} for t, parts in value.items()})
+    return str(value)
+
+
 def session(
     app_name: str = "rayqueue",
     num_executors: int = 1,
@@ -68,12 +182,16 @@ def session(
     executor_memory: str | int = "1G",
     configs: Mapping[str, str] | None = None,
     log_level: str = "WARN",
+    kafka_connector: bool | str | Sequence[str] = False,
 ) -> Any:
     """Start Spark on the current Ray (an embedded one if none) through RayDP.
 
     Sets what RayDP needs here: Python workers on this interpreter, the Java 17
     ``--add-opens`` options on driver, executors and app master, no console progress
-    bars. ``configs`` override these. Raises JavaNotFoundError without Java.
+    bars. ``configs`` override these. ``kafka_connector`` (True, or the jars as for
+    ``kafka_connector_jars``) adds Spark's own Kafka connector to ``spark.jars``, for
+    ``format("kafka")`` against rayqueue's gateways (see ``kafka_options``). Raises
+    JavaNotFoundError without Java, KafkaConnectorNotFoundError without the connector.
     """
     if _java() is None:
         raise JavaNotFoundError(
@@ -96,6 +214,10 @@ def session(
         "spark.sql.shuffle.partitions": str(max(2, num_executors * executor_cores * 2)),
     }
     settings.update({k: str(v) for k, v in (configs or {}).items()})
+    if kafka_connector is not False:
+        jars = kafka_connector_jars(None if kafka_connector is True else kafka_connector)
+        # spark-submit adds spark.jars to the driver's classpath and ships them to executors.
+        settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
     spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     spark.sparkContext.setLogLevel(log_level)
     return spark
@@ -153,14 +275,41 @@ def _read_block(task: Any, schema: Any) -> Any:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def read(spark: Any, topics: str | Iterable[str], *, cluster: Any = None, **options: Any) -> Any:
+# rayqueue.data's read options and the names Spark's Kafka source gives them.
+_CONNECTOR_OPTIONS = {
+    "starting_offsets": "startingOffsets",
+    "ending_offsets": "endingOffsets",
+    "starting_timestamp": "startingTimestamp",
+    "ending_timestamp": "endingTimestamp",
+    "starting_offsets_by_timestamp": "startingOffsetsByTimestamp",
+    "ending_offsets_by_timestamp": "endingOffsetsByTimestamp",
+    "include_headers": "includeHeaders",
+    "isolation_level": "kafka.isolation.level",
+}
+
+
+def read(spark: Any, topics: str | Iterable[str], *, cluster: Any = None, via: str = "bridge", **options: Any) -> Any:
     """A DataFrame of the records of ``topics`` with the schema of Spark's Kafka source.
 
     Takes the options of ``rayqueue.data.read`` (offset or timestamp ranges,
-    ``include_headers``, ``isolation_level``, ``max_records_per_task``, ``parallelism``);
-    ranges are fixed when this is called. The datasource's read tasks run as Ray tasks
-    and RayDP's Arrow-blocks-to-DataFrame conversion takes their results as they come.
+    ``include_headers``, ``isolation_level``, ``max_records_per_task``, ``parallelism``).
+    ``via="bridge"`` (the default): ranges are fixed when this is called, the datasource's
+    read tasks run as Ray tasks and RayDP's Arrow-blocks-to-DataFrame conversion takes
+    their results as they come. ``via="connector"``: Spark's own Kafka source reads from
+    the brokers' gateways (the session needs ``kafka_connector=True``); the range and
+    header options are handed to it under Spark's names (``startingOffsets``, ...), with
+    Spark's rules (a batch read cannot start at latest; a per-partition JSON names every
+    partition), and ranges are resolved when Spark plans the query.
     """
+    if via == "connector":
+        unknown = sorted(set(options) - set(_CONNECTOR_OPTIONS))
+        if unknown:
+            raise InvalidConfigError(f"read(via='connector') takes {sorted(_CONNECTOR_OPTIONS)}, not {unknown}")
+        subscribe = ",".join(data._topic_list(topics))
+        spark_options = {_CONNECTOR_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        return spark.read.format("kafka").options(**kafka_options(cluster, subscribe=subscribe, **spark_options)).load()
+    if via != "bridge":
+        raise InvalidConfigError(f"via must be 'bridge' or 'connector', got {via!r}")
     import raydp.spark
 
     include_headers = bool(options.get("include_headers", False))

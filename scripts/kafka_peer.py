@@ -22,7 +22,6 @@ bootstrap servers and stops it on Ctrl-C.
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import signal
 import socket
@@ -42,7 +41,6 @@ if str(ROOT) not in sys.path:  # run as a script: tests.jvm.maven lives in the c
 from tests.jvm import maven  # noqa: E402
 
 KAFKA_SET = "kafka"
-LOGGING_SET = "kafka-logging"  # the SLF4J binding Kafka's distribution ships (pins.toml says why)
 
 # kafka-server-start.sh's KAFKA_HEAP_OPTS and kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 # and KAFKA_JMX_OPTS (no port: JMX stays local), as the scripts start the broker.
@@ -94,9 +92,9 @@ class KafkaPeerError(RuntimeError):
 
 
 def classpath() -> str:
-    """The pinned Kafka jars (broker, tools, clients, and the log binding) as a classpath into
+    """The pinned Kafka jars (broker, tools, clients, the log binding) as a classpath into
     Maven's cache."""
-    return maven.classpath(KAFKA_SET) + os.pathsep + maven.classpath(LOGGING_SET)
+    return maven.classpath(KAFKA_SET)
 
 
 def kafka_version() -> str:

@@ -377,6 +377,12 @@ class FencedInstanceIdError(KafkaError):
     code, retriable = 82, False
 
 
+class EligibleLeadersNotAvailableError(KafkaError):
+    """ELIGIBLE_LEADERS_NOT_AVAILABLE: No replica of the partition may be elected leader."""
+
+    code, retriable = 83, True
+
+
 class ElectionNotNeededError(KafkaError):
     """ELECTION_NOT_NEEDED: The preferred replica is already the leader."""
 

@@ -121,10 +121,31 @@ def new_topic(admin, request):
 
 
 @pytest.fixture(scope="session")
-def spark(ray_session):
-    """One Spark session on the session Ray (RayDP: 1 executor, 1 core, 1 GB), stopped at the end."""
+def spark_kafka_jars() -> list[str] | str:
+    """Spark's own Kafka connector for the session's Spark: its jars (the pinned
+    ``spark-kafka`` set, resolved by Maven as ``make jvm`` does), or why there are none."""
+    from rayqueue import spark as rq_spark
+    from tests.jvm import maven
+
+    try:
+        return rq_spark.kafka_connector_jars(maven.classpath("spark-kafka"))
+    except (maven.JvmUnavailable, rq_spark.KafkaConnectorNotFoundError) as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session, spark_kafka_jars):
+    """One Spark session on the session Ray (RayDP: 1 executor, 1 core, 1 GB), stopped at the
+    end; with Spark's Kafka connector on it when its jars are there (RayDP allows one session
+    per process, so the connector's tests share this one)."""
     from rayqueue import spark as rq_spark
 
-    session = rq_spark.session("rayqueue-tests", num_executors=1, executor_cores=1, executor_memory="1G")
+    session = rq_spark.session(
+        "rayqueue-tests",
+        num_executors=1,
+        executor_cores=1,
+        executor_memory="1G",
+        kafka_connector=spark_kafka_jars if isinstance(spark_kafka_jars, list) else False,
+    )
     yield session
     rq_spark.stop()

@@ -65,3 +65,19 @@ class LostCall:
     def answer(self, result: object) -> None:
         """The answer arrives after all (late)."""
         self._future.set_result(result)
+
+
+def rotate_preferred_leader(admin, topic: str, partition: int) -> int:
+    """Reorder a partition's replicas (same set) so that its leader is no longer the preferred
+    (first) replica, leaving leadership where it is; returns the new preferred replica, which a
+    preferred leader election then moves leadership to."""
+    from actors.types import TopicPartition
+
+    meta = admin.describe_topics([topic])[topic].partitions[partition]
+    target = [next(b for b in meta.replicas if b != meta.leader), meta.leader]
+    target += [b for b in meta.replicas if b not in target]
+    admin.alter_partition_reassignments({TopicPartition(topic, partition): target})
+    wait_for(lambda: not admin.list_partition_reassignments(), timeout=60, what="reassignment done")
+    after = admin.describe_topics([topic])[topic].partitions[partition]
+    assert after.replicas[0] == target[0] and after.leader != target[0], after
+    return target[0]

@@ -271,12 +271,20 @@ def test_the_clock_read_finder_finds_reads(tmp_path: Path, source: str, reads: i
 
 def _launches(path: Path) -> list[str]:
     """Ray actor launches and lookups in ``path``: ``ray.get_actor(...)``, ``ray.remote(...)``,
-    ``x.options(...)``, and a class decorated ``@ray.remote``."""
+    ``x.options(...).remote(...)`` (Ray's; Spark's ``reader.options(...)`` is not), and a class
+    decorated ``@ray.remote``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             call = ast.unparse(node.func)
-            if call in ("ray.get_actor", "ray.remote") or node.func.attr == "options":
+            inner = node.func.value
+            ray_options = (
+                node.func.attr == "remote"
+                and isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Attribute)
+                and inner.func.attr == "options"
+            )
+            if call in ("ray.get_actor", "ray.remote") or ray_options:
                 found.append(f"line {node.lineno}: {call}(...)")
         elif isinstance(node, ast.ClassDef):
             found += [

@@ -63,6 +63,7 @@ class ClassicGroupMember:
     awaiting_join: bool = False
     metadata: dict[str, bytes] | None = None  # a client-assigning member's, by protocol
     member_assignment: bytes = b""  # the leader's opaque assignment for it
+    client_host: str = ""  # a Kafka client's "/<address>", as DescribeGroups shows it
 
     def touch(self, now: float, poll_age_ms: int = 0) -> None:
         """A sign of life at monotonic time ``now``; ``poll_age_ms`` is how long ago its

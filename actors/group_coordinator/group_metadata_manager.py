@@ -201,6 +201,7 @@ class GroupMetadataManager:
                     unchanged = unchanged and group.state == GroupState.STABLE
                 if unchanged and group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     member.client_id = request.client_id
+                    member.client_host = request.client_host
                     member.touch(now)
                     self._persist(group, out)
                     out.response = JoinGroupResult(
@@ -227,6 +228,7 @@ class GroupMetadataManager:
             )
             group.add_member(member)
         member.client_id = request.client_id
+        member.client_host = request.client_host
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.protocols = protocols
@@ -426,6 +428,7 @@ class GroupMetadataManager:
                     tuple(m.assignment),
                     (m.metadata or {}).get(g.protocol, b""),
                     m.member_assignment,
+                    m.client_host,
                 )
                 for m in g.members.values()
             )

@@ -115,6 +115,7 @@ def _member_value(m: ClassicGroupMember) -> dict[str, Any]:
         "assignment": [[tp.topic, tp.partition] for tp in m.assignment],
         "metadata": None if m.metadata is None else {k: _b64(v) for k, v in m.metadata.items()},
         "member_assignment": _b64(m.member_assignment),
+        "client_host": m.client_host,
     }
 
 
@@ -139,6 +140,7 @@ def _decode_member(d: Any) -> ClassicGroupMember:
         stored.items_of(list(metadata.values()), str, "protocol metadata")
         m.metadata = {k: base64.b64decode(v, validate=True) for k, v in metadata.items()}
     m.member_assignment = base64.b64decode(stored.field(d, "member_assignment", str, ""), validate=True)
+    m.client_host = stored.field(d, "client_host", str, "")
     m.owned = list(m.assignment)
     return m
 

@@ -271,12 +271,29 @@ def _join(wire: Wire, group: str, member_id: str = "", instance: str | None = No
     )
 
 
+def _found(wire, request, ok) -> object:
+    """The answer to a FindCoordinator once it is not COORDINATOR_NOT_AVAILABLE (the lookup
+    that creates an internal topic gets that until the topic exists; clients retry)."""
+    answers = []
+
+    def attempt() -> bool:
+        answers.append(wire.call(request))
+        return ok(answers[-1])
+
+    wait_for(attempt, timeout=120, interval=0.2, what="a coordinator")
+    return answers[-1]
+
+
 def test_find_coordinator_names_a_gateway_single_and_batched(cluster, bootstrap):
     addresses = {(b.host, b.port) for b in cluster.metadata([]).brokers if b.port > 0}
     with Wire(parse_bootstrap(bootstrap)) as wire:
-        one = wire.call(build_request(FIND, 2, key="some-group", key_type=0))
+        one = _found(wire, build_request(FIND, 2, key="some-group", key_type=0), lambda a: a.error_code != 15)
         assert one.error_code == 0 and (one.host, one.port) in addresses
-        many = wire.call(build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]))
+        many = _found(
+            wire,
+            build_request(FIND, 4, key_type=1, coordinator_keys=["txn-a", "txn-b"]),
+            lambda a: all(c.error_code != 15 for c in a.coordinators),
+        )
         assert [c.key for c in many.coordinators] == ["txn-a", "txn-b"]
         assert all(c.error_code == 0 and (c.host, c.port) in addresses for c in many.coordinators)
         bad = wire.call(build_request(FIND, 4, key_type=7, coordinator_keys=["x"]))
@@ -354,3 +371,20 @@ def test_a_native_member_cannot_join_a_group_of_kafka_clients(cluster, bootstrap
         native.close()
     assert members[0].assignment == list(range(PARTITIONS))
     assert not [tp for tp in cluster.admin().group_lag(group) if not isinstance(tp, TopicPartition)]
+
+
+def test_describe_groups_names_each_members_client_host(cluster, bootstrap, admin):
+    """Kafka's coordinator records where a member connects from ("/<address>"); DescribeGroups
+    and kafka-consumer-groups --describe show it in HOST (it was empty)."""
+    group = f"host-{next(_ids)}"
+    with Wire(parse_bootstrap(bootstrap)) as wire:
+        first = _join(wire, group)
+        joined = _join(wire, group, first.member_id)
+        assert joined.error_code == 0
+        host = "/" + wire.sock.getsockname()[0]
+        described = wire.call(build_request(15, 5, groups=[group], include_authorized_operations=False))
+        (g,) = described.groups
+        assert [(m.member_id, m.client_host) for m in g.members] == [(first.member_id, host)]
+        (native,) = admin.describe_groups([group]).values()
+        assert [m.client_host for m in native.members] == [host]
+        wire.call(build_request(LEAVE, 2, group_id=group, member_id=first.member_id))

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import itertools
 import os
+import struct
+import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CTP
 
 from actors.types import TopicPartition
+from tests.gateway.wire import Wire, build_request
 from tests.helpers import consume_all, wait_for
 
 _ids = itertools.count()
@@ -128,3 +131,62 @@ def test_consume_transform_produce_commits_and_aborts(cluster, bootstrap, topics
     second.produce(dst, b"live", partition=0)
     second.commit_transaction(30)
     assert sorted(_read_committed(bootstrap, dst, 11)) == sorted([*expected, b"live"])
+
+
+def test_describe_transactions_start_time_is_minus_one_before_a_transaction(cluster, bootstrap, topics):
+    """Kafka's DescribeTransactions sends -1 as the start time of a transactional id that has
+    not begun a transaction (Admin.describeTransactions: empty; kafka-transactions describe:
+    None); 0 made the tool print a duration of 56 years."""
+    src, _ = topics
+    tid = f"describe-{src}"
+    producer = cluster.producer(transactional_id=tid)
+    try:
+        producer.init_transactions()
+
+        def start_ms(wire: Wire) -> tuple[str, int]:
+            # Read by hand: kio's reader refuses negative timestamps, which Kafka's clients accept.
+            cid = wire.send(build_request(65, 0, transactional_ids=[tid]))
+            return _state_and_start_time(wire.read_frame(), cid)
+
+        with Wire(bootstrap) as wire:
+            assert start_ms(wire) == ("Empty", -1)
+            before = int(time.time() * 1000)
+            producer.begin_transaction()
+            producer.send(src, b"open")
+            producer.flush()
+            state, started = start_ms(wire)
+            assert state == "Ongoing" and before - 1000 <= started <= int(time.time() * 1000)
+            producer.commit_transaction()
+            assert start_ms(wire) == ("CompleteCommit", started)  # kept once it ends, as Kafka keeps it
+    finally:
+        producer.close()
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _state_and_start_time(frame: bytes, correlation_id: int) -> tuple[str, int]:
+    """(state, start time in ms) of the one transactional id of a DescribeTransactions v0 answer:
+    header v1 (correlation id, tagged fields), throttle time, then the states' compact array of
+    (error code, transactional id, state, timeout, start time, ...)."""
+    assert struct.unpack_from(">i", frame, 0)[0] == correlation_id
+    _, pos = _uvarint(frame, 4)  # the header's tagged fields (none)
+    pos += 4  # throttle time
+    count, pos = _uvarint(frame, pos)
+    assert count - 1 == 1
+    assert struct.unpack_from(">h", frame, pos)[0] == 0  # error code
+    pos += 2
+    length, pos = _uvarint(frame, pos)
+    pos += length - 1  # the transactional id
+    length, pos = _uvarint(frame, pos)
+    state = frame[pos : pos + length - 1].decode()
+    pos += length - 1 + 4  # the state, then the timeout
+    return state, struct.unpack_from(">q", frame, pos)[0]

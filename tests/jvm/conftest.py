@@ -19,6 +19,24 @@ def _unavailable(exc: Exception):
     pytest.skip(f"JVM pieces unavailable: {exc}")
 
 
+@pytest.fixture
+def java_services(tmp_path):
+    """``java_services(classpath, main, args, name) -> JavaService``: background JVMs (not yet
+    started), logging to ``<tmp_path>/<name>.log``; any still running are killed at the end."""
+    from tests.jvm.service import JavaService
+
+    made: list[JavaService] = []
+
+    def make(classpath: str, main: str, args: list[str], name: str, env: dict | None = None) -> JavaService:
+        service = JavaService(classpath, main, args, tmp_path / f"{name}.log", env)
+        made.append(service)
+        return service
+
+    yield make
+    for service in made:
+        service.kill()
+
+
 @pytest.fixture(scope="session")
 def jvm_classpath():
     """``jvm_classpath(set_name) -> str``: a pinned set's classpath (paths into ~/.m2)."""
@@ -46,3 +64,12 @@ def java_program(jvm_classpath):
         return f"{classes}{os.pathsep}{cp}"
 
     return get
+
+
+@pytest.fixture
+def bootstrap(cluster) -> str:
+    """``host:port,...`` of the session cluster's gateways (asked anew: a restarted gateway
+    listens on a new free port)."""
+    servers = cluster.bootstrap_servers
+    assert servers, "the session cluster runs no gateways"
+    return servers

@@ -109,15 +109,26 @@ JAVA_SOURCES = HERE / "java"
 CLASSES = BUILD / "classes"
 
 
+def program_sets(program_dir: str) -> list[str]:
+    """The sets a program directory is compiled against: those its ``SET`` file names
+    (whitespace-separated; the same sources built once per set), ``kafka`` when it has none."""
+    set_file = JAVA_SOURCES / program_dir / "SET"
+    names = set_file.read_text().split() if set_file.exists() else []
+    return names or ["kafka"]
+
+
 def compile_java(program_dir: str, set_name: str) -> Path:
-    """Compile ``tests/jvm/java/<program_dir>/*.java`` against a set's classpath with ``javac``
-    into ``build/jvm/classes/<program_dir>/`` (again only when a source is newer than the
-    classes); returns that directory, to put first on ``java -cp``."""
+    """Compile ``tests/jvm/java/<program_dir>/*.java`` (plus ``<program_dir>/<set_name>/*.java``,
+    the set's own version-specific sources, if any) against a set's classpath with ``javac``
+    into ``build/jvm/classes/<program_dir>/<set_name>/`` (again only when a source is newer
+    than the classes); returns that directory, to put first on ``java -cp``."""
     cp = classpath(set_name)
-    sources = sorted((JAVA_SOURCES / program_dir).glob("*.java"))
+    sources = sorted((JAVA_SOURCES / program_dir).glob("*.java")) + sorted(
+        (JAVA_SOURCES / program_dir / set_name).glob("*.java")
+    )
     if not sources:
         raise JvmUnavailable(f"no Java sources in {JAVA_SOURCES / program_dir}")
-    out = CLASSES / program_dir
+    out = CLASSES / program_dir / set_name
     stamp = out / ".compiled"
     newest = max(s.stat().st_mtime for s in [*sources, PINS])
     if stamp.exists() and stamp.stat().st_mtime >= newest:
@@ -128,19 +139,18 @@ def compile_java(program_dir: str, set_name: str) -> Path:
         ["javac", "-nowarn", "-d", str(out), "-cp", cp, *map(str, sources)], capture_output=True, text=True
     )
     if result.returncode != 0:
-        raise JvmUnavailable(f"javac failed for {program_dir}:\n{result.stdout}{result.stderr}")
+        raise JvmUnavailable(f"javac failed for {program_dir} against {set_name}:\n{result.stdout}{result.stderr}")
     stamp.touch()
     return out
 
 
 def compile_all() -> list[Path]:
-    """Compile every program directory under ``tests/jvm/java/``; each names its set in a
-    ``SET`` file beside its sources (``kafka`` when there is none)."""
+    """Compile every program directory under ``tests/jvm/java/`` against each set it names
+    (``program_sets``)."""
     done = []
     for program_dir in sorted(p for p in JAVA_SOURCES.glob("*") if p.is_dir()) if JAVA_SOURCES.exists() else []:
-        set_file = program_dir / "SET"
-        set_name = set_file.read_text().strip() if set_file.exists() else "kafka"
-        done.append(compile_java(program_dir.name, set_name))
+        for set_name in program_sets(program_dir.name):
+            done.append(compile_java(program_dir.name, set_name))
     return done
 
 

@@ -26,7 +26,6 @@ import kafka_peer  # noqa: E402
 def kafka_jars(jvm_classpath):
     """The broker's classpath (skips without Java or Maven, fails under CI)."""
     jvm_classpath(kafka_peer.KAFKA_SET)
-    jvm_classpath(kafka_peer.LOGGING_SET)
     return kafka_peer.classpath()
 
 
@@ -73,7 +72,7 @@ def test_single_node_answers_and_stops_clean(kafka_jars):
             producer.produce(topic, v, partition=i % 2)
         assert producer.flush(60) == 0
         assert sorted(_read_back(peer.bootstrap_servers, topic, 100, 2)) == sorted(values)
-        # Kafka's own log is written (the SLF4J binding of the kafka-logging set is there).
+        # Kafka's own log is written (the kafka set carries the SLF4J binding).
         assert "Kafka Server started" in peer.nodes[0].server_log.read_text()
     import psutil
 

@@ -54,6 +54,80 @@ def test_java_missing_gives_a_clear_error(monkeypatch):
         rq_spark.session()
 
 
+def _jars(tmp_path, *names: str) -> list[str]:
+    paths = []
+    for name in names:
+        (tmp_path / name).write_bytes(b"PK")
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def test_kafka_connector_jars_are_the_ones_spark_lacks(tmp_path, monkeypatch):
+    import pyspark
+
+    connector = f"spark-sql-kafka-0-10_2.12-{pyspark.__version__}.jar"
+    resolved = _jars(
+        tmp_path,
+        connector,
+        f"spark-token-provider-kafka-0-10_2.12-{pyspark.__version__}.jar",
+        "hadoop-client-runtime-3.3.4.jar",
+        "kafka-clients-3.4.1.jar",
+        "snappy-java-1.1.8.4.jar",  # PySpark ships its own (newer) snappy: that one stays
+        "commons-pool2-2.11.1.jar",
+        "scala-library-2.12.18.jar",
+    )
+    wanted = [resolved[0], resolved[1], resolved[3], resolved[5]]
+    assert rq_spark.kafka_connector_jars(resolved) == wanted
+    assert rq_spark.kafka_connector_jars(":".join(resolved)) == wanted  # a classpath, as `make jvm` writes it
+    monkeypatch.setenv(rq_spark.KAFKA_CONNECTOR_JARS_ENV, ":".join(resolved))
+    assert rq_spark.kafka_connector_jars() == wanted
+
+
+def test_kafka_connector_jars_refuse_what_does_not_fit(tmp_path, monkeypatch):
+    with pytest.raises(rq_spark.KafkaConnectorNotFoundError, match="is for Spark 3.4.0"):
+        rq_spark.kafka_connector_jars(_jars(tmp_path, "spark-sql-kafka-0-10_2.12-3.4.0.jar"))
+    with pytest.raises(rq_spark.KafkaConnectorNotFoundError, match="names no spark-sql-kafka"):
+        rq_spark.kafka_connector_jars(_jars(tmp_path, "kafka-clients-3.4.1.jar"))
+    with pytest.raises(rq_spark.KafkaConnectorNotFoundError, match="do not exist"):
+        rq_spark.kafka_connector_jars([str(tmp_path / "gone.jar")])
+    monkeypatch.delenv(rq_spark.KAFKA_CONNECTOR_JARS_ENV, raising=False)
+    monkeypatch.setattr(rq_spark, "CONNECTOR_CLASSPATH_FILE", tmp_path / "no.classpath")
+    with pytest.raises(rq_spark.KafkaConnectorNotFoundError, match="make jvm"):
+        rq_spark.kafka_connector_jars()
+
+
+def test_kafka_options_point_spark_at_the_gateways():
+    class Listening:
+        bootstrap_servers = "127.0.0.1:9092,127.0.0.1:9093"
+
+    options = rq_spark.kafka_options(
+        Listening(), subscribe="t", startingOffsets={"t": {0: 5, "1": -2}}, includeHeaders=True, minPartitions=4
+    )
+    assert options == {
+        "kafka.bootstrap.servers": "127.0.0.1:9092,127.0.0.1:9093",
+        "subscribe": "t",
+        "startingOffsets": '{"t": {"0": 5, "1": -2}}',
+        "includeHeaders": "true",
+        "minPartitions": "4",
+    }
+
+    class Silent:
+        bootstrap_servers = ""
+
+    with pytest.raises(InvalidConfigError, match="listeners"):
+        rq_spark.kafka_options(Silent())
+
+
+def test_read_via_the_connector_refuses_the_bridges_own_options():
+    class Listening:
+        bootstrap_servers = "127.0.0.1:9092"
+
+    with pytest.raises(InvalidConfigError, match="max_records_per_task"):
+        rq_spark.read(None, "t", cluster=Listening(), via="connector", max_records_per_task=10)
+    with pytest.raises(InvalidConfigError, match="via"):
+        rq_spark.read(None, "t", cluster=Listening(), via="jdbc")
+
+
 def test_offsets_store_keeps_the_last_commit_per_group_and_partition(cluster):
     a, b = TopicPartition("orders", 0), TopicPartition("orders", 1)
     group = f"g-{time.monotonic_ns()}"

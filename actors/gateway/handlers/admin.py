@@ -1,7 +1,7 @@
 """Admin requests: topics, partitions, configs, records, the cluster.
 
-CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and IncrementalAlterConfigs
-go to the controller, one ``actors/protocol.py`` request per topic (any gateway serves
+CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, IncrementalAlterConfigs and
+ElectLeaders go to the controller, one ``actors/protocol.py`` request per topic (any gateway serves
 them: Metadata names the lowest broker as the controller, as KRaft names a random broker
 to clients). The controller checks names, counts, assignments and configs, also for
 ``validate_only`` requests, which it answers without changing anything. DeleteRecords goes
@@ -28,17 +28,26 @@ from actors.protocol import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
 )
-from actors.types import TopicMetadata
+from actors.types import TopicMetadata, TopicPartition
+from storage import errors as kafka_errors
 from storage.config import LOG_CONFIG, ConfigKey
-from storage.errors import InvalidReplicaAssignmentError, InvalidRequestError, UnknownTopicOrPartitionError
+from storage.errors import (
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
 
 CREATE_TOPICS_KEY = 19
 DELETE_TOPICS_KEY = 20
 DELETE_RECORDS_KEY = 21
 DESCRIBE_CONFIGS_KEY = 32
 CREATE_PARTITIONS_KEY = 37
+ELECT_LEADERS_KEY = 43
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
 DESCRIBE_CLUSTER_KEY = 60
 
@@ -71,6 +80,10 @@ async def _describe_configs(controller: Any, request: DescribeConfigsRequest) ->
 
 async def _alter_configs(controller: Any, request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
     return await controller.alter_configs.remote(request)
+
+
+async def _elect_leaders(controller: Any, request: ElectLeadersRequest) -> dict[TopicPartition, str | None]:
+    return await controller.elect_leaders.remote(request)
 
 
 async def _delete_records(replica: Any, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
@@ -377,6 +390,84 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 
+# -- ElectLeaders ------------------------------------------------------------------------------
+
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+
+
+async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    """ElectLeaders v0-v2.
+
+    Preferred elections are the controller's (``elect_leaders``): each partition answered
+    NONE (moved), ELECTION_NOT_NEEDED or PREFERRED_LEADER_NOT_AVAILABLE; asked for every
+    partition (a null list), the ones already led by their preferred replica are left out, as
+    Kafka's controller does. Unclean elections: rayqueue's controller makes them itself when
+    ``unclean.leader.election.enable`` allows, so a partition with a leader is
+    ELECTION_NOT_NEEDED and one without is ELIGIBLE_LEADERS_NOT_AVAILABLE. Unknown partitions
+    are UNKNOWN_TOPIC_OR_PARTITION each, the others still elected. When the controller cannot
+    be asked, every partition named gets its error (all partitions: the top-level error, v1+).
+    """
+    view: BrokerView = ctx.state
+    resp_cls = ctx.schema.response
+    unclean = int(getattr(request, "election_type", PREFERRED_ELECTION)) == UNCLEAN_ELECTION
+    everything = request.topic_partitions is None
+    wanted: list[tuple[str, int]] = []
+    if not everything:
+        wanted = list(dict.fromkeys((t.topic, int(p)) for t in request.topic_partitions for p in t.partitions))
+    results: dict[tuple[str, int], tuple[int, str | None]] = {}
+    top_code = NONE
+    try:
+        snapshot = await view.cluster(None if everything else sorted({name for name, _ in wanted}))
+        if everything:
+            wanted = [(name, p) for name, meta in snapshot.topics.items() for p in range(len(meta.partitions))]
+        electable = []
+        for name, p in wanted:
+            meta = snapshot.topics.get(name)
+            if meta is None or not 0 <= p < len(meta.partitions):
+                results[(name, p)] = (UnknownTopicOrPartitionError.code, f"unknown partition {name}-{p}")
+            elif unclean and meta.partitions[p].leader >= 0:
+                results[(name, p)] = (ElectionNotNeededError.code, f"{name}-{p} has a leader")
+            elif unclean:
+                results[(name, p)] = (
+                    EligibleLeadersNotAvailableError.code,
+                    f"{name}-{p}: no live in-sync replica; the controller elects an out-of-sync one itself "
+                    "when unclean.leader.election.enable is true",
+                )
+            else:
+                electable.append(TopicPartition(name, p))
+        if electable:
+            elected = await _elect_leaders(
+                view.controller, ElectLeadersRequest(None if everything else tuple(electable))
+            )
+            for tp, reason in elected.items():
+                if reason is None:
+                    results[(tp.topic, tp.partition)] = (NONE, None)
+                else:
+                    error = getattr(kafka_errors, reason, kafka_errors.UnknownServerError)
+                    results[(tp.topic, tp.partition)] = (error.code, f"{tp.topic}-{tp.partition}: {error.__doc__}")
+                view.invalidate(tp.topic)
+    except Exception as exc:  # noqa: BLE001 - the controller could not be asked
+        top_code, message = _code(exc), error_message_of(exc)
+        results = {tp: (top_code, message) for tp in wanted}
+    if everything:
+        # Kafka's controller leaves out what needed no election when asked for everything.
+        results = {tp: r for tp, r in results.items() if r[0] != ElectionNotNeededError.code}
+    result_cls = nested(resp_cls, "replica_election_results")
+    by_topic: dict[str, list[Any]] = {}
+    for (name, p), (code, message) in results.items():
+        by_topic.setdefault(name, []).append(
+            make(result_cls, "partition_result", partition_id=p, error_code=error_code(code), error_message=message)
+        )
+    return ctx.schema.response_of(
+        throttle_time=ZERO_MS,
+        error_code=error_code(top_code if everything else NONE),
+        replica_election_results=tuple(
+            make(resp_cls, "replica_election_results", topic=name, partition_result=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
 # -- DescribeCluster ----------------------------------------------------------------------------
 
 
@@ -419,6 +510,7 @@ APIS = (
     Api(DELETE_RECORDS_KEY, 0, 2, handle_delete_records, exclusive=True),
     Api(DESCRIBE_CONFIGS_KEY, 1, 4, handle_describe_configs),
     Api(CREATE_PARTITIONS_KEY, 0, 3, handle_create_partitions, exclusive=True),
+    Api(ELECT_LEADERS_KEY, 0, 2, handle_elect_leaders, exclusive=True),
     Api(INCREMENTAL_ALTER_CONFIGS_KEY, 0, 1, handle_incremental_alter_configs, exclusive=True),
     Api(DESCRIBE_CLUSTER_KEY, 0, 2, handle_describe_cluster),
 )

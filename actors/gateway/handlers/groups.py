@@ -4,8 +4,9 @@ FindCoordinator (single key, and KIP-699's batched form) names, as Kafka does, t
 leading the key's partition of ``__consumer_offsets`` (group ids) or
 ``__transaction_state`` (transactional ids), so clients spread over the gateways; every
 gateway serves every group request all the same, by calling the one coordinator actor
-(one Ray actor call per request, as a native consumer's). Before the internal topic
-exists the receiving gateway names itself.
+(one Ray actor call per request, as a native consumer's). The internal topics are created
+when the cluster starts; one found missing (data an older version wrote, or the topic
+deleted) is created by the lookup, answering COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka does.
 
 The classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) maps onto the
 coordinator's client-assigned groups: a Kafka client's protocol metadata travels opaque,
@@ -166,8 +167,16 @@ def assignment_of(data: bytes) -> tuple[TopicPartition, ...] | None:
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
+async def _ensure_topic(coordinator: Any) -> bool:
+    return await coordinator.ensure_topic.remote()
+
+
 async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
-    """The broker whose gateway a client should take the key's requests to."""
+    """The broker whose gateway a client should take the key's requests to.
+
+    As Kafka's FindCoordinator: while the coordinator's internal topic does not exist it is
+    created in the background and the answer is COORDINATOR_NOT_AVAILABLE (the client asks
+    again), so that no group or transaction request waits for its replicas to start."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         raise InvalidRequestError(f"unknown coordinator key type {key_type}")
     if not key:
@@ -176,6 +185,17 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
     snapshot = await view.cluster([topic])
     brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
     partitions = snapshot.partitions_for(topic)
+    if not partitions:
+        # Kafka creates a missing internal topic on the lookup and answers
+        # COORDINATOR_NOT_AVAILABLE until it exists: the client retries the lookup rather
+        # than wait inside its first commit while the topic's replicas start (over 90 s on
+        # a loaded machine; a Kafka client gives up on a request after 30 s).
+        owner = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+        if not await _ensure_topic(owner):
+            raise CoordinatorNotAvailableError(f"{topic} is being created")
+        snapshot = await view.cluster([topic])
+        brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+        partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
         if leader in brokers:
@@ -214,6 +234,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The member's host as Kafka's coordinator records it (InetAddress.toString() of the
+    connection's peer: "/" and the address)."""
+    peer = ctx.connection.peer
+    return "" if peer == "?" else "/" + peer.rsplit(":", 1)[0]
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
@@ -255,6 +282,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                 metadata=metadata,
                 protocol_type=request.protocol_type,
                 require_known_member_id=ctx.version >= 4,
+                client_host=client_host(ctx),
             ),
         )
         values["member_id"] = result.member_id
@@ -549,7 +577,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                         member_id=m.member_id,
                         group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
-                        client_host="",
+                        client_host=m.client_host,
                         member_metadata=m.metadata,
                         member_assignment=m.member_assignment,
                     )

@@ -241,7 +241,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 transactional_id=tid,
                 transaction_state=str(d.state),
                 transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=d.timeout_ms)),
-                transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=max(d.start_ms, 0)),
+                # -1 before the id's first transaction, as Kafka sends it (the tools print "None").
+                transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=d.start_ms),
                 producer_id=d.producer_id,
                 producer_epoch=d.producer_epoch,
                 topics=tuple(make(state_cls, "topics", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
