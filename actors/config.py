@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from actors.gateway.listeners import broker_endpoints
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -289,6 +290,11 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
             f"queued.max.request.bytes={queued} must be -1 or at least socket.request.max.bytes={largest}"
         )
     connection_overrides(config["max.connections.per.ip.overrides"])
+    if config["listeners"]:
+        # Every listener name has a security protocol, every advertised one is a listener.
+        broker_endpoints(
+            config["listeners"], config["advertised.listeners"], [], config["listener.security.protocol.map"]
+        )
     return config
 
 

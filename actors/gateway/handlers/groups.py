@@ -26,7 +26,7 @@ from typing import Any
 
 from kio.serial import entity_reader
 
-from actors.gateway.broker_view import BrokerView, listed_brokers
+from actors.gateway.broker_view import BrokerView, listed_brokers, listener_of
 from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
@@ -166,15 +166,16 @@ def assignment_of(data: bytes) -> tuple[TopicPartition, ...] | None:
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
-async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
-    """The broker whose gateway a client should take the key's requests to."""
+async def _coordinator_of(view: BrokerView, key: str, key_type: int, listener: str | None = None) -> BrokerMetadata:
+    """The broker whose gateway a client should take the key's requests to (its address on
+    listener ``listener``)."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         raise InvalidRequestError(f"unknown coordinator key type {key_type}")
     if not key:
         raise InvalidRequestError("an empty coordinator key")
     topic = OFFSETS_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC
     snapshot = await view.cluster([topic])
-    brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+    brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers, listener)}
     partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
@@ -194,7 +195,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     answers = []
     for key in keys:
         try:
-            broker = await _coordinator_of(view, key, key_type)
+            broker = await _coordinator_of(view, key, key_type, listener_of(ctx))
             answers.append((key, NONE, None, broker.broker_id, broker.host, broker.port))
         except Exception as exc:  # noqa: BLE001 - answered as its error code
             answers.append((key, _code(exc), error_message_of(exc), -1, "", -1))
