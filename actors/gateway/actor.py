@@ -231,6 +231,10 @@ class Gateway:
             "request_memory": sum(s.memory.used for s in servers),
             "request_memory_peak": max((s.memory.peak for s in servers), default=0),
             "big_requests": sum(s.big_requests for s in servers),
+            # Each listener's open connections by principal (who the authorizer sees).
+            "principals": {
+                s.security.name: dict(collections.Counter(c.principal for c in s.connections)) for s in servers
+            },
             # Each listener: name -> (security protocol, connections, closed for errors).
             "listeners": {
                 s.security.name: (s.security.protocol, len(s.connections), s.closed_for_errors) for s in servers
