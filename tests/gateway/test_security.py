@@ -350,3 +350,36 @@ def test_users_are_listed_and_survive_a_controller_restart(secure, request):
     producer = Producer(conf)
     producer.produce(topic, b"after-restart")
     assert producer.flush(30) == 0
+
+
+def test_rayqueue_users_add_list_remove(secure, request):
+    from confluent_kafka import KafkaError, Producer
+    from typer.testing import CliRunner
+
+    from rayqueue.cli import app
+
+    runner = CliRunner()
+
+    def rq(*args: str) -> str:
+        result = runner.invoke(app, [*args, "--name", NAMESPACE])
+        assert result.exit_code == 0, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+        return result.output
+
+    rq("users", "add", "cli-user", "--password", "cli-secret", "--iterations", "8192")
+    assert "cli-user: SCRAM-SHA-512 (8192 iterations)" in rq("users", "list")
+    topic = new_topic(secure, request)
+    # The new user logs in at once (nothing cached it as unknown).
+    producer = Producer(sasl_conf(secure, "cli-user", "cli-secret"))
+    producer.produce(topic, b"from-cli-user")
+    assert producer.flush(30) == 0
+    rq("users", "remove", "cli-user")
+    assert "cli-user" not in rq("users", "list")
+    # Removed: refused once the gateway's cached credential expires (credentials.MAX_AGE_S).
+    errors: list = []
+
+    def refused() -> bool:
+        fresh = Producer({**sasl_conf(secure, "cli-user", "cli-secret"), "error_cb": errors.append})
+        fresh.poll(2)
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    wait_for(refused, 30, what="the removed user refused")
