@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from actors.gateway.listeners import broker_endpoints
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -145,6 +146,87 @@ BROKER_CONFIG = ConfigDef(
             (),
             "The addresses Metadata gives Kafka clients (default: the listeners, the node's IP for a wildcard host).",
         ),
+        ConfigKey(
+            "listener.security.protocol.map",
+            "list",
+            ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"),
+            "Each listener name's security protocol (NAME:PROTOCOL; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+        ),
+        # TLS of the SSL and SASL_SSL listeners (actors/gateway/ssl_factory.py): PEM material
+        # only (KIP-651), as Python's ssl reads it. Kafka's default store type is JKS, a Java
+        # keystore Python cannot read, so PEM is the default and the only choice here.
+        ConfigKey("ssl.keystore.type", "string", "PEM", "The broker key store's format.", choices=("PEM",)),
+        ConfigKey(
+            "ssl.keystore.location", "string", "", "A PEM file with the broker's private key and certificate chain."
+        ),
+        ConfigKey("ssl.keystore.certificate.chain", "string", "", "The broker's certificate chain as PEM text."),
+        ConfigKey("ssl.keystore.key", "string", "", "The broker's private key as PEM text."),
+        ConfigKey("ssl.key.password", "string", "", "The password of an encrypted private key."),
+        ConfigKey("ssl.truststore.type", "string", "PEM", "The trust store's format.", choices=("PEM",)),
+        ConfigKey(
+            "ssl.truststore.location",
+            "string",
+            "",
+            "A PEM file of the CA certificates client certificates are checked against.",
+        ),
+        ConfigKey("ssl.truststore.certificates", "string", "", "Trusted CA certificates as PEM text."),
+        ConfigKey(
+            "ssl.client.auth",
+            "string",
+            "none",
+            "Whether TLS clients must (required), may (requested) or need not (none) present a certificate.",
+            choices=("none", "requested", "required"),
+        ),
+        ConfigKey(
+            "ssl.enabled.protocols",
+            "list",
+            ("TLSv1.2", "TLSv1.3"),
+            "TLS versions the listeners accept.",
+            choices=("TLSv1.2", "TLSv1.3"),
+        ),
+        ConfigKey("ssl.cipher.suites", "list", (), "TLS 1.2 cipher suites (OpenSSL names; empty: OpenSSL's defaults)."),
+        ConfigKey(
+            "ssl.principal.mapping.rules",
+            "string",
+            "DEFAULT",
+            "Rules mapping a client certificate's subject to a user name (RULE:pattern/replacement/[LU], DEFAULT).",
+        ),
+        # SASL of the SASL_PLAINTEXT and SASL_SSL listeners (actors/gateway/sasl.py). Kafka's
+        # default is GSSAPI (Kerberos), which rayqueue does not serve: the SCRAM ones are the default.
+        ConfigKey(
+            "sasl.enabled.mechanisms",
+            "list",
+            ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+            "SASL mechanisms the SASL listeners offer.",
+            choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        ),
+        ConfigKey(
+            "rayqueue.sasl.plain.users.file",
+            "string",
+            "",
+            'A TOML file of PLAIN users (user = "password" lines), read by the gateways; needed when PLAIN is enabled.',
+        ),
+        ConfigKey(
+            "sasl.server.max.receive.size",
+            "int",
+            524288,
+            "The largest request a SASL listener reads before the client is authenticated.",
+            min=1,
+        ),
+        ConfigKey(
+            "connections.max.reauth.ms",
+            "long",
+            0,
+            "A SASL session's lifetime: the client re-authenticates within it or is disconnected (0: forever).",
+            min=0,
+        ),
+        ConfigKey(
+            "rayqueue.authentication.timeout.ms",
+            "long",
+            10000,
+            "How long a connection may take to finish its TLS handshake and its SASL authentication.",
+            min=1,
+        ),
         ConfigKey("socket.request.max.bytes", "int", 104857600, "The largest Kafka request a gateway accepts.", min=1),
         ConfigKey("connections.max.idle.ms", "long", 600000, "A gateway closes connections idle this long.", min=1),
         # Kafka's connection limits default to 2^31-1 (none); these fit a 24 GB node with a few
@@ -208,6 +290,11 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
             f"queued.max.request.bytes={queued} must be -1 or at least socket.request.max.bytes={largest}"
         )
     connection_overrides(config["max.connections.per.ip.overrides"])
+    if config["listeners"]:
+        # Every listener name has a security protocol, every advertised one is a listener.
+        broker_endpoints(
+            config["listeners"], config["advertised.listeners"], [], config["listener.security.protocol.map"]
+        )
     return config
 
 

@@ -282,6 +282,20 @@ class BrokerMetrics:
             "1 when the broker's advertised listener answers ApiVersions, 0 when it does not",
             ("broker",),
         )
+        # Kafka's selector metrics successful-authentication-total / failed-authentication-total
+        # (per listener), with the SASL mechanism (SSL for a TLS client certificate on an SSL listener).
+        self.successful_authentication = _counter(
+            "rayqueue_successful_authentication_total",
+            "kafka.server:type=socket-server-metrics,listener=*,name=successful-authentication-total",
+            "Clients that authenticated",
+            ("broker", "listener", "mechanism"),
+        )
+        self.failed_authentication = _counter(
+            "rayqueue_failed_authentication_total",
+            "kafka.server:type=socket-server-metrics,listener=*,name=failed-authentication-total",
+            "Clients whose authentication failed",
+            ("broker", "listener", "mechanism"),
+        )
         self.gateway_connections = _gauge(
             "rayqueue_gateway_connections",
             "kafka.server:type=socket-server-metrics,name=connection-count",
@@ -382,6 +396,12 @@ class GatewayMetrics:
         token, tags, started = begun
         current_request.reset(token)
         self.recorder.observe_ms(self.recorder.metrics.request_time, started, tags)
+
+    def authentication(self, listener: str, mechanism: str, ok: bool) -> None:
+        """A client authenticated on ``listener`` with ``mechanism``, or failed to."""
+        metrics = self.recorder.metrics
+        counter = metrics.successful_authentication if ok else metrics.failed_authentication
+        self.recorder.add(counter, 1, (("broker", self.broker), ("listener", listener), ("mechanism", mechanism)))
 
     def tick(self, connections: int) -> None:
         """Counters to Ray; the connection gauge."""

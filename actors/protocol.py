@@ -59,6 +59,7 @@ __all__ = [
     "AlterPartitionRequest",
     "AlterPartitionResponse",
     "AlterableConfig",
+    "AlterUserScramCredentialsRequest",
     "AppendOrigin",
     "CompleteTxnRequest",
     "CreatePartitionsRequest",
@@ -70,6 +71,7 @@ __all__ = [
     "DescribeConfigsRequest",
     "DescribeGroupsRequest",
     "DescribeTransactionsRequest",
+    "DescribeUserScramCredentialsRequest",
     "ElectLeadersRequest",
     "EndTxnRequest",
     "EpochEndOffset",
@@ -93,11 +95,16 @@ __all__ = [
     "ProduceRequest",
     "ProduceResponse",
     "ReplicaRole",
+    "ScramCredential",
+    "ScramCredentialDeletion",
+    "ScramCredentialUpsertion",
+    "ScramMechanism",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TransactionResult",
     "TransactionState",
     "TxnOffsetCommitRequest",
+    "UserScramCredentialsResult",
     "WriteTxnMarkersRequest",
 ]
 
@@ -875,3 +882,83 @@ class DescribeTransactionsRequest(_Message):
     """Kafka's DescribeTransactions (``transactional_ids`` None: every one, as ListTransactions)."""
 
     transactional_ids: tuple[str, ...] | None = None
+
+
+# -- controller: SCRAM users (issue 30) -------------------------------------------------------
+
+
+class ScramMechanism(enum.IntEnum):
+    """Kafka's ScramMechanism, with its wire values."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        """The SASL mechanism name (``SCRAM-SHA-256``)."""
+        return self.name.replace("_", "-")
+
+    @classmethod
+    def of_name(cls, name: str) -> ScramMechanism:
+        """The mechanism of a SASL mechanism name (UNKNOWN for any other)."""
+        try:
+            return cls[name.upper().replace("-", "_")]
+        except KeyError:
+            return cls.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialUpsertion(_Message):
+    """A user's credential for one mechanism, salted by the client (KIP-554 sends the salt
+    and the salted password, never the password)."""
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialDeletion(_Message):
+    """A user's credential for one mechanism, to remove."""
+
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class AlterUserScramCredentialsRequest(_Message):
+    """Kafka's AlterUserScramCredentials: deletions and upsertions, answered per user."""
+
+    deletions: tuple[ScramCredentialDeletion, ...] = ()
+    upsertions: tuple[ScramCredentialUpsertion, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialsResult(_Message):
+    """One user's answer to AlterUserScramCredentials or DescribeUserScramCredentials
+    (``credential_infos``: (mechanism, iterations) pairs, for Describe)."""
+
+    user: str
+    error_code: int = 0
+    error_message: str | None = None
+    credential_infos: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeUserScramCredentialsRequest(_Message):
+    """Kafka's DescribeUserScramCredentials (``users`` None or empty: every user with one)."""
+
+    users: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential(_Message):
+    """What a server checks a SCRAM client with (RFC 5802): never the password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int

@@ -38,6 +38,19 @@ class BrokerMetadata:
     alive: bool = True
     host: str = ""
     port: int = -1
+    # Every listener of its gateway: (listener name, security protocol, host, port); empty
+    # for a gateway registered with one address only (host, port).
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
+
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """Where a client of listener ``listener`` reaches this broker (None: the broker has
+        no such listener); ``None`` asks for the primary address."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        for name, _, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)

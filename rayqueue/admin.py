@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from actors.protocol import (
     AlterableConfig,
     AlterConfigOp,
     AlterPartitionReassignmentsRequest,
+    AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
@@ -22,6 +25,7 @@ from actors.protocol import (
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     GroupLagRequest,
     IncrementalAlterConfigsRequest,
@@ -29,6 +33,9 @@ from actors.protocol import (
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    ScramMechanism,
 )
 from actors.types import (
     GroupDescription,
@@ -46,6 +53,7 @@ from rayqueue.errors import (
     InvalidRequestError,
     KafkaError,
     as_kafka_error,
+    error_for_code,
 )
 from rayqueue.metadata import MetadataCache, call_controller
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -254,6 +262,54 @@ class Admin:
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller epoch, brokers and counts."""
         return call_controller(self._controller.describe_cluster)
+
+    # -- SCRAM users ----------------------------------------------------------------------
+
+    def add_scram_user(
+        self, user: str, password: str, mechanism: str = "SCRAM-SHA-512", iterations: int = 4096
+    ) -> None:
+        """Add or replace a SCRAM user (what ``kafka-configs --alter --add-config
+        'SCRAM-SHA-512=[iterations=..,password=..]' --entity-type users`` does). The password
+        is salted here (RFC 5802's Hi, PBKDF2) and never leaves this process."""
+        kind = ScramMechanism.of_name(mechanism)
+        if kind is ScramMechanism.UNKNOWN:
+            raise InvalidRequestError(f"unknown SCRAM mechanism {mechanism!r}; use SCRAM-SHA-256 or SCRAM-SHA-512")
+        # Kafka's client salts with 32 random bytes' worth of a base-36 string; any random salt does.
+        salt = secrets.token_bytes(32)
+        digest = "sha512" if kind is ScramMechanism.SCRAM_SHA_512 else "sha256"
+        salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
+        upsertion = ScramCredentialUpsertion(user, int(kind), iterations, salt, salted)
+        self._scram_results(AlterUserScramCredentialsRequest(upsertions=(upsertion,)))
+
+    def remove_scram_user(self, user: str, mechanisms: Iterable[str] | None = None) -> None:
+        """Remove a user's SCRAM credentials (every mechanism it has, or the given ones);
+        RESOURCE_NOT_FOUND when it has none."""
+        if mechanisms is None:
+            described = self.describe_scram_users([user])[user]
+            kinds = [ScramMechanism(m) for m, _ in described]
+        else:
+            kinds = [ScramMechanism.of_name(m) for m in mechanisms]
+        deletions = tuple(ScramCredentialDeletion(user, int(k)) for k in kinds)
+        self._scram_results(AlterUserScramCredentialsRequest(deletions=deletions))
+
+    def describe_scram_users(self, users: Iterable[str] | None = None) -> dict[str, list[tuple[int, int]]]:
+        """Each user's SCRAM (mechanism, iterations): every user, or the named ones (an
+        unknown one raises RESOURCE_NOT_FOUND)."""
+        wanted = None if users is None else tuple(users)
+        results = call_controller(
+            self._controller.describe_user_scram_credentials, DescribeUserScramCredentialsRequest(wanted)
+        )
+        out = {}
+        for result in results:
+            if result.error_code:
+                raise error_for_code(result.error_code, f"{result.user}: {result.error_message}")
+            out[result.user] = list(result.credential_infos)
+        return out
+
+    def _scram_results(self, request: AlterUserScramCredentialsRequest) -> None:
+        for result in call_controller(self._controller.alter_user_scram_credentials, request):
+            if result.error_code:
+                raise error_for_code(result.error_code, f"{result.user}: {result.error_message}")
 
     # -- consumer groups ------------------------------------------------------------------
 

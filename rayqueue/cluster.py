@@ -101,6 +101,11 @@ class Cluster(ClusterHandle):
         ``bootstrap.servers`` (empty when the cluster was launched without ``listeners``)."""
         return bootstrap_servers(self.metadata([]))
 
+    def listener_bootstrap_servers(self, listener: str) -> str:
+        """``host:port,...`` of the brokers' listener named ``listener`` (``EXTERNAL``...):
+        what clients of that listener's security protocol bootstrap from."""
+        return bootstrap_servers(self.metadata([]), listener.upper())
+
     def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Producer:
         """A Producer bound to this cluster."""
         return Producer(self, config, **kwargs)

@@ -431,6 +431,45 @@ class UnknownTopicIdError(KafkaError):
     code, retriable = 100, True
 
 
+# -- authentication (issue 30): raised by the gateway's SASL and the controller's SCRAM users --
+
+
+class UnsupportedSaslMechanismError(KafkaError):
+    """UNSUPPORTED_SASL_MECHANISM: The broker does not support the requested SASL mechanism."""
+
+    code, retriable = 33, False
+
+
+class IllegalSaslStateError(KafkaError):
+    """ILLEGAL_SASL_STATE: Request is not valid given the current SASL state."""
+
+    code, retriable = 34, False
+
+
+class SaslAuthenticationError(KafkaError):
+    """SASL_AUTHENTICATION_FAILED: SASL Authentication failed."""
+
+    code, retriable = 58, False
+
+
+class ResourceNotFoundError(KafkaError):
+    """RESOURCE_NOT_FOUND: A request illegally referred to a resource that does not exist."""
+
+    code, retriable = 91, False
+
+
+class DuplicateResourceError(KafkaError):
+    """DUPLICATE_RESOURCE: A request illegally referred to the same resource twice."""
+
+    code, retriable = 92, False
+
+
+class UnacceptableCredentialError(KafkaError):
+    """UNACCEPTABLE_CREDENTIAL: Requested credential would not meet criteria for acceptability."""
+
+    code, retriable = 93, False
+
+
 class UnknownServerError(KafkaError):
     """UNKNOWN_SERVER_ERROR: An unexpected error on the broker."""
 

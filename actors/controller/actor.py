@@ -40,14 +40,18 @@ from actors.protocol import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     LeaderAndIsrRequest,
     MetadataRequest,
+    ScramCredential,
+    UserScramCredentialsResult,
     require,
 )
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
@@ -269,13 +273,45 @@ class Controller:
                         await self._elect(name, p, bump=False)
             return merged
 
-    async def register_listener(self, broker_id: int, host: str, port: int) -> None:
+    async def register_listener(
+        self, broker_id: int, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    ) -> None:
         """Record where broker ``broker_id``'s Kafka protocol gateway is reached (its
-        advertised listener), as a Kafka broker registers its endpoints; Metadata answers
-        name it. Durable, so a restarted controller still knows it."""
+        primary advertised address, and every listener's as (name, security protocol, host,
+        port)), as a Kafka broker registers its endpoints; Metadata answers name them.
+        Durable, so a restarted controller still knows it."""
         async with self._mutex():
-            self._quorum.commit(self._cluster.register_listener(broker_id, host, port))
-        logger.info("broker %d's gateway listens at %s:%d", broker_id, host, port)
+            self._quorum.commit(self._cluster.register_listener(broker_id, host, port, tuple(endpoints)))
+        logger.info("broker %d's gateway listens at %s:%d %s", broker_id, host, port, list(endpoints) or "")
+
+    # -- SCRAM users ----------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> list[UserScramCredentialsResult]:
+        """Kafka's AlterUserScramCredentials: the credentials are in the metadata log (salted,
+        never the password) before the answer, one result per user named."""
+        require(request, AlterUserScramCredentialsRequest)
+        async with self._mutex():
+            results = self._quorum.commit(self._quorum.scram.alter(request))
+        changed = [r.user for r in results or () if r.error_code == 0]
+        if changed:
+            logger.info("SCRAM credentials changed for %s", ", ".join(changed))
+        return results or []
+
+    async def describe_user_scram_credentials(
+        self, request: DescribeUserScramCredentialsRequest
+    ) -> list[UserScramCredentialsResult]:
+        """Kafka's DescribeUserScramCredentials: each user's mechanisms and iterations."""
+        require(request, DescribeUserScramCredentialsRequest)
+        return self._quorum.scram.describe(request.users)
+
+    async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The credential a gateway checks a SCRAM client with (None: no such user or
+        mechanism)."""
+        if not isinstance(user, str) or not isinstance(mechanism, str):
+            return None
+        return self._quorum.scram.credential(user, mechanism)
 
     # -- producer ids ---------------------------------------------------------------------
 

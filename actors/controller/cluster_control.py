@@ -51,11 +51,15 @@ class ClusterControlManager:
                 # A broker stopped or moved keeps its listener until its gateway registers again.
                 known.host if known is not None else "",
                 known.port if known is not None else -1,
+                known.endpoints if known is not None else (),
             )
         elif kind == "listener":
             # Kafka's RegisterBrokerRecord endpoints: where the broker's gateway is reached.
             known = self.brokers[record["broker_id"]]
-            self.brokers[record["broker_id"]] = replace(known, host=record["host"], port=record["port"])
+            endpoints = _endpoints(record.get("endpoints"))
+            self.brokers[record["broker_id"]] = replace(
+                known, host=record["host"], port=record["port"], endpoints=endpoints
+            )
         else:
             raise ValueError(f"not a cluster record: {kind!r:.40}")
 
@@ -105,12 +109,16 @@ class ClusterControlManager:
             raise InvalidRequestError(f"broker {broker_id} already exists")
         return ControllerResult([records.broker(broker_id, node_id, self.data_dir_of(broker_id), True)], broker_id)
 
-    def register_listener(self, broker_id: int, host: str, port: int) -> ControllerResult[None]:
-        """Where broker ``broker_id``'s gateway is reached (no record when it is known already)."""
+    def register_listener(
+        self, broker_id: int, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    ) -> ControllerResult[None]:
+        """Where broker ``broker_id``'s gateway is reached: its primary address and every
+        listener's (no record when it is known already)."""
         broker = self.require(broker_id)
-        if (broker.host, broker.port) == (host, port):
+        endpoints = _endpoints(list(endpoints))
+        if (broker.host, broker.port, broker.endpoints) == (host, port, endpoints):
             return ControllerResult()
-        return ControllerResult([records.listener(broker_id, host, port)])
+        return ControllerResult([records.listener(broker_id, host, port, list(endpoints) if endpoints else None)])
 
     # -- queries --------------------------------------------------------------------------
 
@@ -137,3 +145,18 @@ class ClusterControlManager:
         if not live:
             raise InvalidReplicationFactorError("no live brokers")
         return live
+
+
+def _endpoints(value: list | None) -> tuple[tuple[str, str, str, int], ...]:
+    """A listener record's endpoints, checked (TypeError/ValueError: not what the controller writes)."""
+    if value is None:
+        return ()
+    out = []
+    for item in value:
+        name, protocol, host, port = item
+        if not (isinstance(name, str) and isinstance(protocol, str) and isinstance(host, str)):
+            raise TypeError(f"a listener endpoint is (name, protocol, host, port), got {item!r:.80}")
+        if type(port) is not int:
+            raise TypeError(f"a listener endpoint's port is an int, got {port!r:.40}")
+        out.append((name, protocol, host, port))
+    return tuple(out)

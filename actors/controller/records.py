@@ -37,7 +37,8 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "cluster": {"cluster_id": (str,)},
     "controller_epoch": {"epoch": (int,)},
     "broker": {"broker_id": (int,), "node_id": (str,), "data_dir": (str,), "alive": (bool, type(None))},
-    "listener": {"broker_id": (int,), "host": (str,), "port": (int,)},
+    # endpoints: [[listener name, security protocol, host, port], ...] (absent: only host:port)
+    "listener": {"broker_id": (int,), "host": (str,), "port": (int,), "endpoints": (list, type(None))},
     "topic": {"name": (str,), "configs": (dict,), "topic_id": (str, type(None))},
     "topic_id": {"name": (str,), "topic_id": (str,)},
     "topic_config": {"name": (str,), "configs": (dict,)},
@@ -53,6 +54,16 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "delete_topic": {"name": (str,)},
     "producer_ids": {"next_producer_id": (int,)},
+    # Kafka's UserScramCredentialRecord / RemoveUserScramCredentialRecord: keys are base64.
+    "user_scram_credential": {
+        "name": (str,),
+        "mechanism": (str,),
+        "salt": (str,),
+        "stored_key": (str,),
+        "server_key": (str,),
+        "iterations": (int,),
+    },
+    "remove_user_scram_credential": {"name": (str,), "mechanism": (str,)},
 }
 _INT_LISTS = {"partition": ("replicas", "isr", "target")}
 
@@ -127,9 +138,15 @@ def broker(broker_id: int, node_id: str, data_dir: str, alive: bool) -> dict[str
     return {"type": "broker", "broker_id": broker_id, "node_id": node_id, "data_dir": data_dir, "alive": alive}
 
 
-def listener(broker_id: int, host: str, port: int) -> dict[str, Any]:
-    """Where a broker's gateway is reached (``""`` and -1: none)."""
-    return {"type": "listener", "broker_id": broker_id, "host": host, "port": port}
+def listener(
+    broker_id: int, host: str, port: int, endpoints: list[tuple[str, str, str, int]] | None = None
+) -> dict[str, Any]:
+    """Where a broker's gateway is reached (``""`` and -1: none): its primary address and
+    every listener's (name, security protocol, host, port)."""
+    record: dict[str, Any] = {"type": "listener", "broker_id": broker_id, "host": host, "port": port}
+    if endpoints is not None:
+        record["endpoints"] = [list(e) for e in endpoints]
+    return record
 
 
 def topic(name: str, configs: dict[str, Any], topic_id: str) -> dict[str, Any]:
@@ -182,3 +199,23 @@ def delete_topic(name: str) -> dict[str, Any]:
 def producer_ids(next_producer_id: int) -> dict[str, Any]:
     """The first producer id not yet handed out."""
     return {"type": "producer_ids", "next_producer_id": next_producer_id}
+
+
+def user_scram_credential(
+    name: str, mechanism: str, salt: str, stored_key: str, server_key: str, iterations: int
+) -> dict[str, Any]:
+    """A user's SCRAM credential for one mechanism (base64 keys), new or replaced."""
+    return {
+        "type": "user_scram_credential",
+        "name": name,
+        "mechanism": mechanism,
+        "salt": salt,
+        "stored_key": stored_key,
+        "server_key": server_key,
+        "iterations": iterations,
+    }
+
+
+def remove_user_scram_credential(name: str, mechanism: str) -> dict[str, Any]:
+    """A user's SCRAM credential for one mechanism, removed."""
+    return {"type": "remove_user_scram_credential", "name": name, "mechanism": mechanism}

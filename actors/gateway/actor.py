@@ -1,6 +1,7 @@
 """The Gateway actor: one per broker, on the broker's node, serving Kafka's protocol.
 
-It owns a ``KafkaServer`` on the broker's listener and a ``BrokerView``; every request is
+It owns a ``KafkaServer`` on each of the broker's listeners (``listeners``, each with its
+security protocol: ``security``) and one ``BrokerView``; every request is
 translated by the handler modules into calls to the replicas and coordinators. Named
 ``gateway|<broker id>`` in the cluster's namespace, detached, restarted by Ray if its
 process dies (it then listens and registers again by itself: its constructor starts the
@@ -13,6 +14,7 @@ are what the cluster launch and shutdown call.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import socket
@@ -23,8 +25,10 @@ import ray
 from actors import launch
 from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
-from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
-from actors.gateway.listeners import BrokerListener, broker_listeners
+from actors.gateway.credentials import ScramCredentialCache
+from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, sasl, scram, transactions
+from actors.gateway.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
+from actors.gateway.security import check_listener_security, listener_security
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
 from actors.metrics import TICK_S, GatewayMetrics
@@ -39,7 +43,17 @@ STOP_TIMEOUT_S = 10.0
 START_BACKOFF_S = 0.5
 START_BACKOFF_MAX_S = 10.0
 # The API families served.
-FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, groups.APIS, transactions.APIS)
+FAMILIES = (
+    metadata.APIS,
+    produce.APIS,
+    fetch.APIS,
+    offsets.APIS,
+    admin.APIS,
+    groups.APIS,
+    transactions.APIS,
+    sasl.APIS,
+    scram.APIS,
+)
 
 
 def limits_of(config: dict[str, Any]) -> Limits:
@@ -73,11 +87,14 @@ def _by_address(overrides: dict[str, int]) -> dict[str, int]:
 class Gateway:
     """A broker's Kafka protocol endpoint (see the module docstring)."""
 
-    def __init__(self, namespace: str, config: dict[str, Any], listener: BrokerListener) -> None:
+    def __init__(
+        self, namespace: str, config: dict[str, Any], listeners: BrokerListener | list[BrokerListener]
+    ) -> None:
         self._namespace = namespace
         self._config = dict(config)
-        self._listener = listener
-        self._server: KafkaServer | None = None
+        self._listeners = [listeners] if isinstance(listeners, BrokerListener) else list(listeners)
+        self._listener = self._listeners[0]  # the broker id is every listener's
+        self._servers: list[KafkaServer] = []
         self._address: tuple[str, int] | None = None
         self._starting: asyncio.Lock | None = None
         self._metrics_task: asyncio.Task | None = None
@@ -121,9 +138,9 @@ class Gateway:
                 backoff = min(backoff * 2, START_BACKOFF_MAX_S)
 
     async def _start(self) -> tuple[str, int]:
-        listener = self._listener
+        broker_id = self._listener.broker_id
         view = BrokerView(
-            listener.broker_id,
+            broker_id,
             self._namespace,
             self._config,
             launch.find_actor(CONTROLLER_NAME, self._namespace),
@@ -132,30 +149,54 @@ class Gateway:
         )
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
-            metrics = GatewayMetrics(self._namespace, listener.broker_id)
-        server = KafkaServer(
-            served_apis(FAMILIES), view, limits_of(self._config), name=f"gateway-{listener.broker_id}", metrics=metrics
+            metrics = GatewayMetrics(self._namespace, broker_id)
+        controller = view.controller
+        view.scram_credentials = ScramCredentialCache(
+            lambda user, mechanism: controller.scram_credential.remote(user, mechanism)
         )
-        _, port = await server.start(listener.bind_host, listener.bind_port)
+        apis = served_apis(FAMILIES)
+        servers: list[KafkaServer] = []
+        endpoints: list[tuple[str, str, str, int]] = []
         try:
-            address = (listener.advertised_host, listener.advertised_port or port)
-            await view.register(*address)
+            for listener in self._listeners:
+                security = listener_security(
+                    self._config,
+                    listener.name,
+                    listener.protocol,
+                    view.scram_credentials,
+                    on_sasl_result=_recorder(metrics, listener.name),
+                    on_tls_result=_tls_recorder(metrics, listener.name),
+                )
+                name = f"gateway-{broker_id}" if len(self._listeners) == 1 else f"gateway-{broker_id}-{listener.name}"
+                server = KafkaServer(apis, view, limits_of(self._config), name=name, metrics=metrics, security=security)
+                servers.append(server)
+                _, port = await server.start(listener.bind_host, listener.bind_port)
+                endpoints.append(
+                    (listener.name, listener.protocol, listener.advertised_host, listener.advertised_port or port)
+                )
+            primary = primary_listener({e[0]: e[1] for e in endpoints})
+            address = next((e[2], e[3]) for e in endpoints if e[0] == primary)
+            await view.register(*address, tuple(endpoints))
         except BaseException:
-            await server.close()
+            for server in servers:
+                await server.close()
             raise
-        self._server = server
+        self._servers = servers
         if metrics is not None and self._metrics_task is None:
             self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
-        logger.info("broker %d: Kafka clients reach this gateway at %s:%d", listener.broker_id, *address)
+        for name, protocol, host, port in endpoints:
+            logger.info(
+                "broker %d: Kafka clients reach listener %s (%s) at %s:%d", broker_id, name, protocol, host, port
+            )
         return address
 
     async def _metrics_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            server = self._server
-            if server is not None and server.metrics is not None:
+            servers = self._servers
+            if servers and servers[0].metrics is not None:
                 try:
-                    server.metrics.tick(len(server.connections))
+                    servers[0].metrics.tick(sum(len(server.connections) for server in servers))
                 except Exception:  # noqa: BLE001 - metrics must never stop the gateway
                     logger.exception("recording gateway metrics failed")
 
@@ -164,29 +205,40 @@ class Gateway:
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
             keeper.cancel()
-        if self._server is not None:
-            await self._server.close()
-            self._server = None
-            self._address = None
+        servers, self._servers = self._servers, []
+        for server in servers:
+            await server.close()
+        self._address = None
 
     async def stats(self) -> dict[str, Any]:
         """Process, address, open connections, requests served (and by API key and
         version), connections closed for bad input, request memory in use."""
-        server = self._server
+        servers = self._servers
+        served: collections.Counter[tuple[int, int]] = collections.Counter()
+        for server in servers:
+            served.update(server.served)
         return {
             "broker_id": self._listener.broker_id,
             "pid": os.getpid(),
             "address": self._address,
-            "listening": server is not None,
-            "connections": len(server.connections) if server else 0,
-            "requests": server.requests if server else 0,
-            "closed_for_errors": server.closed_for_errors if server else 0,
-            "served": dict(server.served) if server else {},
-            "read_ahead_hits": server.state.read_ahead_hits if server else 0,
-            # queued.max.request.bytes: in use now and at most so far; requests decoded off the loop
-            "request_memory": server.memory.used if server else 0,
-            "request_memory_peak": server.memory.peak if server else 0,
-            "big_requests": server.big_requests if server else 0,
+            "listening": bool(servers),
+            "connections": sum(len(s.connections) for s in servers),
+            "requests": sum(s.requests for s in servers),
+            "closed_for_errors": sum(s.closed_for_errors for s in servers),
+            "served": dict(served),
+            "read_ahead_hits": servers[0].state.read_ahead_hits if servers else 0,
+            # queued.max.request.bytes (per listener): in use now and at most so far; requests decoded off the loop
+            "request_memory": sum(s.memory.used for s in servers),
+            "request_memory_peak": max((s.memory.peak for s in servers), default=0),
+            "big_requests": sum(s.big_requests for s in servers),
+            # Each listener's open connections by principal (who the authorizer sees).
+            "principals": {
+                s.security.name: dict(collections.Counter(c.principal for c in s.connections)) for s in servers
+            },
+            # Each listener: name -> (security protocol, connections, closed for errors).
+            "listeners": {
+                s.security.name: (s.security.protocol, len(s.connections), s.closed_for_errors) for s in servers
+            },
         }
 
     async def ping(self) -> int:
@@ -199,23 +251,28 @@ def start_gateways(namespace: str, config: dict[str, Any], meta: ClusterMetadata
     the bootstrap servers (``host:port,...``), empty without listeners."""
     node_ips = launch.node_addresses()
     brokers = {b.broker_id: b for b in meta.brokers}
-    plan = broker_listeners(
+    plan = broker_endpoints(
         config["listeners"],
         config["advertised.listeners"],
         [(b.broker_id, node_ips.get(b.node_id) or "127.0.0.1") for b in brokers.values()],
+        config["listener.security.protocol.map"],
     )
     if not plan:
         return ""
+    # A key file that cannot be read or a SASL setting no client could use fails the launch
+    # here, with its reason, rather than every gateway's start over and over.
+    check_listener_security(config, listener_protocols(config["listeners"], config["listener.security.protocol.map"]))
     handles = []
-    for listener in plan:
-        name = gateway_actor_name(listener.broker_id)
+    for broker_id, listeners in plan.items():
+        listener = listeners[0]
+        name = gateway_actor_name(broker_id)
         stale = launch.find_actor(name, namespace)
         if stale is not None:  # left by a cluster that died without shutting down
             launch.kill(stale)
             launch.wait_name_free(name, namespace)
         node_id = brokers[listener.broker_id].node_id
         handles.append(
-            launch.launch(Gateway, launch.GATEWAY, name, namespace, node_id, namespace, dict(config), listener)
+            launch.launch(Gateway, launch.GATEWAY, name, namespace, node_id, namespace, dict(config), listeners)
         )
     try:
         addresses = ray.get([h.start.remote() for h in handles], timeout=timeout_s)
@@ -239,6 +296,20 @@ def stop_gateways(namespace: str, broker_ids: list[int]) -> None:
         launch.kill(handle)
 
 
-def bootstrap_servers(meta: ClusterMetadata) -> str:
-    """``host:port,...`` of the brokers' gateways, for Kafka clients' bootstrap.servers."""
-    return ",".join(f"{b.host}:{b.port}" for b in listed_brokers(meta.brokers))
+def bootstrap_servers(meta: ClusterMetadata, listener: str | None = None) -> str:
+    """``host:port,...`` of the brokers' gateways, for Kafka clients' bootstrap.servers: of
+    listener ``listener``, or (None) of each broker's primary listener (its first PLAINTEXT
+    one, else SASL_PLAINTEXT, else its first)."""
+    return ",".join(f"{b.host}:{b.port}" for b in listed_brokers(meta.brokers, listener))
+
+
+def _recorder(metrics: GatewayMetrics | None, listener: str) -> Any:
+    if metrics is None:
+        return None
+    return lambda mechanism, ok: metrics.authentication(listener, mechanism, ok)
+
+
+def _tls_recorder(metrics: GatewayMetrics | None, listener: str) -> Any:
+    if metrics is None:
+        return None
+    return lambda ok: metrics.authentication(listener, "SSL", ok)

@@ -69,8 +69,10 @@ async def _get_metadata(controller: Any, request: MetadataRequest) -> ClusterMet
             await asyncio.sleep(0.2)
 
 
-async def _register_listener(controller: Any, broker_id: int, host: str, port: int) -> None:
-    await controller.register_listener.remote(broker_id, host, port)
+async def _register_listener(
+    controller: Any, broker_id: int, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...]
+) -> None:
+    await controller.register_listener.remote(broker_id, host, port, endpoints)
 
 
 # -- the broker's view ----------------------------------------------------------------------
@@ -102,10 +104,13 @@ class BrokerView:
         self._fetched_at: dict[str, float] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self._refreshing: dict[str, asyncio.Future] = {}
+        # The gateway's cache of SCRAM credentials (actors.gateway.credentials), when it has one.
+        self.scram_credentials: Any = None
 
-    async def register(self, host: str, port: int) -> None:
-        """Tell the controller where this broker's gateway is reached."""
-        await _register_listener(self.controller, self.broker_id, host, port)
+    async def register(self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()) -> None:
+        """Tell the controller where this broker's gateway is reached: its primary address
+        and every listener's (name, security protocol, host, port)."""
+        await _register_listener(self.controller, self.broker_id, host, port, endpoints)
 
     async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
         """Fresh metadata from the controller (``None``: every topic); refreshes the cache.
@@ -257,6 +262,24 @@ _STALE_METADATA = frozenset(
 )
 
 
-def listed_brokers(brokers: tuple[BrokerMetadata, ...]) -> list[BrokerMetadata]:
-    """The brokers Metadata names: live ones whose gateway has registered a listener."""
-    return sorted((b for b in brokers if b.alive and b.host and b.port > 0), key=lambda b: b.broker_id)
+def listed_brokers(brokers: tuple[BrokerMetadata, ...], listener: str | None = None) -> list[BrokerMetadata]:
+    """The brokers Metadata names: live ones whose gateway has registered a listener, with
+    ``host``/``port`` of listener ``listener`` (as Kafka answers each client with the
+    addresses of the listener it came in on; a broker without that listener is left out);
+    ``None``: the primary addresses."""
+    out = []
+    for b in brokers:
+        if not b.alive:
+            continue
+        address = b.endpoint(listener)
+        if address is None or not address[0] or address[1] <= 0:
+            continue
+        if address != (b.host, b.port):
+            b = dataclasses.replace(b, host=address[0], port=address[1])
+        out.append(b)
+    return sorted(out, key=lambda b: b.broker_id)
+
+
+def listener_of(ctx: Any) -> str:
+    """The name of the listener a request came in on (``ctx``: a server.RequestContext)."""
+    return ctx.connection.server.security.name

@@ -47,6 +47,7 @@ import itertools
 import logging
 import mmap
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ from actors.gateway.codec import (
     peek,
     schema,
 )
+from actors.gateway.principal import NoMatchingRule
+from actors.gateway.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, AuthenticationFailed
+from actors.gateway.security import ANONYMOUS, ListenerSecurity
+from storage.errors import IllegalSaslStateError
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +86,12 @@ PACE = 256
 LARGE_CHUNK = 32 * 1024
 MIN_REQUEST = 8  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
-# Kafka's principal of a connection nobody authenticated (KafkaPrincipal.ANONYMOUS).
-ANONYMOUS = "User:ANONYMOUS"
+# The first bytes of a TLS handshake record (content type 22, version 3.x): a TLS client on a
+# listener without TLS.
+_TLS_RECORD = (0x16, 0x03)
+# Closings that a client's retries repeat (a TLS client on a plaintext port, a failed login)
+# are logged once per client address and kind per this many seconds.
+LOG_INTERVAL_S = 60.0
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -154,7 +163,7 @@ class RequestMemory:
 class RequestContext:
     """What a handler knows of the request besides its body."""
 
-    __slots__ = ("connection", "api_key", "version", "correlation_id", "client_id", "schema", "big")
+    __slots__ = ("connection", "api_key", "version", "correlation_id", "client_id", "schema", "big", "close_reason")
 
     def __init__(
         self,
@@ -173,6 +182,12 @@ class RequestContext:
         self.schema: Schema = schema(api_key, version)
         # A request too big to decode on the event loop: its response is encoded off it too.
         self.big = big
+        # Set by a handler whose answer must be the connection's last (a failed SASL login).
+        self.close_reason: str | None = None
+
+    def close_after_response(self, reason: str) -> None:
+        """Close the connection once this request's response is written (with one log line)."""
+        self.close_reason = reason
 
     @property
     def principal(self) -> str:
@@ -183,6 +198,32 @@ class RequestContext:
     def state(self) -> Any:
         """The server's state object (the gateway's broker view)."""
         return self.connection.server.state
+
+
+class LogLimiter:
+    """At most one log line per key (a kind of closing and a client address) per interval;
+    the next line says how many were left out. Bounded: the oldest keys go first."""
+
+    def __init__(self, clock: Clock = SYSTEM, interval_s: float = LOG_INTERVAL_S, max_keys: int = 10000) -> None:
+        self._clock = clock
+        self._interval = interval_s
+        self._max_keys = max_keys
+        self._last: collections.OrderedDict[Any, list] = collections.OrderedDict()  # key -> [time, left out]
+
+    def allow(self, key: Any) -> int | None:
+        """The number of lines left out since the last one when a line may be logged now;
+        None when it may not (it is counted)."""
+        now = self._clock.monotonic()
+        entry = self._last.get(key)
+        if entry is not None and now - entry[0] < self._interval:
+            entry[1] += 1
+            return None
+        left_out = entry[1] if entry is not None else 0
+        self._last[key] = [now, 0]
+        self._last.move_to_end(key)
+        while len(self._last) > self._max_keys:
+            self._last.popitem(last=False)
+        return left_out
 
 
 class KafkaServer:
@@ -196,8 +237,12 @@ class KafkaServer:
         name: str = "gateway",
         metrics: Any = None,
         clock: Clock = SYSTEM,
+        security: ListenerSecurity | None = None,
     ):
         self.apis = dict(apis)
+        # The listener's name, security protocol, TLS context and SASL settings.
+        self.security = security or ListenerSecurity()
+        self.log_limiter = LogLimiter(clock)
         self.clock = clock  # connections' idle time (connections.max.idle.ms)
         # An actors.metrics.GatewayMetrics, or None: then nothing is recorded.
         self.metrics = metrics
@@ -286,9 +331,24 @@ class KafkaServer:
         # A function of its own: a loop variable in _reap_idle would keep the last
         # connection it looked at (and all it holds) alive across the sleep.
         now = self.clock.monotonic()
+        auth_timeout = self.security.auth_timeout_s
         for conn in list(self.connections):
             if conn.idle_since(now) > idle:
                 conn.fail(f"idle for more than {self.limits.idle_ms} ms (connections.max.idle.ms)")
+            elif conn.unauthenticated_for(now) > auth_timeout:
+                conn.fail(
+                    f"not authenticated within {auth_timeout * 1000:.0f} ms (rayqueue.authentication.timeout.ms)",
+                    quiet=("slow-authentication", conn.ip),
+                )
+
+
+def _no_tls(exc: BaseException) -> bool:
+    """Whether a failed handshake looks like a client that sent no TLS at all."""
+    text = str(exc).lower()
+    return isinstance(exc, ssl.SSLError) and any(
+        hint in text
+        for hint in ("wrong_version_number", "http_request", "unknown_protocol", "record layer", "packet length")
+    )
 
 
 def _encode_coalesced(ctx: RequestContext, response: Any) -> list[bytes]:
@@ -321,6 +381,15 @@ class Connection(asyncio.BufferedProtocol):
         # Who the client is, in Kafka's form ("User:<name>"): ANONYMOUS until a listener's
         # authentication (TLS client certificate, SASL) names it; the authorizer checks it.
         self.principal = ANONYMOUS
+        # The listener's SASL state of this connection (None without SASL); a TLS listener's
+        # connection reads nothing until its handshake is done.
+        self.sasl = server.security.new_session(server.clock.monotonic)
+        self._tls_pending = server.security.tls
+        self._accepted = self._clock.monotonic()
+        self._first_bytes = True  # nothing parsed yet: a TLS hello on a plaintext port shows here
+        self._auth_busy = False  # a SASL request is being worked on: nothing more is read
+        self._close_after: dict[asyncio.Future, str] = {}
+        self._lost = False
         self.handler_state: dict[str, Any] = {}  # per-connection state of the handlers
         self.on_close: list[Callable[[], None]] = []  # handlers' cleanups when the connection ends
         self._transport: asyncio.Transport | None = None
@@ -357,9 +426,64 @@ class Connection(asyncio.BufferedProtocol):
             self.fail(f"max.connections={limits.max_connections} reached")
         elif server.per_ip[self.ip] > limits.connections_per_ip(self.ip):
             self.fail(f"max.connections.per.ip={limits.connections_per_ip(self.ip)} reached for {self.ip}")
+        elif self._tls_pending:
+            # Nothing is read until start_tls takes the socket over (the connection limits
+            # above count connections still in their handshake).
+            transport.pause_reading()
+            asyncio.get_running_loop().create_task(self._start_tls(transport))
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        """The TLS handshake (bounded by rayqueue.authentication.timeout.ms), then the
+        principal of the client certificate; a client that speaks no TLS is closed with one
+        log line per address and interval."""
+        security = self.server.security
+        try:
+            transport = await asyncio.get_running_loop().start_tls(
+                raw, self, security.ssl_context, server_side=True, ssl_handshake_timeout=security.auth_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - every failed handshake closes the connection
+            if not self._closing:
+                self._report_tls(False)
+                kind = "a client that does not speak TLS (plaintext?)" if _no_tls(exc) else "a failed TLS handshake"
+                self.fail(
+                    f"{kind} on the {security.protocol} listener {security.name}: {type(exc).__name__}: {exc}",
+                    quiet=("tls-handshake", self.ip),
+                )
+            self.connection_lost(None)  # start_tls closed the socket; the SSL layer may not say so
+            return
+        if self._closing:
+            transport.abort()
+            return
+        self._transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(high=self.server.limits.write_buffer_high)
+        if self.sasl is None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            try:
+                self.principal = security.tls_principal(certificate)
+            except (NoMatchingRule, ValueError) as exc:
+                self._report_tls(False)
+                self.fail(f"TLS client not authenticated: {exc}", quiet=("tls-principal", self.ip))
+                return
+            self._report_tls(True)
+        self._tls_pending = False
+        self._last_activity = self._clock.monotonic()
+        self._update_reading()
+        self._parse()
+
+    def _report_tls(self, ok: bool) -> None:
+        security = self.server.security
+        if self.sasl is None and security.on_tls_result is not None:
+            try:
+                security.on_tls_result(ok)
+            except Exception:  # noqa: BLE001 - metrics never fail a connection
+                logger.exception("recording a TLS authentication failed")
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
         self._closing = True
+        if self._lost:  # a failed TLS handshake may report it twice
+            return
+        self._lost = True
         server = self.server
         server.connections.discard(self)
         if self.ip is not None:
@@ -418,8 +542,25 @@ class Connection(asyncio.BufferedProtocol):
             available = self._end - self._start
             if available < 4:
                 break
+            if self._first_bytes:
+                self._first_bytes = False
+                if (rx[self._start], rx[self._start + 1]) == _TLS_RECORD and not self.server.security.tls:
+                    security = self.server.security
+                    self.fail(
+                        f"a TLS handshake on the {security.protocol} listener {security.name} (a TLS client"
+                        " configured for a listener without TLS?)",
+                        quiet=("tls-on-plaintext", self.ip),
+                    )
+                    return
             size = _SIZE.unpack_from(rx, self._start)[0]
-            if size < MIN_REQUEST or size > limit:
+            sasl = self.sasl
+            if sasl is not None and not sasl.authenticated and size > sasl.config.max_receive:
+                self.fail(
+                    f"request size {size} before SASL authentication is above"
+                    f" sasl.server.max.receive.size={sasl.config.max_receive}"
+                )
+                return
+            if size < MIN_REQUEST and not (sasl is not None and sasl.raw_tokens and size >= 0) or size > limit:
                 self.fail(f"request size {size} outside [{MIN_REQUEST}, {limit}] (socket.request.max.bytes)")
                 return
             if available < 4 + size:
@@ -499,10 +640,16 @@ class Connection(asyncio.BufferedProtocol):
         return True
 
     def _over_limits(self) -> bool:
-        return self._write_paused or self._memory_wait or len(self._pending) >= self.server.limits.max_inflight
+        return (
+            self._write_paused
+            or self._memory_wait
+            or self._tls_pending
+            or self._auth_busy
+            or len(self._pending) >= self.server.limits.max_inflight
+        )
 
     def _update_reading(self) -> None:
-        if self._transport is None or self._closing:
+        if self._transport is None or self._closing or self._tls_pending:
             return
         pause = self._over_limits()
         if pause and not self._read_paused:
@@ -517,8 +664,19 @@ class Connection(asyncio.BufferedProtocol):
     def _on_frame(self, frame: memoryview) -> None:
         server = self.server
         data = None
+        sasl = self.sasl
+        if sasl is not None and sasl.expects_raw_token:
+            # After a SaslHandshake v0 the tokens come as raw frames, not as requests.
+            self._auth_busy = True
+            self._dispatch(self._raw_token(bytes(frame)), len(frame), False, auth=True)
+            return
         try:
             api_key, version, correlation_id = peek(frame)
+            if sasl is not None:
+                refusal = sasl.refusal(api_key)
+                if refusal is not None:
+                    self.fail(refusal, quiet=("unauthenticated-request", self.ip))
+                    return
             api = server.apis.get(api_key)
             if api is None:
                 raise RequestDecodeError(f"unknown or unserved API key {api_key}")
@@ -551,18 +709,46 @@ class Connection(asyncio.BufferedProtocol):
             wait_for = tuple(self._pending)
         else:
             wait_for = (self._exclusive,) if self._exclusive is not None else ()
-        task = asyncio.get_running_loop().create_task(self._serve(api, ctx, body, wait_for))
-        if api.exclusive:
+        # A SASL request changes what the connection may send next: nothing more is read
+        # until it is answered.
+        auth = api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+        if auth:
+            self._auth_busy = True
+        self._dispatch(self._serve(api, ctx, body, wait_for), len(frame), api.exclusive, auth=auth)
+
+    def _dispatch(self, work: Awaitable[Any], size: int, exclusive: bool, auth: bool = False) -> None:
+        """Run a request's work as a task whose answer goes out in request order."""
+        server = self.server
+        task = asyncio.get_running_loop().create_task(work)
+        if exclusive:
             self._exclusive = task
         # The decoded request is held until its handler is done: it counts against
         # queued.max.request.bytes at its size on the wire (taken even beyond the limit:
         # its bytes are already here; what waits is the next read).
-        server.memory.take_anyway(len(frame))
+        server.memory.take_anyway(size)
         server.inflight += 1
-        self._sizes[task] = len(frame)
+        self._sizes[task] = size
         task.add_done_callback(self._release)
         self._pending.append(task)
+        if auth:
+            task.add_done_callback(self._auth_done)
         task.add_done_callback(self._on_done)
+
+    def _auth_done(self, _: asyncio.Future) -> None:
+        self._auth_busy = False
+        if self.sasl is not None and self.sasl.principal is not None:
+            self.principal = self.sasl.principal
+        self._update_reading()
+
+    async def _raw_token(self, token: bytes) -> list[bytes] | None:
+        """One SASL token after a SaslHandshake v0, answered as a raw frame; a failure
+        closes the connection without an answer (Kafka's v0 behaviour)."""
+        try:
+            answer, _ = await self.sasl.authenticate(token, None)  # type: ignore[union-attr]
+        except (AuthenticationFailed, IllegalSaslStateError) as exc:
+            self._close_after[asyncio.current_task()] = f"SASL authentication failed: {exc}"  # type: ignore[index]
+            return None
+        return [_SIZE.pack(len(answer)), answer]
 
     def _release(self, task: asyncio.Future) -> None:
         server = self.server
@@ -588,6 +774,8 @@ class Connection(asyncio.BufferedProtocol):
                 response = await api.handle(ctx, body)
             finally:
                 metrics.end(begun)
+        if ctx.close_reason is not None:
+            self._close_after[asyncio.current_task()] = ctx.close_reason  # type: ignore[index]
         if response is None:
             return None
         if ctx.big:
@@ -622,6 +810,10 @@ class Connection(asyncio.BufferedProtocol):
             chunks = task.result()
             if chunks is not None:
                 self._write(chunks)
+            reason = self._close_after.pop(task, None)
+            if reason is not None:
+                self.fail(reason, quiet=("authentication-failed", self.ip))
+                return
         if not self._closing:
             self._parse()  # requests may wait in the buffer for a free slot
 
@@ -654,18 +846,31 @@ class Connection(asyncio.BufferedProtocol):
         """Whether the connection is closing or closed."""
         return self._closing
 
+    def unauthenticated_for(self, now: float) -> float:
+        """Seconds since the accept while the TLS handshake or SASL login is not done (0 once
+        it is, and on a listener that authenticates nobody)."""
+        if self._tls_pending or (self.sasl is not None and not self.sasl.authenticated):
+            return now - self._accepted
+        return 0.0
+
     def idle_since(self, now: float) -> float:
         """Seconds without traffic; 0 while a request is being worked on and the client reads."""
         if self._pending and not self._write_paused:
             return 0.0
         return now - self._last_activity
 
-    def fail(self, reason: str) -> None:
-        """Close this connection with one log line (nothing else is affected)."""
+    def fail(self, reason: str, quiet: Any = None) -> None:
+        """Close this connection with one log line (nothing else is affected). With a
+        ``quiet`` key (a kind of closing a client's retries repeat, and its address), one
+        line per key per LOG_INTERVAL_S, which says how many were left out."""
         if self._closing:
             return
-        self.server.closed_for_errors += 1
-        logger.warning("%s: closing connection %d from %s: %s", self.server.name, self.id, self.peer, reason)
+        server = self.server
+        server.closed_for_errors += 1
+        left_out = 0 if quiet is None else server.log_limiter.allow(quiet)
+        if left_out is not None:
+            more = f" ({left_out} more like it in the last {LOG_INTERVAL_S:.0f} s not logged)" if left_out else ""
+            logger.warning("%s: closing connection %d from %s: %s%s", server.name, self.id, self.peer, reason, more)
         self.close()
 
     def close(self) -> None:

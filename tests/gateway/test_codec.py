@@ -49,6 +49,7 @@ def test_every_advertised_version_has_kio_classes():
         14,
         15,
         16,
+        17,
         18,
         19,
         20,
@@ -60,10 +61,13 @@ def test_every_advertised_version_has_kio_classes():
         26,
         28,
         32,
+        36,
         37,
         42,
         44,
         47,
+        50,
+        51,
         60,
         65,
         66,
@@ -266,9 +270,7 @@ def test_port_zero_and_advertised_listeners():
     assert broker_listeners((), (), [(0, "10.0.0.1")]) == []
 
 
-@pytest.mark.parametrize(
-    "text", ["SSL://127.0.0.1:9093", "127.0.0.1:9092", "PLAINTEXT://127.0.0.1", "PLAINTEXT://h:99999"]
-)
+@pytest.mark.parametrize("text", ["127.0.0.1:9092", "PLAINTEXT://127.0.0.1", "PLAINTEXT://h:99999", "A-B://h:1"])
 def test_bad_listeners_are_config_errors(text):
     with pytest.raises(InvalidConfigError):
         parse_listener(text)

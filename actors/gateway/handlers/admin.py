@@ -15,7 +15,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.config import BROKER_CONFIG
-from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
+from actors.gateway.broker_view import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    BrokerView,
+    listed_brokers,
+    listener_of,
+    topic_uuid,
+)
 from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.handlers.offsets import per_partition, per_topic
@@ -488,7 +494,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
     snapshot = await view.cluster([])
-    brokers = listed_brokers(snapshot.brokers)
+    brokers = listed_brokers(snapshot.brokers, listener_of(ctx))
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
         error_code=error_code(NONE),

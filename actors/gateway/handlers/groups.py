@@ -27,7 +27,7 @@ from typing import Any
 
 from kio.serial import entity_reader
 
-from actors.gateway.broker_view import BrokerView, listed_brokers
+from actors.gateway.broker_view import BrokerView, listed_brokers, listener_of
 from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
@@ -171,8 +171,9 @@ async def _ensure_topic(coordinator: Any) -> bool:
     return await coordinator.ensure_topic.remote()
 
 
-async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMetadata:
-    """The broker whose gateway a client should take the key's requests to.
+async def _coordinator_of(view: BrokerView, key: str, key_type: int, listener: str | None = None) -> BrokerMetadata:
+    """The broker whose gateway a client should take the key's requests to (its address on
+    listener ``listener``).
 
     As Kafka's FindCoordinator: while the coordinator's internal topic does not exist it is
     created in the background and the answer is COORDINATOR_NOT_AVAILABLE (the client asks
@@ -183,7 +184,7 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
         raise InvalidRequestError("an empty coordinator key")
     topic = OFFSETS_TOPIC if key_type == KEY_TYPE_GROUP else TRANSACTION_STATE_TOPIC
     snapshot = await view.cluster([topic])
-    brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+    brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers, listener)}
     partitions = snapshot.partitions_for(topic)
     if not partitions:
         # Kafka creates a missing internal topic on the lookup and answers
@@ -194,7 +195,7 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int) -> BrokerMe
         if not await _ensure_topic(owner):
             raise CoordinatorNotAvailableError(f"{topic} is being created")
         snapshot = await view.cluster([topic])
-        brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers)}
+        brokers = {b.broker_id: b for b in listed_brokers(snapshot.brokers, listener)}
         partitions = snapshot.partitions_for(topic)
     if partitions:
         leader = partitions[offsets_partition_for(key, len(partitions))].leader
@@ -214,7 +215,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     answers = []
     for key in keys:
         try:
-            broker = await _coordinator_of(view, key, key_type)
+            broker = await _coordinator_of(view, key, key_type, listener_of(ctx))
             answers.append((key, NONE, None, broker.broker_id, broker.host, broker.port))
         except Exception as exc:  # noqa: BLE001 - answered as its error code
             answers.append((key, _code(exc), error_message_of(exc), -1, "", -1))

@@ -8,7 +8,13 @@ import uuid
 from typing import Any
 
 from actors.controller.topics import validate_topic_name
-from actors.gateway.broker_view import AUTHORIZED_OPERATIONS_OMITTED, BrokerView, listed_brokers, topic_uuid
+from actors.gateway.broker_view import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    BrokerView,
+    listed_brokers,
+    listener_of,
+    topic_uuid,
+)
 from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import PACE, Api, RequestContext
@@ -68,7 +74,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         for name in creatable:
             if name not in snapshot.topics:
                 errors[name] = code
-    brokers = listed_brokers(snapshot.brokers)
+    brokers = listed_brokers(snapshot.brokers, listener_of(ctx))
     reachable = {b.broker_id for b in brokers}
     topic_cls = nested(resp_cls, "topics")
     names = sorted(snapshot.topics) if requested is None else requested
