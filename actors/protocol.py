@@ -43,6 +43,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from actors.acl import AclBinding, AclBindingFilter
 from actors.types import OffsetAndMetadata, TopicPartition
 from storage.errors import InvalidFetchSizeError, InvalidRequestError, InvalidRequiredAcksError, KafkaError
 from storage.log import MAX_TIMESTAMP
@@ -50,6 +51,7 @@ from storage.producer_state import AppendOrigin
 
 __all__ = [
     "AbortedTransaction",
+    "AclsSnapshot",
     "AddOffsetsToTxnRequest",
     "AddPartitionsToTxnRequest",
     "AllocateProducerIdsRequest",
@@ -61,12 +63,15 @@ __all__ = [
     "AlterableConfig",
     "AppendOrigin",
     "CompleteTxnRequest",
+    "CreateAclsRequest",
     "CreatePartitionsRequest",
     "CreateTopicsRequest",
+    "DeleteAclsRequest",
     "DeleteGroupsRequest",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
     "DeleteTopicsRequest",
+    "DescribeAclsRequest",
     "DescribeConfigsRequest",
     "DescribeGroupsRequest",
     "DescribeTransactionsRequest",
@@ -606,6 +611,37 @@ class DescribeConfigsRequest(_Message):
 
     resource_name: str
     configuration_keys: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsRequest(_Message):
+    """Kafka's CreateAcls: the ACLs to create (an entry the gateway could not read is its
+    KafkaError, answered back in its place); answered with None or an error per entry."""
+
+    creations: tuple[AclBinding | KafkaError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsRequest(_Message):
+    """Kafka's DeleteAcls: answered with, per filter, the ACLs it matched and removed."""
+
+    filters: tuple[AclBindingFilter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeAclsRequest(_Message):
+    """Kafka's DescribeAcls: answered with the ACLs the filter matches."""
+
+    filter: AclBindingFilter
+
+
+@dataclass(frozen=True, slots=True)
+class AclsSnapshot(_Message):
+    """Every ACL by id, at ``version`` (the controller's epoch and its count of ACL
+    changes): what a gateway authorizes with."""
+
+    version: tuple[int, int]
+    acls: Mapping[str, AclBinding]
 
 
 @dataclass(frozen=True, slots=True)
