@@ -22,8 +22,9 @@ import ray
 
 from actors import launch
 from actors.config import connection_overrides
+from actors.gateway.authorization import AclView
 from actors.gateway.broker_view import BrokerView, listed_brokers
-from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
+from actors.gateway.handlers import acls, admin, fetch, groups, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
@@ -39,7 +40,16 @@ STOP_TIMEOUT_S = 10.0
 START_BACKOFF_S = 0.5
 START_BACKOFF_MAX_S = 10.0
 # The API families served.
-FAMILIES = (metadata.APIS, produce.APIS, fetch.APIS, offsets.APIS, admin.APIS, groups.APIS, transactions.APIS)
+FAMILIES = (
+    metadata.APIS,
+    produce.APIS,
+    fetch.APIS,
+    offsets.APIS,
+    admin.APIS,
+    groups.APIS,
+    transactions.APIS,
+    acls.APIS,
+)
 
 
 def limits_of(config: dict[str, Any]) -> Limits:
@@ -130,17 +140,26 @@ class Gateway:
             launch.find_actor(TRANSACTION_COORDINATOR_NAME, self._namespace),
             launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
         )
+        # The ACLs are loaded before the listener opens: no request is answered without them.
+        acls = AclView(self._config, view.controller)
+        await acls.start()
+        view.acls = acls
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
             metrics = GatewayMetrics(self._namespace, listener.broker_id)
         server = KafkaServer(
             served_apis(FAMILIES), view, limits_of(self._config), name=f"gateway-{listener.broker_id}", metrics=metrics
         )
-        _, port = await server.start(listener.bind_host, listener.bind_port)
+        try:
+            _, port = await server.start(listener.bind_host, listener.bind_port)
+        except BaseException:
+            acls.close()
+            raise
         try:
             address = (listener.advertised_host, listener.advertised_port or port)
             await view.register(*address)
         except BaseException:
+            acls.close()
             await server.close()
             raise
         self._server = server
@@ -165,6 +184,9 @@ class Gateway:
         if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
             keeper.cancel()
         if self._server is not None:
+            acls = getattr(self._server.state, "acls", None)
+            if acls is not None:
+                acls.close()
             await self._server.close()
             self._server = None
             self._address = None
