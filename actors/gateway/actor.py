@@ -209,6 +209,9 @@ class Gateway:
             "request_memory": server.memory.used if server else 0,
             "request_memory_peak": server.memory.peak if server else 0,
             "big_requests": server.big_requests if server else 0,
+            # The copy of the ACLs it authorizes with: the controller's version, and how many.
+            "acl_version": server.state.acls.version if server and server.state.acls else None,
+            "acls": len(server.state.acls.authorizer) if server and server.state.acls else 0,
         }
 
     async def ping(self) -> int:
