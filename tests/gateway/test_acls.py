@@ -433,3 +433,49 @@ def _describe_or_none(admin):
         return admin.describe_acls() or None
     except Exception:  # noqa: BLE001 - the controller is restarting
         return None
+
+
+# -- the CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_acls_add_list_remove(secured, admin):
+    from typer.testing import CliRunner
+
+    from rayqueue.cli import app
+
+    runner = CliRunner()
+
+    def rq(*args: str, ok: bool = True):
+        result = runner.invoke(app, [*args, "--name", NAMESPACE])
+        assert (result.exit_code == 0) == ok, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+        return result.output
+
+    added = rq(
+        "acls", "add", "--allow-principal", "User:bob", "--deny-principal", "User:eve", "--deny-host", "10.1.1.1",
+        "--operation", "Read", "--operation", "DescribeConfigs", "--topic", "sales.", "--group", "g",
+        "--resource-pattern-type", "prefixed",
+    )  # fmt: skip
+    assert "Added 8 ACL(s)" in added
+    bob_read = AclBinding.of(ResourceType.TOPIC, "sales.", PatternType.PREFIXED, "User:bob", "*", Op.READ, Perm.ALLOW)
+    eve_deny = AclBinding.of(
+        ResourceType.GROUP, "g", PatternType.PREFIXED, "User:eve", "10.1.1.1", Op.DESCRIBE_CONFIGS, Perm.DENY
+    )
+    assert {bob_read, eve_deny} <= set(admin.describe_acls()) and len(admin.describe_acls()) == 8
+    listed = rq("acls", "list", "--topic", "sales.eu", "--resource-pattern-type", "match")
+    assert "ResourcePattern(resourceType=TOPIC, name=sales., patternType=PREFIXED)" in listed
+    assert "principal=User:bob, host=*, operation=READ, permissionType=ALLOW" in listed
+    assert "GROUP" not in listed
+    assert "User:eve" in rq("acls", "list", "--principal", "User:eve")
+    removed = rq(
+        "acls", "remove", "--allow-principal", "User:bob", "--topic", "sales.", "--resource-pattern-type", "prefixed"
+    )
+    assert "Removed 2 ACL(s)" in removed
+    assert bob_read not in admin.describe_acls() and len(admin.describe_acls()) == 6
+    assert "Removed 4 ACL(s)" in rq("acls", "remove", "--group", "g", "--resource-pattern-type", "prefixed")
+    assert "Removed 2 ACL(s)" in rq("acls", "remove", "--topic", "sales.", "--resource-pattern-type", "any")
+    assert admin.describe_acls() == []
+    # Refused, with one line: no principal; a cluster ACL of a bad operation name.
+    assert "name a principal" in rq("acls", "add", "--topic", "t", ok=False)
+    assert "unknown operation" in rq(
+        "acls", "add", "--allow-principal", "User:a", "--cluster", "--operation", "Fly", ok=False
+    )
