@@ -583,7 +583,16 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
         return ctx.schema.response_of(
             throttle_time=ZERO_MS,
             groups=tuple(
-                make(resp, "groups", error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="")
+                make(
+                    resp,
+                    "groups",
+                    error_code=code,
+                    group_id=g,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                )
                 for g in request.groups
             ),
         )
@@ -591,7 +600,17 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
         groups=tuple(
-            make(resp, "groups", error_code=denied, group_id=g, group_state="", protocol_type="", protocol_data="")
+            make(
+                resp,
+                "groups",
+                error_code=denied,
+                group_id=g,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=-(2**31),
+            )
             for g in refused
         )
         + tuple(
