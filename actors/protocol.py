@@ -198,6 +198,15 @@ def int_field(
     return value
 
 
+def principal_field(value: Any) -> str | None:
+    """A request's principal: None or ``Type:name`` (InvalidRequestError otherwise)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or ":" not in value or len(value) > 1000:
+        raise InvalidRequestError(f"principal must be Type:name, e.g. User:alice, not {value!r:.60}")
+    return value
+
+
 def _isolation(value: Any) -> IsolationLevel:
     return IsolationLevel(
         int_field("isolation_level", value, IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
@@ -300,6 +309,8 @@ class ProduceRequest(_Message):
     current_leader_epoch: int = NO_EPOCH
     origin: AppendOrigin | str = AppendOrigin.CLIENT
     order: ProduceOrder | None = None
+    # A native producer's principal, checked against the ACLs (None: a super user).
+    principal: str | None = None
 
     def checked_order(self) -> ProduceOrder | None:
         """The call's order, checked first: a call refused for another reason must still
@@ -332,6 +343,7 @@ class ProduceRequest(_Message):
             int_field("current_leader_epoch", self.current_leader_epoch),
             origin,
             order,
+            principal_field(self.principal),
         )
 
 
@@ -364,6 +376,8 @@ class FetchRequest(_Message):
     isolation_level: IsolationLevel | int = IsolationLevel.READ_UNCOMMITTED
     current_leader_epoch: int = NO_EPOCH
     replica_id: int = CONSUMER_REPLICA_ID
+    # A native consumer's principal, checked against the ACLs (None: a super user).
+    principal: str | None = None
 
     def checked(self) -> FetchRequest:
         """This request with every field checked: InvalidFetchSizeError for a
@@ -376,6 +390,7 @@ class FetchRequest(_Message):
             _isolation(self.isolation_level),
             int_field("current_leader_epoch", self.current_leader_epoch),
             int_field("replica_id", self.replica_id),
+            principal_field(self.principal),
         )
 
 
@@ -642,6 +657,9 @@ class AclsSnapshot(_Message):
 
     version: tuple[int, int]
     acls: Mapping[str, AclBinding]
+    # The broker's authorizer settings, for copies made without the broker configuration:
+    # (an authorizer is configured, super.users, allow.everyone.if.no.acl.found).
+    settings: tuple[bool, tuple[str, ...], bool] = (False, (), False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import ray
 
 from actors import launch
 from actors.acl import AclBinding, AclBindingFilter
+from actors.authorizer import StandardAuthorizer
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
@@ -135,6 +136,8 @@ class Controller:
         self._stopping = False
         self._restart_task: asyncio.Task | None = None
         self._acl_watch: asyncio.Event | None = None  # set (and replaced) when the ACLs change
+        auth = StandardAuthorizer.from_config(self._config)
+        self._authorizer_settings = (auth.enabled, tuple(sorted(auth.super_users)), auth.allow_everyone_if_no_acl_found)
         if _restarted_by_ray():
             # Leaders call alter_partition and replicas die whether or not a client calls us:
             # a restarted controller brings itself up. A task of the actor's own event loop
@@ -352,7 +355,7 @@ class Controller:
                 await asyncio.wait_for(event.wait(), min(max(0.0, float(timeout_s)), ACL_WATCH_S))
             except TimeoutError:
                 pass
-        return AclsSnapshot(self._acl_version(), dict(self._quorum.acls.acls))
+        return AclsSnapshot(self._acl_version(), dict(self._quorum.acls.acls), self._authorizer_settings)
 
     def _acl_version(self) -> tuple[int, int]:
         return (self._cluster.controller_epoch, self._quorum.acls.version)

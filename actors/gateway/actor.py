@@ -21,8 +21,8 @@ from typing import Any
 import ray
 
 from actors import launch
+from actors.acl_view import AclView
 from actors.config import connection_overrides
-from actors.gateway.authorization import AclView
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.handlers import acls, admin, fetch, groups, metadata, offsets, produce, transactions
 from actors.gateway.listeners import BrokerListener, broker_listeners

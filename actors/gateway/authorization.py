@@ -1,12 +1,9 @@
 """The gateway's authorization: its copy of the cluster's ACLs, and the checks every
 handler calls (the one place Kafka's KafkaApis rules meet the authorizer).
 
-``AclView`` holds a ``StandardAuthorizer`` with every ACL, loaded from the controller before
-the gateway listens and kept fresh by a long poll (``Controller.watch_acls``): an ACL created
-or deleted anywhere reaches every gateway within one controller round trip, so it takes
-effect on a connected client's next request. The controller's epoch is part of the version,
-so a restarted controller hands every gateway a fresh copy; while the controller is away the
-gateway keeps authorizing with the copy it has.
+The gateway's ``AclView`` (``actors.acl_view``) is loaded from the controller before the
+gateway listens and kept fresh by a long poll: an ACL created or deleted anywhere takes
+effect on a connected client's next request.
 
 The checks take the request's context: its principal (``ctx.principal``, set by the
 listener's authentication; ``User:ANONYMOUS`` without) and the client's address. A refusal
@@ -18,31 +15,19 @@ one attribute read.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Iterable
 from typing import Any
 
-import ray
-
 from actors.acl import CLUSTER_NAME, AclOperation, ResourceType
-from actors.authorizer import StandardAuthorizer
+from actors.acl_view import AclView, watch_acls
 from actors.metrics import count_authorization_denied
-from actors.protocol import AclsSnapshot
 from storage.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     KafkaError,
-    RequestTimedOutError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-
-logger = logging.getLogger(__name__)
-
-WATCH_S = 10.0  # one long poll of the controller for ACL changes
-RETRY_S = 0.5  # after a failed poll (the controller restarting)
-FIRST_LOAD_S = 30.0  # how long a starting gateway waits for the ACLs before giving up
 
 Op = AclOperation
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (
@@ -57,64 +42,6 @@ DENIED: dict[ResourceType, type[KafkaError]] = {
     CLUSTER: ClusterAuthorizationFailedError,
     TRANSACTIONAL_ID: TransactionalIdAuthorizationFailedError,
 }
-
-
-async def _watch_acls(controller: Any, known: tuple[int, int] | None, timeout_s: float) -> AclsSnapshot:
-    return await controller.watch_acls.remote(known, timeout_s)
-
-
-class AclView:
-    """One gateway's copy of the ACLs (see the module docstring)."""
-
-    def __init__(self, config: dict[str, Any], controller: Any) -> None:
-        self.authorizer = StandardAuthorizer.from_config(config)
-        self.controller = controller
-        self.version: tuple[int, int] | None = None
-        self._task: asyncio.Task | None = None
-
-    @property
-    def enabled(self) -> bool:
-        """Whether an authorizer is configured."""
-        return self.authorizer.enabled
-
-    async def start(self) -> None:
-        """Load the ACLs (before the gateway listens), then keep them fresh. Nothing to do
-        without an authorizer."""
-        if not self.enabled:
-            return
-        deadline = asyncio.get_running_loop().time() + FIRST_LOAD_S
-        while self.version is None:
-            try:
-                self.apply(await _watch_acls(self.controller, None, 0.0))
-            except ray.exceptions.RayActorError:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise RequestTimedOutError("the controller did not hand over the ACLs") from None
-                await asyncio.sleep(RETRY_S)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._keep_fresh())
-
-    def apply(self, snapshot: AclsSnapshot) -> None:
-        """Take the controller's ACLs when they are a version this copy does not have."""
-        if snapshot.version != self.version:
-            self.authorizer.replace(snapshot.acls)
-            self.version = snapshot.version
-            logger.info("ACLs at version %s: %d ACLs", snapshot.version, len(self.authorizer))
-
-    async def _keep_fresh(self) -> None:
-        while True:
-            try:
-                self.apply(await _watch_acls(self.controller, self.version, WATCH_S))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the controller restarting: keep the copy, ask again
-                logger.debug("watching the ACLs failed (%s); retrying", exc)
-                await asyncio.sleep(RETRY_S)
-
-    def close(self) -> None:
-        """Stop watching."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
 
 
 # -- the checks the handlers call ---------------------------------------------------------------
@@ -186,6 +113,7 @@ def enabled(ctx: Any) -> bool:
 
 
 __all__ = [
+    "watch_acls",
     "CLUSTER",
     "DENIED",
     "GROUP",

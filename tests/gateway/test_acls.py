@@ -479,3 +479,51 @@ def test_cli_acls_add_list_remove(secured, admin):
     assert "unknown operation" in rq(
         "acls", "add", "--allow-principal", "User:a", "--cluster", "--operation", "Fly", ok=False
     )
+
+
+# -- rayqueue's native clients with a principal ----------------------------------------------------
+
+
+def test_native_producer_and_consumer_with_a_principal_are_checked(secured, admin):
+    from rayqueue.errors import TopicAuthorizationFailedError
+
+    topic = name("native")
+    admin.create_topic(topic, 1, 1)
+    grant(
+        secured,
+        [
+            AclBinding.of(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:app", "*", Op.WRITE, Perm.ALLOW),
+            AclBinding.of(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:app", "*", Op.READ, Perm.ALLOW),
+        ],
+    )
+    allowed = secured.producer(principal="User:app")
+    refused = secured.producer(principal="User:intruder", retries=0)
+    try:
+        assert allowed.send(topic, b"by app").get(30).offset == 0
+        with pytest.raises(TopicAuthorizationFailedError):
+            refused.send(topic, b"by intruder").get(30)
+    finally:
+        allowed.close()
+        refused.close()
+    assert log_end(secured, topic) == 1
+
+    def read(principal):
+        consumer = secured.consumer(principal=principal, enable_auto_commit=False)
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.seek(TopicPartition(topic, 0), 0)
+            got: list = []
+            for _ in range(40):
+                got.extend(r.value for r in consumer.poll(timeout_ms=250))
+                if got:
+                    return got
+            return got
+        finally:
+            consumer.close()
+
+    assert read("User:app") == [b"by app"]
+    with pytest.raises(TopicAuthorizationFailedError):
+        read("User:intruder")
+    # Without a principal, a native client holds the Ray token: a super user.
+    native_write(secured, topic, b"no principal")
+    assert read(None) == [b"by app", b"no principal"]

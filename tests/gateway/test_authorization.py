@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from actors.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.acl_view import AclView
 from actors.authorizer import STANDARD_AUTHORIZER
 from actors.gateway import authorization as authz
-from actors.gateway.authorization import AclView
 from actors.gateway.handlers import acls, groups, produce, transactions
 from actors.gateway.server import RequestContext
 from actors.metrics import current_request

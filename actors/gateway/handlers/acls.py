@@ -76,7 +76,7 @@ async def _refresh(view: BrokerView) -> None:
     """Take the controller's ACLs now (this connection's next request sees the change)."""
     if view.acls is not None:
         try:
-            view.acls.apply(await authz._watch_acls(view.controller, None, 0.0))
+            view.acls.apply(await authz.watch_acls(view.controller, None, 0.0))
         except Exception:  # noqa: BLE001 - the watch brings the change a moment later
             pass
 
