@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from actors.authorizer import authorizer_enabled
 from actors.gateway.listeners import broker_endpoints
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
@@ -80,6 +81,21 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
         ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),
         ConfigKey("delete.topic.enable", "boolean", True, "Allow topic deletion."),
+        # Authorization (actors/authorizer.py): Kafka's keys. Empty authorizer.class.name: no
+        # authorizer, everything allowed, as Kafka.
+        ConfigKey(
+            "authorizer.class.name",
+            "string",
+            "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACL checks on at the gateways; empty: off.",
+        ),
+        ConfigKey("super.users", "string", "", "Principals allowed everything, e.g. User:admin;User:ops."),
+        ConfigKey(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            "With an authorizer: allow an operation on a resource that has no ACL at all.",
+        ),
         ConfigKey(
             "log.retention.hours", "int", 168, "Retention in hours, used when log.retention.ms is unset.", min=-1
         ),
@@ -295,6 +311,7 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
         broker_endpoints(
             config["listeners"], config["advertised.listeners"], [], config["listener.security.protocol.map"]
         )
+    authorizer_enabled(config["authorizer.class.name"])  # an unknown authorizer fails the launch
     return config
 
 

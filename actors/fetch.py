@@ -115,8 +115,10 @@ class FetchCursor:
         leader_epoch: int = NO_EPOCH,
         end_offset: int | None = None,
         to_log_end: bool = False,
+        principal: str | None = None,
     ) -> None:
         self.position = position
+        self.principal = principal  # a native consumer's, checked by the leader (None: a super user)
         self.leader_epoch = leader_epoch  # the reader sets it anew when it finds a new leader
         self.partition_max_bytes = partition_max_bytes
         self.isolation_level = IsolationLevel(isolation_level)
@@ -141,6 +143,7 @@ class FetchCursor:
             self._min_bytes,
             self.isolation_level,
             self.leader_epoch,
+            principal=self.principal,
         )
 
     def seek(self, position: int) -> None:

@@ -109,6 +109,13 @@ class BrokerMetrics:
             "Requests answered with a Kafka error, by error name",
             ("broker", "path", "request", "error"),
         )
+        self.authorization_denied = _counter(
+            "rayqueue_authorization_denied_total",
+            "kafka.server:type=authorizer-metrics,name=authorization-denied-rate-per-minute",
+            "Requests' resources the authorizer refused, by Kafka's resource type (TOPIC, GROUP, CLUSTER, "
+            "TRANSACTIONAL_ID)",
+            ("broker", "path", "request", "resource_type"),
+        )
         # Replication, computed by the controller from the cluster state it owns.
         self.under_replicated = _gauge(
             "rayqueue_under_replicated_partitions",
@@ -372,6 +379,17 @@ def count_request_error(exc: BaseException) -> None:
     recorder.add(recorder.metrics.request_errors, 1, (*tags.items(), ("error", error_name(exc))))
 
 
+def count_authorization_denied(resource_type: str) -> None:
+    """Count a resource the authorizer refused to the gateway request being served (if any,
+    and if metrics are on)."""
+    served = current_request.get()
+    if served is None:
+        return
+    recorder, tags = served
+    key = (("broker", tags["broker"]), ("path", tags["path"]), ("request", tags["request"]))
+    recorder.add(recorder.metrics.authorization_denied, 1, (*key, ("resource_type", resource_type)))
+
+
 class GatewayMetrics:
     """What a broker's Kafka protocol gateway records: each request's total time by API
     (and acks for Produce), the errors it answers by name, its open connections."""
@@ -418,6 +436,7 @@ __all__ = [
     "BrokerMetrics",
     "Recorder",
     "broker_metrics",
+    "count_authorization_denied",
     "count_request_error",
     "current_request",
     "error_name",

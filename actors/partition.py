@@ -36,6 +36,8 @@ from typing import Any
 
 import ray
 
+from actors.acl import AclOperation, ResourceType
+from actors.acl_view import AclView
 from actors.clock import SYSTEM, Clock
 from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
@@ -90,6 +92,7 @@ from storage.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RequestTimedOutError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
 )
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
@@ -154,6 +157,9 @@ class PartitionReplica:
         self._log.update_high_watermark(hw)
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
+        # The ACLs, for native clients' requests that carry a principal (loaded on the first).
+        self._acls: AclView | None = None
+        self._acls_loading: asyncio.Lock | None = None
         self._replication = dict(DEFAULT_REPLICATION)
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
@@ -301,6 +307,8 @@ class PartitionReplica:
         order = request.checked_order()
         try:
             request = request.checked()
+            if request.principal is not None:
+                await self._authorize(request.principal, AclOperation.WRITE)
             if request.origin is AppendOrigin.CLIENT and self.topic in INTERNAL_TOPICS:
                 # Only the coordinators write their state: one client record there could
                 # stop the next start (Kafka: InvalidTopicException, internalTopicsAllowed).
@@ -308,7 +316,7 @@ class PartitionReplica:
             if request.origin is AppendOrigin.COORDINATOR and _has_control_batch(request.records):
                 # The coordinators' markers go through write_txn_marker, which builds them itself.
                 raise InvalidRecordError("control batches are written by write_txn_marker only")
-        except (InvalidRequestError, InvalidRecordError, InvalidTopicError) as exc:
+        except (InvalidRequestError, InvalidRecordError, InvalidTopicError, TopicAuthorizationFailedError) as exc:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
                 await self._notify()
@@ -443,6 +451,26 @@ class PartitionReplica:
             count=False,
         )
 
+    async def _authorize(self, principal: str, op: AclOperation) -> None:
+        """A native client's principal against the cluster's ACLs on this topic (host ``*``
+        only: Ray calls have no client address); TopicAuthorizationFailedError if refused.
+        One dictionary lookup or so per request; the first one loads the ACLs from the
+        controller, after which they are kept fresh by a long poll."""
+        acls = self._acls
+        if acls is None:
+            if self._acls_loading is None:
+                self._acls_loading = asyncio.Lock()  # created in the actor's event loop
+            async with self._acls_loading:
+                if self._acls is None:
+                    if self._controller is None:
+                        raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition} has no role yet")
+                    view = AclView(None, self._controller)
+                    await view.start()
+                    self._acls = view
+            acls = self._acls
+        if not acls.authorizer.authorize(principal, "", op, ResourceType.TOPIC, self.topic):
+            raise TopicAuthorizationFailedError(f"{principal} may not {op.name} topic {self.topic!r:.200}")
+
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         """Whole batches from ``fetch_offset``, long-polling for data.
 
@@ -457,6 +485,8 @@ class PartitionReplica:
         than 0 or 1).
         """
         request = checked_request(request, FetchRequest)
+        if request.principal is not None:
+            await self._authorize(request.principal, AclOperation.READ)
         if not self._metrics.enabled:
             return await self._fetch(request)
         started = self._clock.monotonic()
@@ -863,6 +893,8 @@ class PartitionReplica:
 
     async def close(self, delete: bool = False) -> None:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
+        if self._acls is not None:
+            self._acls.close()
         self._stop_fetcher()
         self._state.close()
         await self._notify()

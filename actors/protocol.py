@@ -43,6 +43,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from actors.acl import AclBinding, AclBindingFilter
 from actors.types import OffsetAndMetadata, TopicPartition
 from storage.errors import InvalidFetchSizeError, InvalidRequestError, InvalidRequiredAcksError, KafkaError
 from storage.log import MAX_TIMESTAMP
@@ -50,6 +51,7 @@ from storage.producer_state import AppendOrigin
 
 __all__ = [
     "AbortedTransaction",
+    "AclsSnapshot",
     "AddOffsetsToTxnRequest",
     "AddPartitionsToTxnRequest",
     "AllocateProducerIdsRequest",
@@ -62,12 +64,15 @@ __all__ = [
     "AlterUserScramCredentialsRequest",
     "AppendOrigin",
     "CompleteTxnRequest",
+    "CreateAclsRequest",
     "CreatePartitionsRequest",
     "CreateTopicsRequest",
+    "DeleteAclsRequest",
     "DeleteGroupsRequest",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
     "DeleteTopicsRequest",
+    "DescribeAclsRequest",
     "DescribeConfigsRequest",
     "DescribeGroupsRequest",
     "DescribeTransactionsRequest",
@@ -200,6 +205,15 @@ def int_field(
     return value
 
 
+def principal_field(value: Any) -> str | None:
+    """A request's principal: None or ``Type:name`` (InvalidRequestError otherwise)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or ":" not in value or len(value) > 1000:
+        raise InvalidRequestError(f"principal must be Type:name, e.g. User:alice, not {value!r:.60}")
+    return value
+
+
 def _isolation(value: Any) -> IsolationLevel:
     return IsolationLevel(
         int_field("isolation_level", value, IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
@@ -302,6 +316,8 @@ class ProduceRequest(_Message):
     current_leader_epoch: int = NO_EPOCH
     origin: AppendOrigin | str = AppendOrigin.CLIENT
     order: ProduceOrder | None = None
+    # A native producer's principal, checked against the ACLs (None: a super user).
+    principal: str | None = None
 
     def checked_order(self) -> ProduceOrder | None:
         """The call's order, checked first: a call refused for another reason must still
@@ -334,6 +350,7 @@ class ProduceRequest(_Message):
             int_field("current_leader_epoch", self.current_leader_epoch),
             origin,
             order,
+            principal_field(self.principal),
         )
 
 
@@ -366,6 +383,8 @@ class FetchRequest(_Message):
     isolation_level: IsolationLevel | int = IsolationLevel.READ_UNCOMMITTED
     current_leader_epoch: int = NO_EPOCH
     replica_id: int = CONSUMER_REPLICA_ID
+    # A native consumer's principal, checked against the ACLs (None: a super user).
+    principal: str | None = None
 
     def checked(self) -> FetchRequest:
         """This request with every field checked: InvalidFetchSizeError for a
@@ -378,6 +397,7 @@ class FetchRequest(_Message):
             _isolation(self.isolation_level),
             int_field("current_leader_epoch", self.current_leader_epoch),
             int_field("replica_id", self.replica_id),
+            principal_field(self.principal),
         )
 
 
@@ -613,6 +633,40 @@ class DescribeConfigsRequest(_Message):
 
     resource_name: str
     configuration_keys: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsRequest(_Message):
+    """Kafka's CreateAcls: the ACLs to create (an entry the gateway could not read is its
+    KafkaError, answered back in its place); answered with None or an error per entry."""
+
+    creations: tuple[AclBinding | KafkaError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsRequest(_Message):
+    """Kafka's DeleteAcls: answered with, per filter, the ACLs it matched and removed."""
+
+    filters: tuple[AclBindingFilter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeAclsRequest(_Message):
+    """Kafka's DescribeAcls: answered with the ACLs the filter matches."""
+
+    filter: AclBindingFilter
+
+
+@dataclass(frozen=True, slots=True)
+class AclsSnapshot(_Message):
+    """Every ACL by id, at ``version`` (the controller's epoch and its count of ACL
+    changes): what a gateway authorizes with."""
+
+    version: tuple[int, int]
+    acls: Mapping[str, AclBinding]
+    # The broker's authorizer settings, for copies made without the broker configuration:
+    # (an authorizer is configured, super.users, allow.everyone.if.no.acl.found).
+    settings: tuple[bool, tuple[str, ...], bool] = (False, (), False)
 
 
 @dataclass(frozen=True, slots=True)

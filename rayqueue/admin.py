@@ -1,4 +1,4 @@
-"""Admin: topics, configs, records, consumer groups and cluster description (Kafka's Admin client)."""
+"""Admin: topics, configs, records, consumer groups, ACLs and cluster description (Kafka's Admin client)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ from typing import Any
 
 import ray
 
+from actors.acl import ANY_ACL, AclBinding, AclBindingFilter
 from actors.protocol import (
     AlterableConfig,
     AlterConfigOp,
     AlterPartitionReassignmentsRequest,
     AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeTransactionsRequest,
@@ -453,6 +457,29 @@ class Admin:
             time.sleep(0.1)
 
     # -- replication ----------------------------------------------------------------------
+
+    # -- ACLs (Kafka's Admin.createAcls / describeAcls / deleteAcls) ------------------------
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        """Create ACLs in the cluster's metadata log (an existing one is left as it is);
+        the first refused binding raises its error (InvalidRequestError) after the others
+        are created."""
+        answers = call_controller(self._controller.create_acls, CreateAclsRequest(tuple(acls)))
+        for error in answers:
+            if error is not None:
+                raise error
+
+    def describe_acls(self, selector: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        """The ACLs a filter matches (every ACL by default)."""
+        return call_controller(self._controller.describe_acls, DescribeAclsRequest(selector))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every ACL one of the filters matches; returns them (each once)."""
+        deleted = call_controller(self._controller.delete_acls, DeleteAclsRequest(tuple(filters)))
+        out: list[AclBinding] = []
+        for matched in deleted:
+            out.extend(b for b in matched if b not in out)
+        return out
 
     def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, str | None]:
         """Preferred leader election; per partition None when leadership moved, else the reason

@@ -492,6 +492,42 @@ class LogDirLockedError(KafkaStorageError):
     retriable = False
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    """TOPIC_AUTHORIZATION_FAILED: The principal may not do this to the topic."""
+
+    code, retriable = 29, False
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    """GROUP_AUTHORIZATION_FAILED: The principal may not do this to the group."""
+
+    code, retriable = 30, False
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    """CLUSTER_AUTHORIZATION_FAILED: The principal may not do this to the cluster."""
+
+    code, retriable = 31, False
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED: The principal may not use this transactional id."""
+
+    code, retriable = 53, False
+
+
+class SecurityDisabledError(KafkaError):
+    """SECURITY_DISABLED: No authorizer is configured (authorizer.class.name is empty)."""
+
+    code, retriable = 54, False
+
+
+class OperationNotAttemptedError(KafkaError):
+    """OPERATION_NOT_ATTEMPTED: Not attempted because another part of the request failed."""
+
+    code, retriable = 55, False
+
+
 def error_for_code(code: int, message: str = "") -> KafkaError:
     """Build the error instance for a Kafka error ``code``."""
     return BY_CODE.get(code, UnknownServerError)(message)

@@ -25,6 +25,8 @@ from typing import Any
 import ray
 
 from actors import launch
+from actors.acl import AclBinding, AclBindingFilter
+from actors.authorizer import StandardAuthorizer
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
@@ -35,15 +37,19 @@ from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.protocol import (
+    AclsSnapshot,
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
@@ -57,7 +63,9 @@ from actors.protocol import (
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (
     ElectionNotNeededError,
+    InvalidRequestError,
     InvalidTopicError,
+    KafkaError,
     LeaderNotAvailableError,
     PreferredLeaderNotAvailableError,
     TopicAlreadyExistsError,
@@ -74,7 +82,26 @@ REPLICA_CALL_TIMEOUT_S = 30.0  # a hung replica must not stall the controller
 REPLICA_START_TIMEOUT_S = 30.0  # waiting for a dead replica's name to be released
 REPLICA_STOP_TIMEOUT_S = 10.0  # waiting for a killed replica to be gone
 REASSIGNMENT_CHECK_S = 0.1
+ACL_WATCH_S = 30.0  # the longest a gateway's watch_acls call waits for a change
 _ATTACHED, _STARTED = "attached", "started"
+
+
+def _checked_binding(binding: Any) -> AclBinding | KafkaError:
+    """An ACL to create, checked again here (a caller may build an AclBinding by hand)."""
+    if isinstance(binding, KafkaError):
+        return binding
+    if type(binding) is not AclBinding:
+        raise InvalidRequestError(f"an ACL must be an AclBinding, not {type(binding).__name__}")
+    try:
+        return AclBinding.of(*(getattr(binding, name) for name in AclBinding.__slots__))
+    except KafkaError as exc:
+        return exc
+
+
+def _checked_filter(selector: Any) -> AclBindingFilter:
+    if type(selector) is not AclBindingFilter:
+        raise InvalidRequestError(f"an ACL filter must be an AclBindingFilter, not {type(selector).__name__}")
+    return AclBindingFilter.of(*(getattr(selector, name) for name in AclBindingFilter.__slots__))
 
 
 def _restarted_by_ray() -> bool:
@@ -112,6 +139,9 @@ class Controller:
         self._started = False
         self._stopping = False
         self._restart_task: asyncio.Task | None = None
+        self._acl_watch: asyncio.Event | None = None  # set (and replaced) when the ACLs change
+        auth = StandardAuthorizer.from_config(self._config)
+        self._authorizer_settings = (auth.enabled, tuple(sorted(auth.super_users)), auth.allow_everyone_if_no_acl_found)
         if _restarted_by_ray():
             # Leaders call alter_partition and replicas die whether or not a client calls us:
             # a restarted controller brings itself up. A task of the actor's own event loop
@@ -325,6 +355,58 @@ class Controller:
         first = block.producer_id_start
         logger.info("allocated producer ids [%d, %d)", first, first + block.producer_id_len)
         return block
+
+    # -- ACLs -------------------------------------------------------------------------------
+
+    async def create_acls(self, request: CreateAclsRequest) -> list[KafkaError | None]:
+        """Kafka's CreateAcls: durable in the metadata log before it is answered; per entry
+        None or its error (INVALID_REQUEST for an ACL that is not one)."""
+        require(request, CreateAclsRequest)
+        creations = [_checked_binding(b) for b in request.creations]
+        async with self._mutex():
+            out = self._quorum.commit(self._quorum.acls.create_acls(creations))
+        self._acls_changed()
+        return out  # type: ignore[return-value]
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> list[list[AclBinding]]:
+        """Kafka's DeleteAcls: per filter, the ACLs it matched, all removed durably."""
+        require(request, DeleteAclsRequest)
+        filters = [_checked_filter(f) for f in request.filters]
+        async with self._mutex():
+            out = self._quorum.commit(self._quorum.acls.delete_acls(filters))
+        self._acls_changed()
+        return out  # type: ignore[return-value]
+
+    async def describe_acls(self, request: DescribeAclsRequest) -> list[AclBinding]:
+        """Kafka's DescribeAcls: the ACLs the filter matches."""
+        require(request, DescribeAclsRequest)
+        return self._quorum.acls.describe(_checked_filter(request.filter))
+
+    async def watch_acls(self, known: tuple[int, int] | None, timeout_s: float = ACL_WATCH_S) -> AclsSnapshot:
+        """Every ACL, as soon as it differs from version ``known`` (at once when it does
+        already), else after ``timeout_s``: the gateways' long poll for their copy."""
+        if self._acl_version() == known:
+            event = self._acl_event()
+            try:
+                await asyncio.wait_for(event.wait(), min(max(0.0, float(timeout_s)), ACL_WATCH_S))
+            except TimeoutError:
+                pass
+        return AclsSnapshot(self._acl_version(), dict(self._quorum.acls.acls), self._authorizer_settings)
+
+    def _acl_version(self) -> tuple[int, int]:
+        return (self._cluster.controller_epoch, self._quorum.acls.version)
+
+    def _acl_event(self) -> asyncio.Event:
+        # Created lazily so it belongs to the actor's event loop.
+        if self._acl_watch is None:
+            self._acl_watch = asyncio.Event()
+        return self._acl_watch
+
+    def _acls_changed(self) -> None:
+        """Wake the gateways waiting in watch_acls."""
+        event, self._acl_watch = self._acl_watch, None
+        if event is not None:
+            event.set()
 
     # -- metadata -------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 with its single-voter log).
 
 The managers decide (:mod:`.cluster_control`, :mod:`.replication_control`,
-:mod:`.configuration_control`, :mod:`.producer_id_control`, :mod:`.scram_control`): each change is a list of
+:mod:`.configuration_control`, :mod:`.producer_id_control`, :mod:`.scram_control`, :mod:`.acl_control`): each change is a list of
 records (a :class:`ControllerResult`). :meth:`QuorumController.commit` appends them to the
 metadata log, fsynced, and only then replays them into the managers, so what the controller
 acts on is always what a restarted controller rebuilds. A start replays the log; a record
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from actors import internal_records as stored
 from actors.config import broker_config
 from actors.controller import records
+from actors.controller.acl_control import AclControlManager
 from actors.controller.cluster_control import ClusterControlManager
 from actors.controller.configuration_control import ConfigurationControlManager
 from actors.controller.producer_id_control import ProducerIdControlManager
@@ -51,6 +52,7 @@ _REPLICATION = frozenset({"topic", "topic_id", "partition", "delete_topic"})
 _CONFIGURATION = frozenset({"topic", "topic_config", "delete_topic"})
 _CLUSTER = frozenset({"cluster", "controller_epoch", "broker", "listener"})
 _SCRAM = frozenset({"user_scram_credential", "remove_user_scram_credential"})
+_ACL = frozenset({"acl", "remove_acl"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ class QuorumController:
         self.replication = ReplicationControlManager(self.config, self.cluster, self.configuration, rng)
         self.producer_ids = ProducerIdControlManager()
         self.scram = ScramControlManager()
+        self.acls = AclControlManager()
         self.on_partition_change = on_partition_change
         self._log = MetadataLog(self.root / f"{METADATA_TOPIC}-0")
         self.skipped = stored.SkippedRecords(METADATA_TOPIC)
@@ -108,6 +111,8 @@ class QuorumController:
             self.producer_ids.replay(record)
         elif kind in _SCRAM:
             self.scram.replay(record)
+        elif kind in _ACL:
+            self.acls.replay(record)
         else:
             # Replication first: it refuses a record about an unknown topic before the
             # configuration manager changes anything.

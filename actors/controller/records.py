@@ -1,6 +1,7 @@
 """The controller's metadata records: their fields, the check a replayed one passes, and the
 functions that make each kind (KRaft's ``RegisterBrokerRecord``, ``TopicRecord``,
-``PartitionRecord``, ``ConfigRecord``, ``RemoveTopicRecord``, ``ProducerIdsRecord``...).
+``PartitionRecord``, ``ConfigRecord``, ``RemoveTopicRecord``, ``ProducerIdsRecord``,
+``AccessControlEntryRecord``, ``RemoveAccessControlEntryRecord``...).
 
 A record is a JSON object with a ``type``; the metadata log (``actors.metadata_log``) stores
 one per v2 record. Every change the managers decide is one of these, appended before it is
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from actors import internal_records as stored
+from actors.acl import AclBinding
 
 NO_LEADER = -1
 T = TypeVar("T")
@@ -64,6 +66,17 @@ RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "iterations": (int,),
     },
     "remove_user_scram_credential": {"name": (str,), "mechanism": (str,)},
+    "acl": {
+        "id": (str,),
+        "resource_type": (int,),
+        "resource_name": (str,),
+        "pattern_type": (int,),
+        "principal": (str,),
+        "host": (str,),
+        "operation": (int,),
+        "permission_type": (int,),
+    },
+    "remove_acl": {"id": (str,)},
 }
 _INT_LISTS = {"partition": ("replicas", "isr", "target")}
 
@@ -219,3 +232,13 @@ def user_scram_credential(
 def remove_user_scram_credential(name: str, mechanism: str) -> dict[str, Any]:
     """A user's SCRAM credential for one mechanism, removed."""
     return {"type": "remove_user_scram_credential", "name": name, "mechanism": mechanism}
+
+
+def acl(acl_id: str, binding: AclBinding) -> dict[str, Any]:
+    """An ACL created, with its id (Kafka's AccessControlEntryRecord)."""
+    return {"type": "acl", "id": acl_id, **binding.to_record()}
+
+
+def remove_acl(acl_id: str) -> dict[str, Any]:
+    """An ACL deleted (Kafka's RemoveAccessControlEntryRecord)."""
+    return {"type": "remove_acl", "id": acl_id}

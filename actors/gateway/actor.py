@@ -23,10 +23,11 @@ from typing import Any
 import ray
 
 from actors import launch
+from actors.acl_view import AclView
 from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.credentials import ScramCredentialCache
-from actors.gateway.handlers import admin, fetch, groups, metadata, offsets, produce, sasl, scram, transactions
+from actors.gateway.handlers import acls, admin, fetch, groups, metadata, offsets, produce, sasl, scram, transactions
 from actors.gateway.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
 from actors.gateway.security import check_listener_security, listener_security
 from actors.gateway.server import KafkaServer, Limits
@@ -53,6 +54,7 @@ FAMILIES = (
     transactions.APIS,
     sasl.APIS,
     scram.APIS,
+    acls.APIS,
 )
 
 
@@ -147,6 +149,10 @@ class Gateway:
             launch.find_actor(TRANSACTION_COORDINATOR_NAME, self._namespace),
             launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
         )
+        # The ACLs are loaded before the listener opens: no request is answered without them.
+        acls = AclView(self._config, view.controller)
+        await acls.start()
+        view.acls = acls
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
             metrics = GatewayMetrics(self._namespace, broker_id)
@@ -180,6 +186,7 @@ class Gateway:
         except BaseException:
             for server in servers:
                 await server.close()
+            acls.close()
             raise
         self._servers = servers
         if metrics is not None and self._metrics_task is None:
@@ -206,6 +213,10 @@ class Gateway:
         if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
             keeper.cancel()
         servers, self._servers = self._servers, []
+        if servers:
+            acls = getattr(servers[0].state, "acls", None)  # one view (and its ACLs) for every listener
+            if acls is not None:
+                acls.close()
         for server in servers:
             await server.close()
         self._address = None
@@ -239,6 +250,9 @@ class Gateway:
             "listeners": {
                 s.security.name: (s.security.protocol, len(s.connections), s.closed_for_errors) for s in servers
             },
+            # The copy of the ACLs it authorizes with: the controller's version, and how many.
+            "acl_version": acls.version if (acls := servers[0].state.acls if servers else None) else None,
+            "acls": len(acls.authorizer) if acls else 0,
         }
 
     async def ping(self) -> int:

@@ -100,6 +100,8 @@ class BrokerView:
         self.group_coordinator = group_coordinator
         self.cluster_id = ""
         self.read_ahead_hits = 0  # Fetch answers taken from a read-ahead (fetch.py)
+        # The gateway's copy of the ACLs (actors.gateway.authorization.AclView); None: no checks.
+        self.acls: Any = None
         self._topics: dict[str, TopicMetadata] = {}
         self._fetched_at: dict[str, float] = {}
         self._by_id: dict[uuid.UUID, str] = {}

@@ -24,6 +24,7 @@ import datetime
 import functools
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any
 
@@ -129,19 +130,27 @@ def make(cls: type, field_name: str, **values: Any) -> Any:
 def topics_with_one_code(response_cls: type, topics: Any, code: int) -> tuple[Any, ...]:
     """The ``topics`` array of an OffsetCommit / TxnOffsetCommit response: every partition
     the request named, answered with the same error ``code``."""
+    return topics_with_codes(response_cls, topics, lambda _: code)
+
+
+def topics_with_codes(response_cls: type, topics: Any, code_of: Callable[[str], int]) -> tuple[Any, ...]:
+    """The same, each topic's partitions answered with ``code_of(topic name)``."""
     topic_cls = nested(response_cls, "topics")
-    return tuple(
-        make(
-            response_cls,
-            "topics",
-            name=t.name,
-            partitions=tuple(
-                make(topic_cls, "partitions", partition_index=p.partition_index, error_code=error_code(code))
-                for p in t.partitions
-            ),
+    out = []
+    for t in topics:
+        code = error_code(code_of(t.name))
+        out.append(
+            make(
+                response_cls,
+                "topics",
+                name=t.name,
+                partitions=tuple(
+                    make(topic_cls, "partitions", partition_index=p.partition_index, error_code=code)
+                    for p in t.partitions
+                ),
+            )
         )
-        for t in topics
-    )
+    return tuple(out)
 
 
 class _Chunks(list):

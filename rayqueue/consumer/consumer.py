@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any
 
+from actors.protocol import principal_field
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.config import CONSUMER_CONFIG
 from rayqueue.connection import ClusterHandle, connect
@@ -63,7 +64,12 @@ class Consumer:
     """A Kafka-style consumer. Create with ``rayqueue.Consumer(cluster, **config)``."""
 
     def __init__(
-        self, cluster: ClusterHandle | None = None, config: Mapping[str, Any] | None = None, **kwargs: Any
+        self,
+        cluster: ClusterHandle | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        principal: str | None = None,
+        **kwargs: Any,
     ) -> None:
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         cfg = self.config
@@ -74,6 +80,9 @@ class Consumer:
             "consumer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
         )
         self._fetcher = Fetcher(self._subscriptions, self._metadata, cfg, metrics=self._metrics)
+        # ``principal`` (``User:alice``): the partition leaders check each fetch against the
+        # cluster's ACLs (READ on the topic); without one, a super user.
+        self._fetcher.principal = principal_field(principal)
         self._max_poll_records = cfg["max.poll.records"]
         self._closed = False
         self._group: ConsumerCoordinator | None = None

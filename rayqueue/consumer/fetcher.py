@@ -291,6 +291,7 @@ class Fetcher:
         metrics: ClientMetrics | None = None,
     ) -> None:
         self._metrics = metrics
+        self.principal: str | None = None  # the consumer's, sent with each fetch (None: a super user)
         self._subscriptions = subscriptions
         self._metadata = metadata
         self._fetches: dict[TopicPartition, _PartitionFetch] = {}
@@ -331,6 +332,7 @@ class Fetcher:
             min_bytes=self._min_bytes,
             isolation_level=self._isolation,
             end_offset=self._end_offsets.get(tp),
+            principal=self.principal,
         )
         fetch = self._fetches[tp] = _PartitionFetch(state, state.seek_generation, cursor)
         return fetch

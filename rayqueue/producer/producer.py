@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.protocol import AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest
+from actors.protocol import AddOffsetsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest, principal_field
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue.config import PRODUCER_CONFIG, producer_config
 from rayqueue.connection import ClusterHandle, connect
@@ -47,7 +47,12 @@ class Producer:
     """A thread-safe Kafka-style producer. Create with ``rayqueue.Producer(cluster, **config)``."""
 
     def __init__(
-        self, cluster: ClusterHandle | None = None, config: Mapping[str, Any] | None = None, **kwargs: Any
+        self,
+        cluster: ClusterHandle | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        principal: str | None = None,
+        **kwargs: Any,
     ) -> None:
         self.config = producer_config(config, **kwargs)
         self._cluster = cluster if cluster is not None else connect()
@@ -85,6 +90,9 @@ class Producer:
             "producer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
         )
         self._sender = Sender(cfg, self._accumulator, self._metadata, self._txn, idempotence_explicit, self._metrics)
+        # ``principal`` (``User:alice``): the partition leaders check each produce call
+        # against the cluster's ACLs (WRITE on the topic); without one, a super user.
+        self._sender.principal = principal_field(principal)
         self._sender.start()
 
     # -- the user API ---------------------------------------------------------------------

@@ -87,6 +87,8 @@ class Sender:
     ) -> None:
         self._acc = accumulator
         self._metrics = metrics
+        # The producer's principal, checked by the leaders against the ACLs (None: a super user).
+        self.principal: str | None = None
         self._lock = accumulator.lock  # one lock for the accumulator and the sender
         self._wakeup = accumulator.wakeup
         self._metadata = metadata
@@ -367,7 +369,15 @@ class Sender:
     def produce(self, leader: Any, data: bytes, order: ProduceOrder | None = None) -> Any:
         """One ProduceRequest to a partition leader (an ObjectRef); tests replace it to lose answers."""
         return leader.leader_handle.produce.remote(
-            ProduceRequest(data, self._acks, self._request_timeout_ms, leader.leader_epoch, AppendOrigin.CLIENT, order)
+            ProduceRequest(
+                data,
+                self._acks,
+                self._request_timeout_ms,
+                leader.leader_epoch,
+                AppendOrigin.CLIENT,
+                order,
+                self.principal,
+            )
         )
 
     def _on_resolved(self, request: InFlightRequest, future: Any) -> None:

@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from actors.acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
 from actors.clock import ManualClock
 from actors.controller import records
 from actors.controller.configuration_control import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
@@ -647,3 +648,59 @@ def test_a_record_that_fails_its_check_changes_nothing(quorum):
         with pytest.raises((ValueError, TypeError, KeyError)):
             quorum.replay(record)
     assert snapshot(quorum) == before
+
+
+# -- ACLs ---------------------------------------------------------------------------------
+
+
+def _acl(name: str, principal: str = "User:alice", op=AclOperation.READ, pattern=PatternType.LITERAL) -> AclBinding:
+    return AclBinding.of(ResourceType.TOPIC, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
+
+
+def test_acls_are_created_once_deleted_by_filter_and_survive_a_restart(tmp_path):
+    q = open_quorum(tmp_path)
+    bad = InvalidRequestError("unreadable entry")
+    version = q.acls.version
+    results = q.commit(q.acls.create_acls([_acl("a"), _acl("b"), bad, _acl("a")]))
+    assert results == [None, None, bad, None]
+    assert sorted(b.name for b in q.acls.acls.values()) == ["a", "b"] and q.acls.version == version + 2
+    # Creating an ACL that exists writes nothing (Kafka's CreateAcls is idempotent).
+    again = q.acls.create_acls([_acl("a")])
+    assert again.records == [] and again.response == [None]
+    q.commit(q.acls.create_acls([_acl("p-", "User:bob", pattern=PatternType.PREFIXED)]))
+    kept = dict(q.acls.acls)
+    q.close()
+    q = open_quorum(tmp_path)
+    try:
+        assert q.acls.acls == kept  # replayed from the metadata log, ids and all
+        by_name = AclBindingFilter.of(ResourceType.TOPIC, "p-x", PatternType.MATCH)
+        assert q.acls.describe(by_name) == [_acl("p-", "User:bob", pattern=PatternType.PREFIXED)]
+        # Two filters matching the same ACL: listed under both, removed once.
+        deleted = q.commit(
+            q.acls.delete_acls([AclBindingFilter.of(name="a"), AclBindingFilter.of(principal="User:alice")])
+        )
+        assert deleted == [[_acl("a")], [_acl("a"), _acl("b")]]
+        assert q.acls.describe(AclBindingFilter.of()) == [_acl("p-", "User:bob", pattern=PatternType.PREFIXED)]
+        assert q.commit(q.acls.delete_acls([AclBindingFilter.of(name="nothing")])) == [[]]
+    finally:
+        q.close()
+    q = open_quorum(tmp_path)
+    try:
+        assert list(q.acls.acls.values()) == [_acl("p-", "User:bob", pattern=PatternType.PREFIXED)]
+    finally:
+        q.close()
+
+
+def test_an_acl_record_that_is_no_acl_is_refused(quorum):
+    before = dict(quorum.acls.acls)
+    good = records.acl("id-1", _acl("t"))
+    for record in [
+        {**good, "operation": 99},
+        {**good, "pattern_type": PatternType.MATCH.value},
+        {**good, "principal": "no-type"},
+        {**good, "resource_name": 5},
+        {"type": "remove_acl", "id": "never-created"},
+    ]:
+        with pytest.raises((ValueError, TypeError, KeyError)):
+            quorum.replay(record)
+    assert quorum.acls.acls == before

@@ -7,6 +7,11 @@ to clients). The controller checks names, counts, assignments and configs, also 
 ``validate_only`` requests, which it answers without changing anything. DeleteRecords goes
 to each partition's leader. These requests run alone on their connection (``exclusive``),
 as every request does on a Kafka broker.
+
+With an authorizer, as Kafka's KafkaApis: CreateTopics needs CREATE on the cluster or the
+topic, DeleteTopics DELETE, CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS and
+IncrementalAlterConfigs ALTER_CONFIGS (on the topic; on the cluster for broker configs),
+DeleteRecords DELETE; refused ones get TOPIC_ or CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from actors.acl import CLUSTER_NAME
 from actors.config import BROKER_CONFIG
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import (
     AUTHORIZED_OPERATIONS_OMITTED,
     BrokerView,
@@ -45,6 +52,7 @@ from storage.errors import (
     EligibleLeadersNotAvailableError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
@@ -142,10 +150,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     resp_cls = ctx.schema.response
     topic_cls = nested(resp_cls, "topics")
     dup = _duplicates(t.name for t in request.topics)
+    # CREATE on the cluster, or on each topic (Kafka's KafkaApis.handleCreateTopicsRequest).
+    cluster_create = authz.authorized_cluster(ctx, authz.Op.CREATE, count=False)
     results = []
     for t in request.topics:
         if t.name in dup:
             results.append(_created(topic_cls, t.name, InvalidRequestError.code, "topic named twice", None))
+            continue
+        if not cluster_create and not authz.authorized(ctx, authz.Op.CREATE, authz.TOPIC, t.name):
+            code = authz.denied_code(authz.TOPIC)
+            results.append(_created(topic_cls, t.name, code, "not authorized to create the topic", None))
             continue
         try:
             asked = CreateTopicsRequest(
@@ -158,7 +172,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             )
             meta = await _create_topic(view.controller, asked)
             view.invalidate(t.name)
-            configs = {} if asked.validate_only else await _topic_configs(view, t.name)
+            configs = {}
+            if not asked.validate_only and authz.authorized(ctx, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC, t.name):
+                configs = await _topic_configs(view, t.name)
             results.append(_created(topic_cls, t.name, NONE, None, meta, configs))
         except Exception as exc:  # noqa: BLE001 - the topic's error code
             results.append(_created(topic_cls, t.name, _code(exc), error_message_of(exc), None))
@@ -232,6 +248,11 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
         try:
             if name is None:
                 name = view.topic_name(tid)
+                if not authz.authorized(ctx, authz.Op.DESCRIBE, authz.TOPIC, name):
+                    # As Kafka: a topic id the principal may not describe is not known to it.
+                    name = None
+                    raise UnknownTopicIdError(f"unknown topic id {tid}")
+            authz.check(ctx, authz.Op.DELETE, authz.TOPIC, name)
             meta = (await view.cluster([name])).topics.get(name)
             if meta is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
@@ -262,6 +283,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         try:
             if t.name in dup:
                 raise InvalidRequestError("topic named twice")
+            authz.check(ctx, authz.Op.ALTER, authz.TOPIC, t.name)
             assignments = None
             if t.assignments is not None:
                 assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments)
@@ -289,10 +311,12 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         keys = tuple(r.configuration_keys) if r.configuration_keys is not None else None
         try:
             if r.resource_type == TOPIC_RESOURCE:
+                authz.check(ctx, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC, r.resource_name)
                 described = await _describe_configs(view.controller, DescribeConfigsRequest(r.resource_name, keys))
                 for key, (value, source) in sorted(described.items()):
                     entries.append((key, value, source, False, LOG_CONFIG.keys.get(key)))
             elif r.resource_type == BROKER_RESOURCE:
+                authz.check(ctx, authz.Op.DESCRIBE_CONFIGS, authz.CLUSTER, CLUSTER_NAME)
                 if r.resource_name and not r.resource_name.isdigit():
                     raise InvalidRequestError(f"broker resource name {r.resource_name!r} is not a broker id")
                 for key, spec in sorted(BROKER_CONFIG.keys.items()):
@@ -350,6 +374,10 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     for r in request.resources:
         code, message = NONE, None
         try:
+            if r.resource_type == BROKER_RESOURCE:
+                authz.check(ctx, authz.Op.ALTER_CONFIGS, authz.CLUSTER, CLUSTER_NAME)
+            elif r.resource_type == TOPIC_RESOURCE:
+                authz.check(ctx, authz.Op.ALTER_CONFIGS, authz.TOPIC, r.resource_name)
             if r.resource_type != TOPIC_RESOURCE:
                 raise InvalidRequestError("only topic configs can be altered; broker configs are static")
             changes = tuple(AlterableConfig(c.name, int(c.config_operation), c.value) for c in r.configs)
@@ -392,7 +420,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             error_code=error_code(code),
         )
 
-    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one)
+    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one, ctx, authz.Op.DELETE)
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 

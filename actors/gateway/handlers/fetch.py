@@ -37,6 +37,7 @@ from typing import Any
 import ray
 
 from actors.clock import SYSTEM
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
@@ -131,6 +132,16 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                 code=code,
             )
             parts.append(part)
+    if authz.enabled(ctx):
+        # A consumer's fetch needs READ on each topic (followers are Ray's business here).
+        readable: dict[str, bool] = {}
+        for part in parts:
+            if part.code == NONE and part.topic is not None:
+                ok = readable.get(part.topic)
+                if ok is None:
+                    ok = readable[part.topic] = authz.authorized(ctx, authz.Op.READ, authz.TOPIC, part.topic)
+                if not ok:
+                    part.code = authz.denied_code(authz.TOPIC)
     for part in parts:
         if part.code == NONE:
             try:

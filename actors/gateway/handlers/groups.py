@@ -16,6 +16,12 @@ partitions; kio's ConsumerProtocolSubscription/Assignment) only feeds DescribeGr
 ``rayqueue groups describe``. Offsets (OffsetCommit, OffsetFetch with KIP-709's
 multi-group form, OffsetDelete) are the same ``__consumer_offsets`` records as native
 commits; DescribeGroups, ListGroups and DeleteGroups are the coordinator's.
+
+With an authorizer, as Kafka's KafkaApis: FindCoordinator needs DESCRIBE on the group (or
+transactional id); JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on the
+group (OffsetCommit also READ on each topic, OffsetDelete READ on each topic and DELETE on
+the group); OffsetFetch and DescribeGroups DESCRIBE; DeleteGroups DELETE; ListGroups shows
+every group to a principal that may DESCRIBE the cluster, else the groups it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from typing import Any
 
 from kio.serial import entity_reader
 
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView, listed_brokers, listener_of
-from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_one_code
+from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_codes, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
 from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
@@ -215,6 +222,10 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     answers = []
     for key in keys:
         try:
+            if key_type == KEY_TYPE_GROUP:
+                authz.check(ctx, authz.Op.DESCRIBE, authz.GROUP, key)
+            elif key_type == KEY_TYPE_TRANSACTION:
+                authz.check(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, key)
             broker = await _coordinator_of(view, key, key_type, listener_of(ctx))
             answers.append((key, NONE, None, broker.broker_id, broker.host, broker.port))
         except Exception as exc:  # noqa: BLE001 - answered as its error code
@@ -268,6 +279,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     }
     code = NONE
     try:
+        authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         result = await _join_group(
             view.group_coordinator,
             JoinGroupRequest(
@@ -318,6 +330,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
     try:
+        authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         answer = await _sync_group(
             view.group_coordinator,
             SyncGroupRequest(
@@ -346,6 +359,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     code = NONE
     try:
+        authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         await _heartbeat(
             view.group_coordinator,
             HeartbeatRequest(
@@ -365,6 +379,12 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     batched = has_field(type(request), "members")
     leaving = [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
+    if not authz.authorized(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        # As Kafka's LeaveGroupRequest.getErrorResponse: the request's error, no members.
+        denied = error_code(authz.denied_code(authz.GROUP))
+        if not batched:
+            return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=denied)
+        return ctx.schema.response_of(throttle_time=ZERO_MS, error_code=denied, members=())
     codes = []
     for member_id, instance_id in leaving:
         try:
@@ -391,8 +411,16 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     """OffsetCommit v2-v8 (one call to the coordinator for the whole request)."""
     view: BrokerView = ctx.state
+    if not authz.authorized(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        code = authz.denied_code(authz.GROUP)
+        return ctx.schema.response_of(
+            throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, code)
+        )
+    denied = authz.unauthorized_topics(ctx, authz.Op.READ, (t.name for t in request.topics))
     offsets = {}
     for t in request.topics:
+        if t.name in denied:
+            continue  # its partitions are answered TOPIC_AUTHORIZATION_FAILED, nothing committed
         for p in t.partitions:
             offsets[TopicPartition(t.name, int(p.partition_index))] = OffsetAndMetadata(
                 int(p.committed_offset),
@@ -402,29 +430,45 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             )
     code = NONE
     try:
-        await _commit_offsets(
-            view.group_coordinator,
-            OffsetCommitRequest(
-                request.group_id,
-                offsets,
-                request.member_id,
-                getattr(request, "group_instance_id", None),
-                int(request.generation_id_or_member_epoch),
-            ),
-        )
+        if offsets or not denied:
+            await _commit_offsets(
+                view.group_coordinator,
+                OffsetCommitRequest(
+                    request.group_id,
+                    offsets,
+                    request.member_id,
+                    getattr(request, "group_instance_id", None),
+                    int(request.generation_id_or_member_epoch),
+                ),
+            )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
         code = _code(exc)
+    topic_denied = authz.denied_code(authz.TOPIC)
     return ctx.schema.response_of(
-        throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, code)
+        throttle_time=ZERO_MS,
+        topics=topics_with_codes(ctx.schema.response, request.topics, lambda t: topic_denied if t in denied else code),
     )
 
 
 async def _fetch_group(
-    view: BrokerView, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
+    ctx: RequestContext, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
 ) -> tuple[int, dict[str, list[tuple[int, OffsetAndMetadata | None, int]]]]:
-    """(group error, topic -> [(partition, committed or None, error)]) of one group."""
-    partitions = None if asked is None else tuple(TopicPartition(t, p) for t, ps in asked for p in ps)
+    """(group error, topic -> [(partition, committed or None, error)]) of one group: DESCRIBE
+    on the group, and on each topic (a named topic refused is TOPIC_AUTHORIZATION_FAILED;
+    asked for all, the refused topics are left out)."""
+    view: BrokerView = ctx.state
     out: dict[str, list[tuple[int, OffsetAndMetadata | None, int]]] = defaultdict(list)
+    if not authz.authorized(ctx, authz.Op.DESCRIBE, authz.GROUP, group_id):
+        return authz.denied_code(authz.GROUP), {}
+    if asked is not None:
+        denied = authz.unauthorized_topics(ctx, authz.Op.DESCRIBE, (t for t, _ in asked))
+        for t, ps in asked:
+            if t in denied:
+                out[t].extend((p, None, authz.denied_code(authz.TOPIC)) for p in ps)
+        asked = [(t, ps) for t, ps in asked if t not in denied]
+        if not asked:
+            return NONE, out
+    partitions = None if asked is None else tuple(TopicPartition(t, p) for t, ps in asked for p in ps)
     try:
         committed = await _fetch_offsets(
             view.group_coordinator, OffsetFetchRequest(group_id, partitions, require_stable)
@@ -438,8 +482,10 @@ async def _fetch_group(
             out[t].extend((p, None, code) for p in ps)
         return NONE, out
     if asked is None:
+        shown = set(authz.visible(ctx, authz.Op.DESCRIBE, authz.TOPIC, {tp.topic for tp in committed}))
         for tp, om in sorted(committed.items()):
-            out[tp.topic].append((tp.partition, om, NONE))
+            if tp.topic in shown:
+                out[tp.topic].append((tp.partition, om, NONE))
     else:
         for t, ps in asked:
             out[t].extend((p, committed.get(TopicPartition(t, p)), NONE) for p in ps)
@@ -478,13 +524,12 @@ def _asked(topics: Any) -> list[tuple[str, list[int]]] | None:
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     """OffsetFetch v1-v8 (v8: several groups at once, KIP-709)."""
-    view: BrokerView = ctx.state
     require_stable = bool(getattr(request, "require_stable", False))
     resp = ctx.schema.response
     if has_field(type(request), "groups"):
         groups = []
         for g in request.groups:
-            code, topics = await _fetch_group(view, g.group_id, _asked(g.topics), require_stable)
+            code, topics = await _fetch_group(ctx, g.group_id, _asked(g.topics), require_stable)
             groups.append(
                 make(
                     resp,
@@ -495,7 +540,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 )
             )
         return ctx.schema.response_of(throttle_time=ZERO_MS, groups=tuple(groups))
-    code, topics = await _fetch_group(view, request.group_id, _asked(request.topics), require_stable)
+    code, topics = await _fetch_group(ctx, request.group_id, _asked(request.topics), require_stable)
     return ctx.schema.response_of(
         throttle_time=ZERO_MS, error_code=error_code(code), topics=_fetched_topics(resp, "topics", topics)
     )
@@ -504,16 +549,26 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     """OffsetDelete v0."""
     view: BrokerView = ctx.state
-    asked = [TopicPartition(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    denied = authz.unauthorized_topics(ctx, authz.Op.READ, (t.name for t in request.topics))
+    asked = [
+        TopicPartition(t.name, int(p.partition_index))
+        for t in request.topics
+        if t.name not in denied
+        for p in t.partitions
+    ]
     code, results = NONE, {}
     try:
-        results = await _delete_offsets(view.group_coordinator, OffsetDeleteRequest(request.group_id, tuple(asked)))
+        authz.check(ctx, authz.Op.DELETE, authz.GROUP, request.group_id)
+        if asked or not denied:
+            results = await _delete_offsets(view.group_coordinator, OffsetDeleteRequest(request.group_id, tuple(asked)))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
     resp = ctx.schema.response
     topic_cls = nested(resp, "topics")
 
     def part_code(tp: TopicPartition) -> int:
+        if tp.topic in denied:
+            return authz.denied_code(authz.TOPIC)
         error = results.get(tp)
         return error.code if isinstance(error, KafkaError) else NONE
 
@@ -548,20 +603,46 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     resp = ctx.schema.response
     group_cls = nested(resp, "groups")
+    allowed = [g for g in request.groups if authz.authorized(ctx, authz.Op.DESCRIBE, authz.GROUP, g)]
+    refused = [g for g in request.groups if g not in set(allowed)]
     try:
-        described = await _describe_groups(view.group_coordinator, DescribeGroupsRequest(tuple(request.groups)))
+        described = await _describe_groups(view.group_coordinator, DescribeGroupsRequest(tuple(allowed)))
     except Exception as exc:  # noqa: BLE001 - every group gets the error
         code = error_code(_code(exc))
         return ctx.schema.response_of(
             throttle_time=ZERO_MS,
             groups=tuple(
-                make(resp, "groups", error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="")
+                make(
+                    resp,
+                    "groups",
+                    error_code=code,
+                    group_id=g,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                )
                 for g in request.groups
             ),
         )
+    denied = error_code(authz.denied_code(authz.GROUP))
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
         groups=tuple(
+            make(
+                resp,
+                "groups",
+                error_code=denied,
+                group_id=g,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=-(2**31),
+            )
+            for g in refused
+        )
+        + tuple(
             make(
                 resp,
                 "groups",
@@ -599,6 +680,10 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         groups = await _list_groups(view.group_coordinator)
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
+    if groups and authz.enabled(ctx) and not authz.authorized_cluster(ctx, authz.Op.DESCRIBE, count=False):
+        # Without DESCRIBE on the cluster, only the groups the principal may describe.
+        shown = set(authz.visible(ctx, authz.Op.DESCRIBE, authz.GROUP, [g[0] for g in groups]))
+        groups = [g for g in groups if g[0] in shown]
     resp = ctx.schema.response
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
@@ -615,11 +700,14 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     """DeleteGroups v0-v2."""
     view: BrokerView = ctx.state
     names = tuple(request.groups_names)
+    allowed = tuple(g for g in names if authz.authorized(ctx, authz.Op.DELETE, authz.GROUP, g))
+    codes = dict.fromkeys(names, authz.denied_code(authz.GROUP))
     try:
-        results = await _delete_groups(view.group_coordinator, DeleteGroupsRequest(names))
-        codes = {g: (e.code if isinstance(e, KafkaError) else NONE) for g, e in results.items()}
+        if allowed:
+            results = await _delete_groups(view.group_coordinator, DeleteGroupsRequest(allowed))
+            codes.update({g: (e.code if isinstance(e, KafkaError) else NONE) for g, e in results.items()})
     except Exception as exc:  # noqa: BLE001 - every group gets the error
-        codes = dict.fromkeys(names, _code(exc))
+        codes.update(dict.fromkeys(allowed, _code(exc)))
     resp = ctx.schema.response
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,

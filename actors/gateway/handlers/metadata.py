@@ -1,13 +1,20 @@
 """Metadata: the brokers are the gateways, with leaders, replicas, ISR, leader epochs and
-topic ids from the controller; topics a producer names are auto-created as Kafka does."""
+topic ids from the controller; topics a producer names are auto-created as Kafka does.
+
+With an authorizer (as Kafka's KafkaApis): a named topic the principal may not DESCRIBE is
+answered TOPIC_AUTHORIZATION_FAILED without being looked up or created; asked for all
+topics, those are left out; auto-creation needs CREATE on the cluster or on the topic (a
+missing topic without it is TOPIC_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import Any
 
 from actors.controller.topics import validate_topic_name
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import (
     AUTHORIZED_OPERATIONS_OMITTED,
     BrokerView,
@@ -36,6 +43,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     requested: list[str] | None
     errors: dict[str, int] = {}
     unknown_ids: list[uuid.UUID] = []
+    hidden_ids: list[uuid.UUID] = []  # topic ids the principal may not DESCRIBE
     if request.topics is None or (version == 0 and not request.topics):
         requested = None
     else:
@@ -53,17 +61,32 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 except UnknownTopicIdError:
                     unknown_ids.append(t.topic_id)
                     continue
+                if not authz.authorized(ctx, authz.Op.DESCRIBE, authz.TOPIC, name):
+                    hidden_ids.append(t.topic_id)
+                    continue
+            elif not authz.authorized(ctx, authz.Op.DESCRIBE, authz.TOPIC, name):
+                # Kafka neither creates nor looks up a topic the principal may not describe.
+                errors[name] = authz.denied_code(authz.TOPIC)
             requested.append(name)
     auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     creatable = []
     for i, name in enumerate(requested or ()):
         if i % PACE == PACE - 1:
             await asyncio.sleep(0)
+        if name in errors:
+            continue
         try:
             validate_topic_name(name)
             creatable.append(name)
         except InvalidTopicError:
             errors[name] = InvalidTopicError.code
+    # Auto-creation needs CREATE on the cluster or on the topic: the others are only looked up.
+    looked_up: list[str] = []
+    if auto_create and creatable and authz.enabled(ctx) and not authz.authorized_cluster(ctx, authz.Op.CREATE, False):
+        looked_up = [n for n in creatable if not authz.authorized(ctx, authz.Op.CREATE, authz.TOPIC, n)]
+        if looked_up:
+            kept = set(looked_up)
+            creatable = [n for n in creatable if n not in kept]
     try:
         snapshot = await view.cluster(None if requested is None else creatable, auto_create and bool(creatable))
     except Exception as exc:  # noqa: BLE001 - an auto-create that failed: answer without it
@@ -74,15 +97,25 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         for name in creatable:
             if name not in snapshot.topics:
                 errors[name] = code
+    if looked_up:
+        existing = await view.cluster(looked_up, False)
+        snapshot = dataclasses.replace(snapshot, topics={**snapshot.topics, **existing.topics})
+        for name in looked_up:
+            if name not in existing.topics:
+                errors[name] = authz.denied_code(authz.TOPIC)  # missing, and may not be created
     brokers = listed_brokers(snapshot.brokers, listener_of(ctx))
     reachable = {b.broker_id for b in brokers}
     topic_cls = nested(resp_cls, "topics")
-    names = sorted(snapshot.topics) if requested is None else requested
+    if requested is None:
+        # All topics: the ones the principal may not describe are left out.
+        names = authz.visible(ctx, authz.Op.DESCRIBE, authz.TOPIC, sorted(snapshot.topics))
+    else:
+        names = requested
     topics = []
     for i, name in enumerate(names):
         if i % PACE == PACE - 1:
             await asyncio.sleep(0)
-        meta = snapshot.topics.get(name)
+        meta = snapshot.topics.get(name) if name not in errors else None
         if meta is None:
             code = errors.get(name, UnknownTopicOrPartitionError.code)
             topics.append(_topic(topic_cls, name, code, None, False, ()))
@@ -91,6 +124,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         topics.append(_topic(topic_cls, name, NONE, topic_uuid(meta.topic_id), name in INTERNAL_TOPICS, partitions))
     for topic_id in unknown_ids:
         topics.append(_topic(topic_cls, None, UnknownTopicIdError.code, topic_id, False, ()))
+    for topic_id in hidden_ids:
+        topics.append(_topic(topic_cls, None, authz.denied_code(authz.TOPIC), topic_id, False, ()))
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
         brokers=tuple(

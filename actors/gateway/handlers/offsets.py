@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
@@ -51,6 +52,10 @@ async def per_partition(
         return code, None
 
 
+def _topic_denied(_: int) -> int:
+    return authz.denied_code(authz.TOPIC)
+
+
 async def per_topic(
     view: BrokerView,
     resp_cls: type,
@@ -58,6 +63,8 @@ async def per_topic(
     name_field: str,
     index_field: str,
     answer: Callable[[str, Any, int | None], Awaitable[Any]],
+    ctx: RequestContext | None = None,
+    op: authz.Op | None = None,
 ) -> tuple:
     """The response's topics: ``answer(topic, partition request, code)`` for every partition
     of every topic, grouped by topic (``name_field`` and ``index_field`` name the topic and
@@ -66,12 +73,18 @@ async def per_topic(
 
     Which partitions are led here is found once per topic (at most one metadata refresh,
     never one per partition), and a request naming tens of thousands of partitions yields
-    to the event loop every PACE of them, so other connections are served meanwhile."""
+    to the event loop every PACE of them, so other connections are served meanwhile.
+
+    With ``ctx`` and ``op``, a topic the principal may not ``op`` has every partition
+    answered TOPIC_AUTHORIZATION_FAILED, without a call."""
     out = []
     for t in topics:
         name = getattr(t, name_field)
         parts = t.partitions
-        refusal = await view.refusals(name, [getattr(p, index_field) for p in parts])
+        if ctx is not None and op is not None and not authz.authorized(ctx, op, authz.TOPIC, name):
+            refusal: Callable[[int], int | None] = _topic_denied
+        else:
+            refusal = await view.refusals(name, [getattr(p, index_field) for p in parts])
         entries: list[Any] = [None] * len(parts)
         calls = []
         for i, p in enumerate(parts):
@@ -118,7 +131,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             leader_epoch=found.leader_epoch,
         )
 
-    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one)
+    topics = await per_topic(view, resp_cls, request.topics, "name", "partition_index", one, ctx, authz.Op.DESCRIBE)
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 
@@ -142,7 +155,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             end_offset=found.end_offset if found is not None else -1,
         )
 
-    topics = await per_topic(view, resp_cls, request.topics, "topic", "partition", one)
+    topics = await per_topic(view, resp_cls, request.topics, "topic", "partition", one, ctx, authz.Op.DESCRIBE)
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=topics)
 
 

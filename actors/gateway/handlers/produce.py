@@ -22,6 +22,7 @@ import datetime
 import secrets
 from typing import Any
 
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of, error_message_of
@@ -59,7 +60,20 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
     turns = _turns(ctx)
     calls = []
+    # Kafka's KafkaApis: a transactional produce needs WRITE on its transactional id, and
+    # every topic WRITE; a refused partition is answered without reaching its leader.
+    refused: int | None = None
+    if request.transactional_id and not authz.authorized(
+        ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        refused = authz.denied_code(authz.TRANSACTIONAL_ID)
     for topic in request.topic_data:
+        code = refused
+        if code is None and not authz.authorized(ctx, authz.Op.WRITE, authz.TOPIC, topic.name):
+            code = authz.denied_code(authz.TOPIC)
+        if code is not None:
+            calls.extend(_refused(topic.name, part.index, code) for part in topic.partition_data)
+            continue
         for part in topic.partition_data:
             # Numbered before anything is awaited: in the order the requests came.
             order = turns.take((topic.name, part.index))
@@ -84,6 +98,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         ),
         throttle_time=ZERO_MS,
     )
+
+
+async def _refused(topic: str, index: int, code: int) -> tuple[str, int, int, str | None, None]:
+    """A partition the principal may not write to: its error, nothing appended."""
+    return topic, index, code, None, None
 
 
 async def _produce_partition(

@@ -8,6 +8,13 @@ producer id with a bumped epoch, which fences older instances. AddPartitionsToTx
 TxnOffsetCommit are the coordinators' calls of the same names, so a Kafka client's
 transaction is the transaction rayqueue's own producers and ``rayqueue transactions``
 see. DescribeTransactions and ListTransactions read the coordinator's state.
+
+With an authorizer, as Kafka's KafkaApis: every transactional request needs WRITE on its
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent InitProducerId
+IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED);
+AddPartitionsToTxn WRITE on each topic (the others OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn
+and TxnOffsetCommit READ on the group (and TxnOffsetCommit on each topic); Describe- and
+ListTransactions DESCRIBE on the transactional ids.
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ from typing import Any
 from kio.static.primitive import i32Timedelta
 
 from actors.clock import SYSTEM
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
-from actors.gateway.codec import ZERO_MS, error_code, make, nested, topics_with_one_code
+from actors.gateway.codec import ZERO_MS, error_code, make, nested, topics_with_codes, topics_with_one_code
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import (
@@ -31,7 +39,11 @@ from actors.protocol import (
     TxnOffsetCommitRequest,
 )
 from actors.types import OffsetAndMetadata, ProducerIdAndEpoch, TopicPartition, TransactionDescription
-from storage.errors import TransactionalIdNotFoundError
+from storage.errors import (
+    ClusterAuthorizationFailedError,
+    OperationNotAttemptedError,
+    TransactionalIdNotFoundError,
+)
 
 INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY = 24
@@ -82,6 +94,13 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     code, pid, epoch = NONE, -1, -1
     try:
+        if request.transactional_id:
+            authz.check(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id)
+        elif not authz.authorized_cluster(ctx, authz.Op.IDEMPOTENT_WRITE, count=False) and not (
+            authz.authorized_by_resource_type(ctx, authz.Op.WRITE, authz.TOPIC)
+        ):
+            # An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+            raise ClusterAuthorizationFailedError(f"{ctx.principal} may not write idempotently")
         asked = InitProducerIdRequest(
             request.transactional_id or None,
             int(request.transaction_timeout.total_seconds() * 1000),
@@ -102,7 +121,15 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
     view: BrokerView = ctx.state
     topics = request.v3_and_below_topics
     code = NONE
+    codes: dict[str, int] = {}
     try:
+        authz.check(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.v3_and_below_transactional_id)
+        denied = authz.unauthorized_topics(ctx, authz.Op.WRITE, (t.name for t in topics))
+        if denied:
+            # As Kafka: the refused topics' error, OPERATION_NOT_ATTEMPTED for the others.
+            codes = {t.name: OperationNotAttemptedError.code for t in topics}
+            codes.update(dict.fromkeys(denied, authz.denied_code(authz.TOPIC)))
+            raise OperationNotAttemptedError("some topics may not be written")
         await _add_partitions(
             view.transaction_coordinator,
             AddPartitionsToTxnRequest(
@@ -124,7 +151,12 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
                 "results_by_topic_v3_and_below",
                 name=t.name,
                 results_by_partition=tuple(
-                    make(topic_cls, "results_by_partition", partition_index=p, partition_error_code=error_code(code))
+                    make(
+                        topic_cls,
+                        "results_by_partition",
+                        partition_index=p,
+                        partition_error_code=error_code(codes.get(t.name, code)),
+                    )
                     for p in t.partitions
                 ),
             )
@@ -138,6 +170,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     code = NONE
     try:
+        authz.check(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id)
+        authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         await _add_offsets(
             view.transaction_coordinator,
             AddOffsetsToTxnRequest(
@@ -154,6 +188,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     view: BrokerView = ctx.state
     code = NONE
     try:
+        authz.check(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id)
         await _end_txn(
             view.transaction_coordinator,
             EndTxnRequest(
@@ -168,15 +203,28 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     """TxnOffsetCommit v0-v3 (KIP-447's member and generation from v3), on the group coordinator."""
     view: BrokerView = ctx.state
+    refused = None
+    if not authz.authorized(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id):
+        refused = authz.denied_code(authz.TRANSACTIONAL_ID)
+    elif not authz.authorized(ctx, authz.Op.READ, authz.GROUP, request.group_id):
+        refused = authz.denied_code(authz.GROUP)
+    if refused is not None:
+        return ctx.schema.response_of(
+            throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, refused)
+        )
+    denied = authz.unauthorized_topics(ctx, authz.Op.READ, (t.name for t in request.topics))
     offsets = {
         TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
             int(p.committed_offset), p.committed_metadata or "", -1, int(getattr(p, "committed_leader_epoch", -1))
         )
         for t in request.topics
+        if t.name not in denied
         for p in t.partitions
     }
     code = NONE
     try:
+        if denied and not offsets:
+            raise OperationNotAttemptedError("no topic of the commit may be read")
         await _txn_offset_commit(
             view.group_coordinator,
             TxnOffsetCommitRequest(
@@ -192,8 +240,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
         code = _code(exc)
+    topic_denied = authz.denied_code(authz.TOPIC)
     return ctx.schema.response_of(
-        throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, code)
+        throttle_time=ZERO_MS,
+        topics=topics_with_codes(ctx.schema.response, request.topics, lambda t: topic_denied if t in denied else code),
     )
 
 
@@ -203,19 +253,25 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     asked = tuple(request.transactional_ids)
     resp = ctx.schema.response
     state_cls = nested(resp, "transaction_states")
+    refused = {t for t in asked if not authz.authorized(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, t)}
     try:
-        found = {
-            d.transactional_id: d
-            for d in await _describe(view.transaction_coordinator, DescribeTransactionsRequest(asked))
-        }
+        allowed = tuple(t for t in asked if t not in refused)
+        found = {}
+        if allowed:
+            found = {
+                d.transactional_id: d
+                for d in await _describe(view.transaction_coordinator, DescribeTransactionsRequest(allowed))
+            }
         failed = NONE
     except Exception as exc:  # noqa: BLE001 - every id gets the error
         found, failed = {}, _code(exc)
     states = []
     for tid in asked:
         d = found.get(tid)
-        if d is None or d.state == "Dead" or failed:
+        if d is None or d.state == "Dead" or failed or tid in refused:
             code = failed or TransactionalIdNotFoundError.code
+            if tid in refused:
+                code = authz.denied_code(authz.TRANSACTIONAL_ID)
             states.append(
                 make(
                     resp,
@@ -233,6 +289,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         by_topic: dict[str, list[int]] = {}
         for tp in d.partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
+        # As Kafka: only the topics the principal may describe.
+        by_topic = {t: by_topic[t] for t in authz.visible(ctx, authz.Op.DESCRIBE, authz.TOPIC, list(by_topic))}
         states.append(
             make(
                 resp,
@@ -263,6 +321,11 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         described = await _describe(view.transaction_coordinator, DescribeTransactionsRequest(None))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
+    if described and authz.enabled(ctx):
+        shown = set(
+            authz.visible(ctx, authz.Op.DESCRIBE, authz.TRANSACTIONAL_ID, [d.transactional_id for d in described])
+        )
+        described = [d for d in described if d.transactional_id in shown]
     resp = ctx.schema.response
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
