@@ -19,7 +19,7 @@ from typing import Any
 import ray
 
 from actors.authorizer import StandardAuthorizer
-from actors.protocol import AclsSnapshot
+from actors.protocol_security import AclsSnapshot
 from storage.errors import RequestTimedOutError
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,6 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from actors.acl import AclBinding, AclBindingFilter
 from actors.types import OffsetAndMetadata, TopicPartition
 from storage.errors import InvalidFetchSizeError, InvalidRequestError, InvalidRequiredAcksError, KafkaError
 from storage.log import MAX_TIMESTAMP
@@ -51,7 +50,6 @@ from storage.producer_state import AppendOrigin
 
 __all__ = [
     "AbortedTransaction",
-    "AclsSnapshot",
     "AddOffsetsToTxnRequest",
     "AddPartitionsToTxnRequest",
     "AllocateProducerIdsRequest",
@@ -61,22 +59,17 @@ __all__ = [
     "AlterPartitionRequest",
     "AlterPartitionResponse",
     "AlterableConfig",
-    "AlterUserScramCredentialsRequest",
     "AppendOrigin",
     "CompleteTxnRequest",
-    "CreateAclsRequest",
     "CreatePartitionsRequest",
     "CreateTopicsRequest",
-    "DeleteAclsRequest",
     "DeleteGroupsRequest",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
     "DeleteTopicsRequest",
-    "DescribeAclsRequest",
     "DescribeConfigsRequest",
     "DescribeGroupsRequest",
     "DescribeTransactionsRequest",
-    "DescribeUserScramCredentialsRequest",
     "ElectLeadersRequest",
     "EndTxnRequest",
     "EpochEndOffset",
@@ -100,16 +93,11 @@ __all__ = [
     "ProduceRequest",
     "ProduceResponse",
     "ReplicaRole",
-    "ScramCredential",
-    "ScramCredentialDeletion",
-    "ScramCredentialUpsertion",
-    "ScramMechanism",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TransactionResult",
     "TransactionState",
     "TxnOffsetCommitRequest",
-    "UserScramCredentialsResult",
     "WriteTxnMarkersRequest",
 ]
 
@@ -233,7 +221,7 @@ def checked_request(request: Any, kind: type) -> Any:
     return request.checked()
 
 
-class _Message:
+class Message:
     """The base of every request and response: pickled as the tuple of its fields, which Ray
     serializes in half the time a frozen dataclass's default state takes (one per call)."""
 
@@ -247,7 +235,7 @@ class _Message:
 
 
 @dataclass(frozen=True, slots=True)
-class ProduceOrder(_Message):
+class ProduceOrder(Message):
     """Where a produce call stands among its producer session's calls to one partition.
 
     A producer without idempotence numbers its calls per partition: call ``number`` is
@@ -300,7 +288,7 @@ class ProduceTurns:
 
 
 @dataclass(frozen=True, slots=True)
-class ProduceRequest(_Message):
+class ProduceRequest(Message):
     """One partition's part of Kafka's ProduceRequest: whole record batches and how to
     acknowledge them.
 
@@ -355,7 +343,7 @@ class ProduceRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class ProduceResponse(_Message):
+class ProduceResponse(Message):
     """One partition's part of Kafka's ProduceResponse: where the first batch landed (and
     the last offset of the last one)."""
 
@@ -366,7 +354,7 @@ class ProduceResponse(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class FetchRequest(_Message):
+class FetchRequest(Message):
     """One partition's part of Kafka's FetchRequest, with the request's wait and isolation.
 
     A consumer (``replica_id`` -1) reads up to the high watermark, or with READ_COMMITTED
@@ -409,7 +397,7 @@ class AbortedTransaction(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class FetchResponse(_Message):
+class FetchResponse(Message):
     """One partition's part of Kafka's FetchResponse: whole record batches from the fetch
     offset, the partition's offsets, and the leader's epoch.
 
@@ -427,7 +415,7 @@ class FetchResponse(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class ListOffsetsRequest(_Message):
+class ListOffsetsRequest(Message):
     """One partition's part of Kafka's ListOffsets; answered with an OffsetAndTimestamp.
 
     ``timestamp``: -2 earliest, -1 latest (the high watermark, or the last stable offset
@@ -453,7 +441,7 @@ class ListOffsetsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetForLeaderEpochRequest(_Message):
+class OffsetForLeaderEpochRequest(Message):
     """One partition's part of Kafka's OffsetForLeaderEpoch: where ``leader_epoch`` ended."""
 
     leader_epoch: int
@@ -467,7 +455,7 @@ class OffsetForLeaderEpochRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class EpochEndOffset(_Message):
+class EpochEndOffset(Message):
     """Kafka's EpochEndOffset: the largest epoch not above the one asked for, and where it
     ended in the leader's log ((-1, -1) when the log holds no epoch that old)."""
 
@@ -476,7 +464,7 @@ class EpochEndOffset(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteRecordsRequest(_Message):
+class DeleteRecordsRequest(Message):
     """One partition's part of Kafka's DeleteRecords: move the log start to ``offset``
     (-1: the high watermark)."""
 
@@ -492,14 +480,14 @@ class DeleteRecordsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteRecordsResponse(_Message):
+class DeleteRecordsResponse(Message):
     """One partition's part of Kafka's DeleteRecordsResponse: the new log start offset."""
 
     low_watermark: int
 
 
 @dataclass(frozen=True, slots=True)
-class WriteTxnMarkersRequest(_Message):
+class WriteTxnMarkersRequest(Message):
     """One partition's part of Kafka's WriteTxnMarkers: the COMMIT or ABORT marker of a
     producer's transaction, from the transaction coordinator; answered with the marker's
     ProduceResponse once the ISR has it."""
@@ -531,7 +519,7 @@ class WriteTxnMarkersRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderAndIsrRequest(_Message):
+class LeaderAndIsrRequest(Message):
     """The controller's word to one replica (Kafka's LeaderAndIsrPartitionState): who leads
     at which epoch, the replicas and the ISR at a partition epoch.
 
@@ -552,7 +540,7 @@ class LeaderAndIsrRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AlterPartitionRequest(_Message):
+class AlterPartitionRequest(Message):
     """A leader's ISR change (one partition of Kafka's AlterPartition), checked against the
     leader and partition epochs."""
 
@@ -565,7 +553,7 @@ class AlterPartitionRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AlterPartitionResponse(_Message):
+class AlterPartitionResponse(Message):
     """The partition's state as committed: the ISR change, or the current state if refused."""
 
     leader_epoch: int
@@ -577,7 +565,7 @@ class AlterPartitionResponse(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class MetadataRequest(_Message):
+class MetadataRequest(Message):
     """Kafka's MetadataRequest: the named topics (None: all); answered with ClusterMetadata.
 
     With ``allow_auto_topic_creation`` (and auto.create.topics.enable) unknown topics are
@@ -589,7 +577,7 @@ class MetadataRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class CreateTopicsRequest(_Message):
+class CreateTopicsRequest(Message):
     """One topic of Kafka's CreateTopics (its CreatableTopic); answered with TopicMetadata.
 
     ``num_partitions`` and ``replication_factor`` -1 take the broker's num.partitions and
@@ -608,14 +596,14 @@ class CreateTopicsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteTopicsRequest(_Message):
+class DeleteTopicsRequest(Message):
     """One topic of Kafka's DeleteTopics."""
 
     name: str
 
 
 @dataclass(frozen=True, slots=True)
-class CreatePartitionsRequest(_Message):
+class CreatePartitionsRequest(Message):
     """One topic of Kafka's CreatePartitions: grow it to ``count`` partitions (the new ones
     on ``assignments`` when given); answered with TopicMetadata. ``validate_only`` checks
     and changes nothing (the answer is the topic as it is)."""
@@ -627,7 +615,7 @@ class CreatePartitionsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeConfigsRequest(_Message):
+class DescribeConfigsRequest(Message):
     """One topic resource of Kafka's DescribeConfigs (``configuration_keys`` None: all);
     answered with ``{key: (value, source)}``."""
 
@@ -636,41 +624,7 @@ class DescribeConfigsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class CreateAclsRequest(_Message):
-    """Kafka's CreateAcls: the ACLs to create (an entry the gateway could not read is its
-    KafkaError, answered back in its place); answered with None or an error per entry."""
-
-    creations: tuple[AclBinding | KafkaError, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteAclsRequest(_Message):
-    """Kafka's DeleteAcls: answered with, per filter, the ACLs it matched and removed."""
-
-    filters: tuple[AclBindingFilter, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeAclsRequest(_Message):
-    """Kafka's DescribeAcls: answered with the ACLs the filter matches."""
-
-    filter: AclBindingFilter
-
-
-@dataclass(frozen=True, slots=True)
-class AclsSnapshot(_Message):
-    """Every ACL by id, at ``version`` (the controller's epoch and its count of ACL
-    changes): what a gateway authorizes with."""
-
-    version: tuple[int, int]
-    acls: Mapping[str, AclBinding]
-    # The broker's authorizer settings, for copies made without the broker configuration:
-    # (an authorizer is configured, super.users, allow.everyone.if.no.acl.found).
-    settings: tuple[bool, tuple[str, ...], bool] = (False, (), False)
-
-
-@dataclass(frozen=True, slots=True)
-class AlterableConfig(_Message):
+class AlterableConfig(Message):
     """One config change of IncrementalAlterConfigs (``value`` unused by DELETE)."""
 
     name: str
@@ -679,7 +633,7 @@ class AlterableConfig(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class IncrementalAlterConfigsRequest(_Message):
+class IncrementalAlterConfigsRequest(Message):
     """One topic resource of Kafka's IncrementalAlterConfigs, applied as one change;
     answered with the topic's config overrides after it (with ``validate_only``: checked,
     not applied, and answered with the overrides it would leave)."""
@@ -690,14 +644,14 @@ class IncrementalAlterConfigsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AllocateProducerIdsRequest(_Message):
+class AllocateProducerIdsRequest(Message):
     """Kafka's AllocateProducerIds: a block of producer ids for the transaction coordinator."""
 
     count: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class AllocateProducerIdsResponse(_Message):
+class AllocateProducerIdsResponse(Message):
     """The block [producer_id_start, producer_id_start + producer_id_len)."""
 
     producer_id_start: int
@@ -705,7 +659,7 @@ class AllocateProducerIdsResponse(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class ElectLeadersRequest(_Message):
+class ElectLeadersRequest(Message):
     """Kafka's ElectLeaders (preferred election) of ``topic_partitions`` (None: all);
     answered per partition with None (moved) or the reason as an error class name."""
 
@@ -713,7 +667,7 @@ class ElectLeadersRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AlterPartitionReassignmentsRequest(_Message):
+class AlterPartitionReassignmentsRequest(Message):
     """Kafka's AlterPartitionReassignments: each partition's new replica list."""
 
     reassignments: Mapping[TopicPartition, tuple[int, ...]]
@@ -723,7 +677,7 @@ class AlterPartitionReassignmentsRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class JoinGroupRequest(_Message):
+class JoinGroupRequest(Message):
     """Kafka's JoinGroup, with the consumer protocol's subscription spelled out (rayqueue's
     coordinator assigns on the server); answered with JoinGroupResult once the rebalance
     completes.
@@ -761,7 +715,7 @@ class JoinGroupRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class SyncGroupRequest(_Message):
+class SyncGroupRequest(Message):
     """Kafka's SyncGroup: this member's assignment for ``generation_id``.
 
     In a group of client-assigning members (Kafka clients) the leader sends
@@ -777,7 +731,7 @@ class SyncGroupRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class SyncGroupResponse(_Message):
+class SyncGroupResponse(Message):
     """The member's assignment (Kafka's SyncGroupResponse, decoded; ``member_assignment``
     is the leader's opaque bytes in a client-assigned group)."""
 
@@ -786,7 +740,7 @@ class SyncGroupResponse(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatRequest(_Message):
+class HeartbeatRequest(Message):
     """Kafka's Heartbeat; ``poll_age_ms`` (rayqueue's) is the time since the member's
     application last polled, which the coordinator holds against max.poll.interval.ms."""
 
@@ -798,7 +752,7 @@ class HeartbeatRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class LeaveGroupRequest(_Message):
+class LeaveGroupRequest(Message):
     """Kafka's LeaveGroup for one member."""
 
     group_id: str
@@ -807,7 +761,7 @@ class LeaveGroupRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetCommitRequest(_Message):
+class OffsetCommitRequest(Message):
     """Kafka's OffsetCommit for one group. Generation -1 with no member id is a standalone
     commit (allowed only while the group has no members)."""
 
@@ -819,7 +773,7 @@ class OffsetCommitRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class TxnOffsetCommitRequest(_Message):
+class TxnOffsetCommitRequest(Message):
     """Kafka's TxnOffsetCommit: offsets committed as part of a producer's transaction."""
 
     transactional_id: str
@@ -833,7 +787,7 @@ class TxnOffsetCommitRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetFetchRequest(_Message):
+class OffsetFetchRequest(Message):
     """Kafka's OffsetFetch for one group (``partitions`` None: all); answered with the
     committed ``{partition: OffsetAndMetadata}``. ``require_stable`` is KIP-447's."""
 
@@ -843,7 +797,7 @@ class OffsetFetchRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class GroupLagRequest(_Message):
+class GroupLagRequest(Message):
     """A group's lag (as ``kafka-consumer-groups --describe`` shows it), computed by the group
     coordinator; answered with ``{partition: PartitionLag}`` for the partitions the group
     committed for or is assigned, plus every partition of ``topics``."""
@@ -853,21 +807,21 @@ class GroupLagRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeGroupsRequest(_Message):
+class DescribeGroupsRequest(Message):
     """Kafka's DescribeGroups; answered with a GroupDescription per group."""
 
     groups: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteGroupsRequest(_Message):
+class DeleteGroupsRequest(Message):
     """Kafka's DeleteGroups; answered per group with None or its error."""
 
     groups_names: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetDeleteRequest(_Message):
+class OffsetDeleteRequest(Message):
     """Kafka's OffsetDelete: drop a group's committed offsets of ``partitions``; answered per
     partition with None or its error (GroupSubscribedToTopicError while a member of the
     group subscribes to the partition's topic)."""
@@ -877,7 +831,7 @@ class OffsetDeleteRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class CompleteTxnRequest(_Message):
+class CompleteTxnRequest(Message):
     """The transaction coordinator's word to the group coordinator that a producer's
     transaction ended and its marker is in ``__consumer_offsets`` (what Kafka's broker does
     on a WriteTxnMarkers for an offsets partition)."""
@@ -890,7 +844,7 @@ class CompleteTxnRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class InitProducerIdRequest(_Message):
+class InitProducerIdRequest(Message):
     """Kafka's InitProducerId: a fresh id for an idempotent producer (``transactional_id``
     None), or the transactional id's with a bumped epoch. ``producer_id``/``producer_epoch``
     are the caller's current ones when it asks for a bump after an error (KIP-360)."""
@@ -902,7 +856,7 @@ class InitProducerIdRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AddPartitionsToTxnRequest(_Message):
+class AddPartitionsToTxnRequest(Message):
     """Kafka's AddPartitionsToTxn (one transaction)."""
 
     transactional_id: str
@@ -912,7 +866,7 @@ class AddPartitionsToTxnRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AddOffsetsToTxnRequest(_Message):
+class AddOffsetsToTxnRequest(Message):
     """Kafka's AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
 
     transactional_id: str
@@ -922,7 +876,7 @@ class AddOffsetsToTxnRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class EndTxnRequest(_Message):
+class EndTxnRequest(Message):
     """Kafka's EndTxn: commit (``committed``) or abort the open transaction."""
 
     transactional_id: str
@@ -932,87 +886,7 @@ class EndTxnRequest(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeTransactionsRequest(_Message):
+class DescribeTransactionsRequest(Message):
     """Kafka's DescribeTransactions (``transactional_ids`` None: every one, as ListTransactions)."""
 
     transactional_ids: tuple[str, ...] | None = None
-
-
-# -- controller: SCRAM users (issue 30) -------------------------------------------------------
-
-
-class ScramMechanism(enum.IntEnum):
-    """Kafka's ScramMechanism, with its wire values."""
-
-    UNKNOWN = 0
-    SCRAM_SHA_256 = 1
-    SCRAM_SHA_512 = 2
-
-    @property
-    def mechanism_name(self) -> str:
-        """The SASL mechanism name (``SCRAM-SHA-256``)."""
-        return self.name.replace("_", "-")
-
-    @classmethod
-    def of_name(cls, name: str) -> ScramMechanism:
-        """The mechanism of a SASL mechanism name (UNKNOWN for any other)."""
-        try:
-            return cls[name.upper().replace("-", "_")]
-        except KeyError:
-            return cls.UNKNOWN
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredentialUpsertion(_Message):
-    """A user's credential for one mechanism, salted by the client (KIP-554 sends the salt
-    and the salted password, never the password)."""
-
-    name: str
-    mechanism: int
-    iterations: int
-    salt: bytes
-    salted_password: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredentialDeletion(_Message):
-    """A user's credential for one mechanism, to remove."""
-
-    name: str
-    mechanism: int
-
-
-@dataclass(frozen=True, slots=True)
-class AlterUserScramCredentialsRequest(_Message):
-    """Kafka's AlterUserScramCredentials: deletions and upsertions, answered per user."""
-
-    deletions: tuple[ScramCredentialDeletion, ...] = ()
-    upsertions: tuple[ScramCredentialUpsertion, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class UserScramCredentialsResult(_Message):
-    """One user's answer to AlterUserScramCredentials or DescribeUserScramCredentials
-    (``credential_infos``: (mechanism, iterations) pairs, for Describe)."""
-
-    user: str
-    error_code: int = 0
-    error_message: str | None = None
-    credential_infos: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeUserScramCredentialsRequest(_Message):
-    """Kafka's DescribeUserScramCredentials (``users`` None or empty: every user with one)."""
-
-    users: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential(_Message):
-    """What a server checks a SCRAM client with (RFC 5802): never the password."""
-
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int

@@ -37,28 +37,30 @@ from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
 from actors.protocol import (
-    AclsSnapshot,
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
-    AlterUserScramCredentialsRequest,
-    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
-    DeleteAclsRequest,
     DeleteTopicsRequest,
-    DescribeAclsRequest,
     DescribeConfigsRequest,
-    DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     LeaderAndIsrRequest,
     MetadataRequest,
+    require,
+)
+from actors.protocol_security import (
+    AclsSnapshot,
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest,
     ScramCredential,
     UserScramCredentialsResult,
-    require,
 )
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (

@@ -19,7 +19,7 @@ from typing import Any
 
 from actors.controller import records
 from actors.controller.records import ControllerResult
-from actors.protocol import (
+from actors.protocol_security import (
     AlterUserScramCredentialsRequest,
     ScramCredential,
     ScramMechanism,

@@ -17,7 +17,7 @@ import collections
 from collections.abc import Awaitable, Callable
 
 from actors.clock import SYSTEM, Clock
-from actors.protocol import ScramCredential
+from actors.protocol_security import ScramCredential
 
 MAX_AGE_S = 1.0
 MAX_ENTRIES = 10000

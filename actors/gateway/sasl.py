@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from scramp import ScramException, ScramMechanism
 
-from actors.protocol import ScramCredential
+from actors.protocol_security import ScramCredential
 from storage.errors import IllegalSaslStateError, InvalidConfigError, UnsupportedSaslMechanismError
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from actors.protocol import ScramMechanism
+from actors.protocol_security import ScramMechanism
 from rayqueue.cli.common import AddressOpt, NameOpt, connect_cluster, handle_errors, out
 
 users_app = typer.Typer(help="SCRAM users of the SASL listeners.", no_args_is_help=True, rich_markup_mode="markdown")

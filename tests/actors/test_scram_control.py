@@ -15,7 +15,7 @@ from actors.controller.quorum_controller import QuorumController
 from actors.controller.scram_control import ScramControlManager, credential_of
 from actors.metadata_log import MetadataLog
 from actors.names import METADATA_TOPIC
-from actors.protocol import (
+from actors.protocol_security import (
     AlterUserScramCredentialsRequest,
     ScramCredentialDeletion,
     ScramCredentialUpsertion,

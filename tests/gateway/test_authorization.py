@@ -86,7 +86,12 @@ def allow(rtype, name, op, principal=ALICE, pattern=PatternType.LITERAL, host="*
 
 def context(view: _View, api_key: int, version: int, principal: str = ALICE, ip: str = HOST) -> RequestContext:
     connection = SimpleNamespace(
-        principal=principal, ip=ip, handler_state={}, server=SimpleNamespace(state=view), fail=lambda reason: None
+        principal=principal,
+        ip=ip,
+        peer=f"{ip}:50000",
+        handler_state={},
+        server=SimpleNamespace(state=view),
+        fail=lambda reason: None,
     )
     return RequestContext(connection, api_key, version, 1, "test")  # type: ignore[arg-type]
 

@@ -67,6 +67,7 @@ def test_every_advertised_version_has_kio_classes():
         36,
         37,
         42,
+        43,
         44,
         47,
         50,

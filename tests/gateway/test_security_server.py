@@ -29,7 +29,7 @@ from actors.gateway.handlers import sasl as sasl_handlers
 from actors.gateway.security import listener_security
 from actors.gateway.server import Api, KafkaServer, Limits
 from actors.gateway.versions import API_VERSIONS
-from actors.protocol import ScramMechanism
+from actors.protocol_security import ScramMechanism
 from tests.gateway.test_server import _metadata, _Probe, metadata
 from tests.gateway.wire import Wire, request_frame
 from tests.helpers import wait_for

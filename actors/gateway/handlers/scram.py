@@ -15,7 +15,7 @@ from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
-from actors.protocol import (
+from actors.protocol_security import (
     AlterUserScramCredentialsRequest,
     DescribeUserScramCredentialsRequest,
     ScramCredentialDeletion,
