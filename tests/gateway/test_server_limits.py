@@ -98,8 +98,10 @@ def test_partial_requests_wait_for_memory_and_go_on_when_it_is_freed():
             sender = threading.Thread(target=b.send_raw, args=(b_frame,), daemon=True)
             sender.start()
             conn_b = wait_for(lambda: _connection(server, b.sock), what="b's connection")
-            wait_for(lambda: conn_b in server.memory.waiting, what="b waiting for memory")
-            assert conn_b._read_paused and not conn_a.closing
+            # Put on the waiting list, then paused: the server's loop does both, and this thread
+            # may look in between.
+            wait_for(lambda: conn_b in server.memory.waiting and conn_b._read_paused, what="b waiting for memory")
+            assert not conn_a.closing
             assert sum(c.charged for c in list(server.connections)) <= limits.queued_max_request_bytes
             a.send_raw(a_frame[MB:])
             assert a.receive(18, 3)[1].error_code == 0

@@ -8,6 +8,7 @@ import pytest
 
 from actors.config import BROKER_CONFIG, broker_config, load_toml
 from storage.config import LOG_CONFIG
+from tests.helpers import SMALL_INTERNAL_TOPICS
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
 TOPIC_SPEC_KEYS = {"partitions", "replication.factor"}
@@ -26,7 +27,8 @@ def test_config_parses_with_only_known_broker_keys(path):
     # The file's values set what they say (no silent fallback to a default).
     cfg = broker_config(values)
     for key, value in values.items():
-        assert cfg[key] == value, key
+        # As the key's type reads it (a list key written "a,b" is the tuple of its items).
+        assert cfg[key] == BROKER_CONFIG.keys[key].convert(value), key
     for name, spec in topics.items():
         assert isinstance(spec.get("partitions", 1), int) and isinstance(spec.get("replication.factor", 1), int), name
         LOG_CONFIG.parse({k: v for k, v in spec.items() if k not in TOPIC_SPEC_KEYS})
@@ -52,15 +54,15 @@ def test_launch_accepts_the_config(cluster, tmp_path, name):
 
     path = next(p for p in CONFIGS if p.name == name)
     namespace = f"rayqueue-config-{path.stem}"
-    # One offsets partition: each is a replica actor, and this test is about the file.
-    # Its [topics.*] are checked by the parsing tests; creating them here would start
-    # dozens of replica actors for nothing.
+    # One partition per internal topic: each is a replica actor (cluster.toml's 12 + 12 at
+    # RF 3 are 72), and this test is about the file. Its [topics.*] are checked by the
+    # parsing tests; creating them here would start dozens of replica actors for nothing.
     handle = rayqueue.launch(
         path,
         log_dirs=str(tmp_path),
         rayqueue_namespace=namespace,
-        offsets_topic_num_partitions=1,
         create_topics=False,
+        **SMALL_INTERNAL_TOPICS,
     )
     try:
         info = handle.describe()

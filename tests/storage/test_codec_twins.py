@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     not twins.compiled_available(), reason="the compiled extensions are not built (or RAYQUEUE_NO_EXTENSIONS is set)"
 )
 
-FUZZ = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # Where each twinned name of the codec lives.
