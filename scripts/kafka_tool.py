@@ -4,7 +4,7 @@ The tools are Kafka 4.x's own (kafka-tools at the version pinned in tests/jvm/pi
 resolved by Maven into ~/.m2 the first time (``make jvm`` does the same), and started as
 ``java -cp <classpath> <main class> args`` with Log4j2 at WARN on stderr:
 
-    .venv/bin/python scripts/kafka_tool.py kafka-topics --bootstrap-server 127.0.0.1:9092 --list
+    .venv/bin/python scripts/kafka_tool.py kafka-topics --bootstrap-server HOST:PORT --list
     .venv/bin/python scripts/kafka_tool.py --list-tools
 
 Needs java (17+) and mvn on PATH.

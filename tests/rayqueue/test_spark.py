@@ -98,13 +98,13 @@ def test_kafka_connector_jars_refuse_what_does_not_fit(tmp_path, monkeypatch):
 
 def test_kafka_options_point_spark_at_the_gateways():
     class Listening:
-        bootstrap_servers = "127.0.0.1:9092,127.0.0.1:9093"
+        bootstrap_servers = "127.0.0.1:39092,127.0.0.1:39093"
 
     options = rq_spark.kafka_options(
         Listening(), subscribe="t", startingOffsets={"t": {0: 5, "1": -2}}, includeHeaders=True, minPartitions=4
     )
     assert options == {
-        "kafka.bootstrap.servers": "127.0.0.1:9092,127.0.0.1:9093",
+        "kafka.bootstrap.servers": "127.0.0.1:39092,127.0.0.1:39093",
         "subscribe": "t",
         "startingOffsets": '{"t": {"0": 5, "1": -2}}',
         "includeHeaders": "true",
@@ -120,7 +120,7 @@ def test_kafka_options_point_spark_at_the_gateways():
 
 def test_read_via_the_connector_refuses_the_bridges_own_options():
     class Listening:
-        bootstrap_servers = "127.0.0.1:9092"
+        bootstrap_servers = "127.0.0.1:39092"
 
     with pytest.raises(InvalidConfigError, match="max_records_per_task"):
         rq_spark.read(None, "t", cluster=Listening(), via="connector", max_records_per_task=10)
