@@ -16,15 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-LOG_CONFIG = HERE / "log4j2.properties"
-JVM_OPTIONS = (
-    "-Xmx512m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Djava.awt.headless=true",
-    f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-)
+from tests.jvm.jvm import JVM_OPTIONS  # the same JVM settings as the short runs
 
 
 class JavaService:
