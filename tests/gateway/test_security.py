@@ -51,6 +51,8 @@ def secure(ray_session, tmp_path_factory):
         ssl_principal_mapping_rules="RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
         sasl_enabled_mechanisms="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         rayqueue_sasl_plain_users_file=str(users),
+        # The MTLS listener's own key (Kafka's per-listener keys): certificates required there.
+        **{"listener.name.mtls.ssl.client.auth": "required"},
         **SMALL_INTERNAL_TOPICS,
     )
     try:
@@ -383,3 +385,36 @@ def test_rayqueue_users_add_list_remove(secure, request):
         return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
     wait_for(refused, 30, what="the removed user refused")
+
+
+def test_broker_configs_hide_key_material_and_list_a_listeners_own_keys(secure):
+    """DescribeConfigs of a broker answers the PASSWORD keys as Kafka does (sensitive, no
+    value) and lists the per-listener keys; the MTLS listener's own ssl.client.auth=required
+    refuses a TLS client without a certificate there."""
+    import socket
+    import ssl
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": secure["internal"]})
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([broker])[broker].result(30)
+    for key in (
+        "ssl.keystore.key",
+        "ssl.key.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+    ):
+        assert configs[key].is_sensitive and configs[key].value is None, key
+    assert configs["ssl.keystore.location"].value == str(secure["pki"].broker)
+    assert configs["listener.name.mtls.ssl.client.auth"].value == "required"
+    assert configs["ssl.client.auth"].value == "requested"
+
+    host, port = secure["mtls"].split(",")[0].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(secure["pki"].ca))
+    context.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=10) as raw, pytest.raises((ssl.SSLError, OSError)):
+        sock = context.wrap_socket(raw, server_hostname=host)
+        sock.sendall(b"\x00\x00\x00\x00")
+        if not sock.recv(4):
+            raise ConnectionError("closed without a certificate")
