@@ -418,3 +418,42 @@ def test_broker_configs_hide_key_material_and_list_a_listeners_own_keys(secure):
         sock.sendall(b"\x00\x00\x00\x00")
         if not sock.recv(4):
             raise ConnectionError("closed without a certificate")
+
+
+def test_authentications_are_counted_by_listener_and_mechanism(secure, request, metrics_export_port):
+    """Kafka's successful-authentication-total / failed-authentication-total, scraped from the
+    session Ray's Prometheus endpoint: SCRAM logins on EXTERNAL (one refused), a certificate on MTLS."""
+    import urllib.request
+
+    from confluent_kafka.admin import AdminClient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    topic = new_topic(secure, request)
+    assert confluent_round_trip(sasl_conf(secure), topic, 1)
+    assert confluent_round_trip(mtls_conf(secure), topic, 1)
+    refused: list = []
+    admin = AdminClient({**sasl_conf(secure, password="not-it"), "error_cb": refused.append})
+    wait_for(lambda: admin.poll(0.1) is not None and refused, 30, what="a refused login")
+
+    def counted(name: str, **labels: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+            and s.labels.get("cluster") == NAMESPACE
+            and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    ok, failed = "rayqueue_successful_authentication_total", "rayqueue_failed_authentication_total"
+    wait_for(
+        lambda: (
+            counted(ok, listener="EXTERNAL", mechanism="SCRAM-SHA-512") >= 1
+            and counted(failed, listener="EXTERNAL", mechanism="SCRAM-SHA-512") >= 1
+            and counted(ok, listener="MTLS", mechanism="SSL") >= 1
+        ),
+        90,
+        what="the authentication counters in the scrape",
+    )
