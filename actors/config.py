@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.authorizer import authorizer_enabled
-from actors.gateway.listeners import broker_endpoints
+from actors.gateway.listeners import broker_endpoints, parse_listeners
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -56,7 +56,71 @@ def _synonym_key(broker_key: str) -> ConfigKey:
     )
 
 
-BROKER_CONFIG = ConfigDef(
+# Kafka's per-listener keys: ``listener.name.<listener>.<key>`` sets <key> for that listener
+# only (its TLS keys, its SASL mechanisms, ...), the listener's name written in lower case as
+# Kafka writes it. These keys may be set per listener (Kafka allows the ssl.*, sasl.* and
+# connection-authentication ones):
+LISTENER_PREFIX = "listener.name."
+_LISTENER_KEY_NAMES = (
+    "sasl.enabled.mechanisms",
+    "sasl.server.max.receive.size",
+    "connections.max.reauth.ms",
+    "rayqueue.sasl.plain.users.file",
+    "rayqueue.authentication.timeout.ms",
+)
+
+
+class _BrokerConfigDef(ConfigDef):
+    """The broker's keys, plus Kafka's per-listener overrides of some of them
+    (``listener.name.<listener>.<key>``, converted and checked as <key> is)."""
+
+    def listener_keys(self) -> frozenset[str]:
+        """The keys a listener may override."""
+        return frozenset(k for k in self.keys if k.startswith("ssl.") or k in _LISTENER_KEY_NAMES)
+
+    def split_listener_key(self, key: str) -> tuple[str, str]:
+        """``listener.name.<listener>.<key>`` -> (listener in lower case, canonical key);
+        InvalidConfigError for a key a listener cannot override."""
+        listener, _, base = key[len(LISTENER_PREFIX) :].partition(".")
+        if not listener or not base:
+            raise InvalidConfigError(f"{key!r}: a per-listener key is listener.name.<listener>.<key>")
+        base = super().canonical(base)
+        if base not in self.listener_keys():
+            raise InvalidConfigError(f"{key!r}: {base} cannot be set per listener (only ssl.*, sasl.* and auth keys)")
+        return listener.lower(), base
+
+    def canonical(self, key: str) -> str:
+        if isinstance(key, str) and key.startswith(LISTENER_PREFIX):
+            listener, base = self.split_listener_key(key)
+            return f"{LISTENER_PREFIX}{listener}.{base}"
+        return super().canonical(key)
+
+    def parse(self, values: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+        given = {**(values or {}), **kwargs}
+        per_listener = {k: given.pop(k) for k in list(given) if isinstance(k, str) and k.startswith(LISTENER_PREFIX)}
+        config = super().parse(given)
+        if not per_listener:
+            return config
+        out = dict(config.items())
+        for key, value in per_listener.items():
+            listener, base = self.split_listener_key(key)
+            try:
+                out[f"{LISTENER_PREFIX}{listener}.{base}"] = self.keys[base].convert(value)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
+        return Config(out, self)
+
+
+def listener_config(config: Mapping[str, Any], listener: str) -> dict[str, Any]:
+    """The configuration listener ``listener`` runs with: the broker's keys, each replaced by
+    its ``listener.name.<listener>.<key>`` override where one is set."""
+    prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+    out = {k: v for k, v in config.items() if not k.startswith(LISTENER_PREFIX)}
+    out.update((k[len(prefix) :], v) for k, v in config.items() if k.startswith(prefix))
+    return out
+
+
+BROKER_CONFIG = _BrokerConfigDef(
     "broker",
     [
         ConfigKey(
@@ -175,9 +239,9 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey(
             "ssl.keystore.location", "string", "", "A PEM file with the broker's private key and certificate chain."
         ),
-        ConfigKey("ssl.keystore.certificate.chain", "string", "", "The broker's certificate chain as PEM text."),
-        ConfigKey("ssl.keystore.key", "string", "", "The broker's private key as PEM text."),
-        ConfigKey("ssl.key.password", "string", "", "The password of an encrypted private key."),
+        ConfigKey("ssl.keystore.certificate.chain", "password", "", "The broker's certificate chain as PEM text."),
+        ConfigKey("ssl.keystore.key", "password", "", "The broker's private key as PEM text."),
+        ConfigKey("ssl.key.password", "password", "", "The password of an encrypted private key."),
         ConfigKey("ssl.truststore.type", "string", "PEM", "The trust store's format.", choices=("PEM",)),
         ConfigKey(
             "ssl.truststore.location",
@@ -185,7 +249,7 @@ BROKER_CONFIG = ConfigDef(
             "",
             "A PEM file of the CA certificates client certificates are checked against.",
         ),
-        ConfigKey("ssl.truststore.certificates", "string", "", "Trusted CA certificates as PEM text."),
+        ConfigKey("ssl.truststore.certificates", "password", "", "Trusted CA certificates as PEM text."),
         ConfigKey(
             "ssl.client.auth",
             "string",
@@ -311,6 +375,10 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
         broker_endpoints(
             config["listeners"], config["advertised.listeners"], [], config["listener.security.protocol.map"]
         )
+        named = {listener.name.lower() for listener in parse_listeners(config["listeners"])}
+        for key in config:
+            if key.startswith(LISTENER_PREFIX) and key[len(LISTENER_PREFIX) :].partition(".")[0] not in named:
+                raise InvalidConfigError(f"{key}: there is no listener of that name in listeners")
     authorizer_enabled(config["authorizer.class.name"])  # an unknown authorizer fails the launch
     return config
 

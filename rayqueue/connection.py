@@ -250,7 +250,8 @@ def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: fl
     controller = launch.wait_for_actor(CONTROLLER_NAME, name, timeout_s)
     if controller is None:
         raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}")
-    cfg = BROKER_CONFIG.parse({"rayqueue.namespace": name})
+    # The configuration the cluster was launched with, as the controller holds it.
+    cfg = BROKER_CONFIG.parse(call_controller(controller.broker_config))
     # None in a cluster launched before groups or transactions existed: their calls will say so.
     coordinator = launch.find_actor(GROUP_COORDINATOR_NAME, name)
     txn_coordinator = launch.find_actor(TRANSACTION_COORDINATOR_NAME, name)

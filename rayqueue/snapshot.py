@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from actors.gateway.broker_view import listed_brokers
-from actors.gateway.probe import probe_listeners
+from actors.gateway.probe import probe_listeners, probe_targets
 from actors.protocol import TransactionState
 from actors.types import BrokerMetadata, ClusterMetadata, MemberDescription, TopicPartition
 from rayqueue.admin import Admin, PartitionLogInfo
@@ -303,15 +303,16 @@ def take_snapshot(
 
 
 def listeners_down(
-    meta: ClusterMetadata, timeout_s: float = LISTENER_PROBE_TIMEOUT_S
+    meta: ClusterMetadata, config: Mapping[str, Any] | None = None, timeout_s: float = LISTENER_PROBE_TIMEOUT_S
 ) -> list[tuple[BrokerMetadata, str]]:
     """The brokers Metadata names (alive, with a registered listener) whose advertised
     address does not answer an ApiVersions request within ``timeout_s``, each with why:
-    connected to for real, from this process, as a Kafka client would."""
+    connected to for real, from this process, as a Kafka client would (over TLS with the
+    listener's keys from ``config``, the cluster's configuration, for a TLS listener)."""
     brokers = listed_brokers(meta.brokers)
     if not brokers:
         return []
-    reasons = asyncio.run(probe_listeners([(b.broker_id, b.host, b.port) for b in brokers], timeout_s))
+    reasons = asyncio.run(probe_listeners(probe_targets(brokers, config), timeout_s))
     return [(b, reasons[b.broker_id]) for b in brokers if reasons[b.broker_id] is not None]
 
 

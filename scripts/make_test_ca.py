@@ -88,7 +88,7 @@ def make_test_pki(
         .sign(ca_key, hashes.SHA256())
     )
 
-    def issue(name: x509.Name, usage: x509.ObjectIdentifier, san: list[x509.GeneralName] | None):
+    def issue(name: x509.Name, usages: list[x509.ObjectIdentifier], san: list[x509.GeneralName] | None):
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (
             x509.CertificateBuilder()
@@ -99,7 +99,7 @@ def make_test_pki(
             .not_valid_before(start)
             .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         if san:
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
@@ -107,8 +107,13 @@ def make_test_pki(
 
     san: list[x509.GeneralName] = [x509.DNSName(h) for h in hosts]
     san += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    # A broker's certificate serves its listeners and is also what it presents as a TLS client
+    # (the listener probe on a listener with ssl.client.auth=required, as Kafka's inter-broker
+    # client presents the broker's keystore): both usages.
     broker_key, broker_cert = issue(
-        _name(hosts[0] if hosts else "broker", "brokers"), ExtendedKeyUsageOID.SERVER_AUTH, san
+        _name(hosts[0] if hosts else "broker", "brokers"),
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+        san,
     )
     pem = serialization.Encoding.PEM
     ca_path, broker_path = out / "ca.pem", out / "broker.pem"
@@ -116,7 +121,7 @@ def make_test_pki(
     _write(broker_path, _key_pem(broker_key, key_password) + broker_cert.public_bytes(pem) + ca_cert.public_bytes(pem))
     issued = {}
     for client in clients:
-        key, cert = issue(_name(client, "clients"), ExtendedKeyUsageOID.CLIENT_AUTH, None)
+        key, cert = issue(_name(client, "clients"), [ExtendedKeyUsageOID.CLIENT_AUTH], None)
         cert_path, key_path = out / f"{client}.crt", out / f"{client}.key"
         _write(cert_path, cert.public_bytes(pem))
         _write(key_path, _key_pem(key))

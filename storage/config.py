@@ -82,6 +82,9 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "long": _to_int,
     "double": _to_float,
     "string": _to_str,
+    # Kafka's PASSWORD type: a string that is never shown (DescribeConfigs answers it as
+    # sensitive, with no value).
+    "password": _to_str,
     "boolean": _to_bool,
     "list": _to_list,
     "any": lambda value: value,
@@ -169,7 +172,10 @@ class Config(Mapping[str, Any]):
 
     def non_default(self) -> dict[str, Any]:
         """The keys whose value differs from Kafka's default."""
-        return {k: v for k, v in self._values.items() if v != self._definition.keys[k].default}
+        keys = self._definition.keys
+        # A key outside the definition's fixed set (a broker's per-listener override) is
+        # never a default.
+        return {k: v for k, v in self._values.items() if k not in keys or v != keys[k].default}
 
 
 class ConfigDef:

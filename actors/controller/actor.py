@@ -32,7 +32,7 @@ from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
-from actors.gateway.probe import probe_listeners
+from actors.gateway.probe import probe_listeners, probe_targets
 from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
@@ -439,6 +439,11 @@ class Controller:
         await self._ensure_started()
         return {**self._quorum.describe(), "replica_actors": len(self._handles)}
 
+    async def broker_config(self) -> dict[str, Any]:
+        """The broker configuration the cluster was launched with (what a driver attaching
+        to the cluster works with: its listeners' TLS keys for the listener probe, ...)."""
+        return dict(self._config)
+
     async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of every live replica of a partition, by broker id (for tests/tools)."""
         return {b: h for (t, p, b), h in self._handles.items() if t == tp.topic and p == tp.partition}
@@ -821,11 +826,11 @@ class Controller:
         listener) from an ApiVersions round trip to its advertised address; a broker no
         longer named reads 0. A change of state is logged once."""
         rec = self._recorder
-        listed = [
-            (b.broker_id, b.host, b.port) for b in self._cluster.brokers.values() if b.alive and b.host and b.port > 0
-        ]
+        listed = probe_targets(
+            [b for b in self._cluster.brokers.values() if b.alive and b.host and b.port > 0], self._config
+        )
         reasons = await probe_listeners(listed)
-        for broker_id, host, port in listed:
+        for broker_id, host, port, _ in listed:
             reason = reasons[broker_id]
             if reason is not None and broker_id not in self._listeners_down:
                 logger.warning("broker %d's listener %s:%d does not answer: %s", broker_id, host, port, reason)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from actors.config import listener_config
 from actors.gateway.listeners import uses_sasl, uses_tls
 from actors.gateway.principal import SslPrincipalMapper, rfc2253_subject
 from actors.gateway.sasl import PlainUsers, SaslConfig, SaslSession, ScramCredentials, check_mechanisms
@@ -63,8 +64,10 @@ def listener_security(
     on_sasl_result: Callable[[str, bool], None] | None = None,
     on_tls_result: Callable[[bool], None] | None = None,
 ) -> ListenerSecurity:
-    """A listener's security from the broker config (InvalidConfigError when its TLS or
+    """A listener's security from the broker config, with the listener's own
+    ``listener.name.<name>.*`` keys over the broker's (InvalidConfigError when its TLS or
     SASL settings cannot work)."""
+    config = listener_config(config, name)
     security = ListenerSecurity(name, protocol, auth_timeout_s=config["rayqueue.authentication.timeout.ms"] / 1000)
     if uses_tls(protocol):
         security.ssl_context = server_context(config)

@@ -50,6 +50,25 @@ def server_context(config: Mapping[str, Any]) -> ssl.SSLContext:
     return context
 
 
+def client_context(config: Mapping[str, Any]) -> ssl.SSLContext:
+    """A client-side SSLContext for the broker's own connections to a TLS listener (the
+    listener probe): the listener's CAs verify the server when it names them (without them
+    the probe checks that the listener serves, not who it is), and the broker's keystore is
+    presented as the client certificate when there is one (a listener with
+    ``ssl.client.auth=required`` asks for it, as Kafka's inter-broker client presents it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    versions = sorted(_VERSIONS[v] for v in config["ssl.enabled.protocols"]) or [ssl.TLSVersion.TLSv1_2]
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    # The advertised address may be an IP the certificate does not name: the CA check stays,
+    # the name check does not.
+    context.check_hostname = False
+    if not _load_truststore(context, config):
+        context.verify_mode = ssl.CERT_NONE
+    if config["ssl.keystore.location"] or config["ssl.keystore.certificate.chain"]:
+        _load_keystore(context, config)
+    return context
+
+
 def _load_keystore(context: ssl.SSLContext, config: Mapping[str, Any]) -> None:
     location = config["ssl.keystore.location"]
     chain, key = config["ssl.keystore.certificate.chain"], config["ssl.keystore.key"]

@@ -476,7 +476,7 @@ def health(
         shown = ", ".join(offline[:20]) + (f" and {len(offline) - 20} more" if len(offline) > 20 else "")
         problems.append(f"unhealthy: {len(offline)} offline partition(s) (no live leader): {shown}")
     # Metadata sends Kafka clients to these addresses: each must really accept them.
-    for broker, reason in listeners_down(meta, timeout_s=min(timeout, LISTENER_PROBE_TIMEOUT_S)):
+    for broker, reason in listeners_down(meta, cluster.config, timeout_s=min(timeout, LISTENER_PROBE_TIMEOUT_S)):
         problems.append(
             one_line(f"unhealthy: broker {broker.broker_id}'s listener {broker.host}:{broker.port} is down: {reason}")
         )

@@ -51,6 +51,8 @@ def secure(ray_session, tmp_path_factory):
         ssl_principal_mapping_rules="RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
         sasl_enabled_mechanisms="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         rayqueue_sasl_plain_users_file=str(users),
+        # The MTLS listener's own key (Kafka's per-listener keys): certificates required there.
+        **{"listener.name.mtls.ssl.client.auth": "required"},
         **SMALL_INTERNAL_TOPICS,
     )
     try:
@@ -383,3 +385,75 @@ def test_rayqueue_users_add_list_remove(secure, request):
         return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
     wait_for(refused, 30, what="the removed user refused")
+
+
+def test_broker_configs_hide_key_material_and_list_a_listeners_own_keys(secure):
+    """DescribeConfigs of a broker answers the PASSWORD keys as Kafka does (sensitive, no
+    value) and lists the per-listener keys; the MTLS listener's own ssl.client.auth=required
+    refuses a TLS client without a certificate there."""
+    import socket
+    import ssl
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": secure["internal"]})
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([broker])[broker].result(30)
+    for key in (
+        "ssl.keystore.key",
+        "ssl.key.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+    ):
+        assert configs[key].is_sensitive and configs[key].value is None, key
+    assert configs["ssl.keystore.location"].value == str(secure["pki"].broker)
+    assert configs["listener.name.mtls.ssl.client.auth"].value == "required"
+    assert configs["ssl.client.auth"].value == "requested"
+
+    host, port = secure["mtls"].split(",")[0].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(secure["pki"].ca))
+    context.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=10) as raw, pytest.raises((ssl.SSLError, OSError)):
+        sock = context.wrap_socket(raw, server_hostname=host)
+        sock.sendall(b"\x00\x00\x00\x00")
+        if not sock.recv(4):
+            raise ConnectionError("closed without a certificate")
+
+
+def test_authentications_are_counted_by_listener_and_mechanism(secure, request, metrics_export_port):
+    """Kafka's successful-authentication-total / failed-authentication-total, scraped from the
+    session Ray's Prometheus endpoint: SCRAM logins on EXTERNAL (one refused), a certificate on MTLS."""
+    import urllib.request
+
+    from confluent_kafka.admin import AdminClient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    topic = new_topic(secure, request)
+    assert confluent_round_trip(sasl_conf(secure), topic, 1)
+    assert confluent_round_trip(mtls_conf(secure), topic, 1)
+    refused: list = []
+    admin = AdminClient({**sasl_conf(secure, password="not-it"), "error_cb": refused.append})
+    wait_for(lambda: admin.poll(0.1) is not None and refused, 30, what="a refused login")
+
+    def counted(name: str, **labels: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+            and s.labels.get("cluster") == NAMESPACE
+            and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    ok, failed = "rayqueue_successful_authentication_total", "rayqueue_failed_authentication_total"
+    wait_for(
+        lambda: (
+            counted(ok, listener="EXTERNAL", mechanism="SCRAM-SHA-512") >= 1
+            and counted(failed, listener="EXTERNAL", mechanism="SCRAM-SHA-512") >= 1
+            and counted(ok, listener="MTLS", mechanism="SSL") >= 1
+        ),
+        90,
+        what="the authentication counters in the scrape",
+    )

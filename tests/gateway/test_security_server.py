@@ -154,15 +154,19 @@ def test_mutual_tls_principal_is_the_mapped_certificate_subject(pki):
         with tls_wire(address, pki, "alice") as wire:
             assert wire.call(metadata("0")).topics[0].name == "0"
             assert principals(server) == ["User:alice"]
-        # Without a certificate the handshake fails (required): closed, nothing served.
-        context = ssl.create_default_context(cafile=str(pki.ca))
-        raw = socket.create_connection(address, timeout=10)
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            sock = context.wrap_socket(raw, server_hostname="localhost")
-            sock.sendall(request_frame(metadata("0"), 1))
-            assert not sock.recv(4)
-            raise ConnectionError("closed")
-        raw.close()
+        assert_refused_without_a_certificate(address, pki)
+
+
+def assert_refused_without_a_certificate(address, pki) -> None:
+    """A TLS client without a certificate fails the handshake (required): closed, nothing served."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    raw = socket.create_connection(address, timeout=10)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        sock = context.wrap_socket(raw, server_hostname="localhost")
+        sock.sendall(request_frame(metadata("0"), 1))
+        assert not sock.recv(4)
+        raise ConnectionError("closed")
+    raw.close()
 
 
 def test_requested_client_auth_without_a_certificate_is_anonymous(pki):
@@ -332,3 +336,71 @@ def test_reauthentication_keeps_the_connection_and_an_expired_session_closes_it(
 
 def _expired(server: KafkaServer) -> bool:
     return all(c.sasl.refusal(3) is not None for c in list(server.connections))
+
+
+# -- a listener's own keys (listener.name.<listener>.*) -----------------------------------------
+
+
+def test_a_listeners_own_tls_keys_override_the_brokers(pki):
+    # The broker asks TLS clients for no certificate; listener TEST's own keys require one and
+    # map its subject.
+    config = ssl_config(
+        pki,
+        **{
+            "ssl.client.auth": "none",
+            "listener.name.test.ssl.client.auth": "required",
+            "listener.name.TEST.ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
+        },
+    )
+    with serve("SSL", **config) as (server, address):
+        with tls_wire(address, pki, "bob") as wire:
+            assert wire.call(metadata("7")).topics[0].name == "7"
+            assert principals(server) == ["User:bob"]
+        assert_refused_without_a_certificate(address, pki)
+
+
+def test_a_listeners_own_sasl_mechanisms(plain_users):
+    config = {"rayqueue.sasl.plain.users.file": plain_users, "listener.name.test.sasl.enabled.mechanisms": "PLAIN"}
+    with serve("SASL_PLAINTEXT", _Scram({}), **config) as (_, address), Wire(address) as wire:
+        refused = wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+        assert refused.error_code == 33 and list(refused.mechanisms) == ["PLAIN"]  # UNSUPPORTED_SASL_MECHANISM
+
+
+def test_per_listener_keys_are_checked_at_startup():
+    from storage.errors import InvalidConfigError
+
+    listeners = {"listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0"}
+    mapping = {"listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SSL"}
+    config = broker_config({**listeners, **mapping, "listener.name.external.ssl.client.auth": "required"})
+    assert config["listener.name.external.ssl.client.auth"] == "required" and config["ssl.client.auth"] == "none"
+    with pytest.raises(InvalidConfigError, match="no listener of that name"):
+        broker_config({**listeners, **mapping, "listener.name.other.ssl.client.auth": "required"})
+    with pytest.raises(InvalidConfigError, match="cannot be set per listener"):
+        broker_config({**listeners, **mapping, "listener.name.external.num.partitions": 3})
+    with pytest.raises(InvalidConfigError, match="listener.name.external.ssl.client.auth.*not one of"):
+        broker_config({**listeners, **mapping, "listener.name.external.ssl.client.auth": "sometimes"})
+
+
+# -- the listener probe over TLS ----------------------------------------------------------------
+
+
+def test_the_listener_probe_speaks_tls_to_a_tls_listener(pki):
+    from actors.gateway.probe import probe_listener, probe_listeners, probe_targets
+    from actors.gateway.ssl_factory import client_context
+    from actors.types import BrokerMetadata
+
+    # Client certificates required: the probe presents the broker's own (both usages).
+    config = broker_config(ssl_config(pki, **{"ssl.client.auth": "required"}))
+    with serve("SSL", **config) as (_, (host, port)):
+        assert asyncio.run(probe_listener(host, port, 5.0, client_context(config))) is None
+        # Plain bytes to a TLS listener: closed, so down.
+        assert "closed" in asyncio.run(probe_listener(host, port, 5.0))
+        tls_only = BrokerMetadata(1, "node", "/data", True, host, port, (("TEST", "SSL", host, port),))
+        plain = BrokerMetadata(2, "node", "/data", True, host, 1, (("PLAIN", "PLAINTEXT", host, 1),))
+        targets = probe_targets([tls_only, plain], config)
+        assert targets[0][3] is not None and targets[1][3] is None
+        assert asyncio.run(probe_listeners(targets[:1], 5.0)) == {1: None}
+    # SASL_SSL: ApiVersions is answered before any login.
+    sasl = ssl_config(pki, **{"ssl.client.auth": "none"})
+    with serve("SASL_SSL", _Scram({}), **sasl) as (_, (host, port)):
+        assert asyncio.run(probe_listener(host, port, 5.0, client_context(broker_config(sasl)))) is None

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.acl import CLUSTER_NAME
-from actors.config import BROKER_CONFIG
+from actors.config import BROKER_CONFIG, LISTENER_PREFIX
 from actors.gateway import authorization as authz
 from actors.gateway.broker_view import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -70,7 +70,7 @@ MISMATCHED_ENDPOINT_TYPE = 114  # DescribeCluster asked a broker for the control
 BROKERS_ENDPOINT = 1
 # DescribeConfigs' ConfigSource and ConfigType, as Kafka numbers them.
 CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7, "password": 9}
 
 
 # -- actor calls (one function each) --------------------------------------------------------
@@ -323,6 +323,10 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                     value = view.config.get(key, spec.default)
                     source = "STATIC_BROKER_CONFIG" if value != spec.default else "DEFAULT_CONFIG"
                     entries.append((key, value, source, True, spec))
+                for key, value in sorted(view.config.items()):
+                    if key.startswith(LISTENER_PREFIX):  # a listener's own value of a key
+                        spec = BROKER_CONFIG.keys[BROKER_CONFIG.split_listener_key(key)[1]]
+                        entries.append((key, value, "STATIC_BROKER_CONFIG", True, spec))
             else:
                 raise InvalidRequestError(f"config resource type {r.resource_type} is not served")
         except Exception as exc:  # noqa: BLE001 - the resource's error code
@@ -349,14 +353,17 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 def _config_entry(
     result_cls: type, key: str, value: Any, source: str, read_only: bool, spec: ConfigKey | None, documentation: bool
 ) -> Any:
+    # A PASSWORD key (the broker's private key and its password, ...) is described as Kafka
+    # describes it: sensitive, without its value.
+    sensitive = spec is not None and spec.type == "password"
     return make(
         result_cls,
         "configs",
         name=key,
-        value=config_string(value),
+        value=None if sensitive else config_string(value),
         read_only=read_only,
         config_source=CONFIG_SOURCES.get(source, 0),
-        is_sensitive=False,
+        is_sensitive=sensitive,
         synonyms=(),
         config_type=CONFIG_TYPES.get(spec.type, 0) if spec is not None else 0,
         documentation=(spec.doc if spec is not None else None) if documentation else None,
