@@ -32,6 +32,7 @@ from actors.protocol import (
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    principal_field,
 )
 from actors.protocol_security import (
     AlterUserScramCredentialsRequest,
@@ -123,9 +124,17 @@ def _config_dict(configs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class Admin:
-    """Administrative operations on a rayqueue cluster."""
+    """Administrative operations on a rayqueue cluster.
 
-    def __init__(self, cluster: ClusterHandle | None = None) -> None:
+    ``principal`` (``User:alice``) is who the calls act as: the actors check each call
+    against the cluster's ACLs with Kafka's rules and errors (TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError, ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError). None acts as a super user: whoever may call
+    the actors holds the Ray cluster's token.
+    """
+
+    def __init__(self, cluster: ClusterHandle | None = None, principal: str | None = None) -> None:
+        self.principal = principal_field(principal)
         self._cluster = cluster if cluster is not None else connect()
         self._controller = self._cluster.controller
         self._metadata = MetadataCache(self._controller)
