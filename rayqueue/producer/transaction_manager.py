@@ -146,6 +146,8 @@ class TransactionManager:
         # unknown: the epoch must be bumped and sequences restarted (KIP-360).
         self.epoch_bump_needed = False
         self._coordinator: Any = None
+        # The producer's principal, on every coordinator request (None: a super user).
+        self.principal: str | None = None
 
     # -- the coordinator ------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ class TransactionManager:
         along so that the coordinator bumps the epoch rather than fencing us.
         """
         request = InitProducerIdRequest(
-            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch
+            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch, self.principal
         )
         result = self.call("init_producer_id", request, timeout_s=timeout_s)
         with self._lock:
