@@ -100,7 +100,10 @@ class Caller:
 
 def _names(resource_type: ResourceType, names: Iterable[Any]) -> list[str]:
     """The names, each a string (a caller may put anything in a request)."""
-    out = list(names)
+    try:
+        out = list(names)
+    except TypeError:
+        raise InvalidRequestError(f"{resource_type.name} names must be a list, not {names!r:.60}") from None
     for name in out:
         if not isinstance(name, str):
             raise InvalidRequestError(f"a {resource_type.name} name is a string, not {type(name).__name__}")
