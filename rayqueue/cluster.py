@@ -114,9 +114,10 @@ class Cluster(ClusterHandle):
         """A Consumer bound to this cluster."""
         return Consumer(self, config, **kwargs)
 
-    def admin(self) -> Admin:
-        """An Admin client bound to this cluster."""
-        return Admin(self)
+    def admin(self, principal: str | None = None) -> Admin:
+        """An Admin client bound to this cluster, acting as ``principal`` (``User:alice``;
+        None: a super user) under the cluster's ACLs."""
+        return Admin(self, principal)
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
