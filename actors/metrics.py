@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
@@ -379,12 +379,14 @@ def count_request_error(exc: BaseException) -> None:
     recorder.add(recorder.metrics.request_errors, 1, (*tags.items(), ("error", error_name(exc))))
 
 
-def count_authorization_denied(resource_type: str) -> None:
-    """Count a resource the authorizer refused to the gateway request being served (if any,
-    and if metrics are on)."""
-    served = current_request.get()
+def count_authorization_denied(resource_type: str, served: tuple[Recorder, Mapping[str, str]] | None = None) -> None:
+    """Count a resource the authorizer refused to the request being served: ``served`` (an
+    actor's recorder and the request's broker, path and request tags: a native client's
+    call) or else the gateway request of this task (if any, and if metrics are on)."""
     if served is None:
-        return
+        served = current_request.get()
+        if served is None:
+            return
     recorder, tags = served
     key = (("broker", tags["broker"]), ("path", tags["path"]), ("request", tags["request"]))
     recorder.add(recorder.metrics.authorization_denied, 1, (*key, ("resource_type", resource_type)))

@@ -36,8 +36,7 @@ from typing import Any
 
 import ray
 
-from actors.acl import AclOperation, ResourceType
-from actors.acl_view import AclView
+from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.clock import SYSTEM, Clock
 from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
@@ -157,9 +156,6 @@ class PartitionReplica:
         self._log.update_high_watermark(hw)
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
-        # The ACLs, for native clients' requests that carry a principal (loaded on the first).
-        self._acls: AclView | None = None
-        self._acls_loading: asyncio.Lock | None = None
         self._replication = dict(DEFAULT_REPLICATION)
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
@@ -169,6 +165,9 @@ class PartitionReplica:
         self._background: asyncio.Task | None = None
         self._retention_check_ms = 300000
         self._metrics = ReplicaMetrics(topic, partition, broker_id, metrics_enabled, namespace, clock)
+        # Native clients' principals against the ACLs (loaded by the first request with one).
+        self._acls = LazyAclView(self._controller_for_acls)
+        self._auth = AuthHelper(self._acls, self._metrics.recorder, str(broker_id))
         logger.info("replica %s-%d on broker %d opened at %s", topic, partition, broker_id, self._dir)
 
     # -- role changes (driven by the controller) ------------------------------------------
@@ -307,8 +306,8 @@ class PartitionReplica:
         order = request.checked_order()
         try:
             request = request.checked()
-            if request.principal is not None:
-                await self._authorize(request.principal, AclOperation.WRITE)
+            if request.principal is not None:  # the data path: no await without one
+                await self._auth.check(request, Op.WRITE, TOPIC, self.topic)
             if request.origin is AppendOrigin.CLIENT and self.topic in INTERNAL_TOPICS:
                 # Only the coordinators write their state: one client record there could
                 # stop the next start (Kafka: InvalidTopicException, internalTopicsAllowed).
@@ -451,25 +450,11 @@ class PartitionReplica:
             count=False,
         )
 
-    async def _authorize(self, principal: str, op: AclOperation) -> None:
-        """A native client's principal against the cluster's ACLs on this topic (host ``*``
-        only: Ray calls have no client address); TopicAuthorizationFailedError if refused.
-        One dictionary lookup or so per request; the first one loads the ACLs from the
-        controller, after which they are kept fresh by a long poll."""
-        acls = self._acls
-        if acls is None:
-            if self._acls_loading is None:
-                self._acls_loading = asyncio.Lock()  # created in the actor's event loop
-            async with self._acls_loading:
-                if self._acls is None:
-                    if self._controller is None:
-                        raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition} has no role yet")
-                    view = AclView(None, self._controller)
-                    await view.start()
-                    self._acls = view
-            acls = self._acls
-        if not acls.authorizer.authorize(principal, "", op, ResourceType.TOPIC, self.topic):
-            raise TopicAuthorizationFailedError(f"{principal} may not {op.name} topic {self.topic!r:.200}")
+    def _controller_for_acls(self) -> Any:
+        """The controller, for the first load of the ACLs (a replica learns it with its role)."""
+        if self._controller is None:
+            raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition} has no role yet")
+        return self._controller
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         """Whole batches from ``fetch_offset``, long-polling for data.
@@ -485,8 +470,8 @@ class PartitionReplica:
         than 0 or 1).
         """
         request = checked_request(request, FetchRequest)
-        if request.principal is not None:
-            await self._authorize(request.principal, AclOperation.READ)
+        if request.principal is not None:  # the data path: no await without one
+            await self._auth.check(request, Op.READ, TOPIC, self.topic)
         if not self._metrics.enabled:
             return await self._fetch(request)
         started = self._clock.monotonic()
@@ -562,6 +547,7 @@ class PartitionReplica:
         InvalidRequestError.
         """
         request = checked_request(request, ListOffsetsRequest)
+        await self._auth.check(request, Op.DESCRIBE, TOPIC, self.topic)
         timestamp = request.timestamp
         self._check_leader(request.current_leader_epoch)
         if timestamp != EARLIEST_TIMESTAMP and self._state.epoch_start_offset > self._state.hw:
@@ -586,9 +572,11 @@ class PartitionReplica:
         new log start offset.
 
         Followers follow the leader's log start offset from fetch answers. Another negative
-        ``offset`` is OffsetOutOfRangeError, as in Kafka's DeleteRecords.
+        ``offset`` is OffsetOutOfRangeError, as in Kafka's DeleteRecords. A native caller's
+        principal needs DELETE on the topic.
         """
         request = checked_request(request, DeleteRecordsRequest)
+        await self._auth.check(request, Op.DELETE, TOPIC, self.topic)
         offset = request.offset
         self._check_leader(request.current_leader_epoch)
         if offset < -1:
@@ -848,8 +836,10 @@ class PartitionReplica:
         leader_hw = self._state.hw if self._state.role == ReplicaRole.LEADER else None
         self._metrics.tick(self._log, leader_hw, "compact" in self._config["cleanup.policy"], self._lso)
 
-    async def describe(self) -> dict[str, Any]:
-        """Offsets, role, epochs, ISR as this replica sees it, and size."""
+    async def describe(self, principal: str | None = None) -> dict[str, Any]:
+        """Offsets, role, epochs, ISR as this replica sees it, and size (a native caller's
+        ``principal`` needs DESCRIBE on the topic)."""
+        await self._auth.check(Caller(principal, "DescribePartition"), Op.DESCRIBE, TOPIC, self.topic)
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -893,8 +883,7 @@ class PartitionReplica:
 
     async def close(self, delete: bool = False) -> None:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
-        if self._acls is not None:
-            self._acls.close()
+        self._acls.close()
         self._stop_fetcher()
         self._state.close()
         await self._notify()

@@ -67,6 +67,7 @@ __all__ = [
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
     "DeleteTopicsRequest",
+    "DescribeClusterRequest",
     "DescribeConfigsRequest",
     "DescribeGroupsRequest",
     "DescribeTransactionsRequest",
@@ -83,7 +84,9 @@ __all__ = [
     "JoinGroupRequest",
     "LeaderAndIsrRequest",
     "LeaveGroupRequest",
+    "ListGroupsRequest",
     "ListOffsetsRequest",
+    "ListPartitionReassignmentsRequest",
     "MetadataRequest",
     "OffsetCommitRequest",
     "OffsetFetchRequest",
@@ -426,6 +429,7 @@ class ListOffsetsRequest(Message):
     timestamp: int
     current_leader_epoch: int = NO_EPOCH
     isolation_level: IsolationLevel | int = IsolationLevel.READ_UNCOMMITTED
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
     def checked(self) -> ListOffsetsRequest:
         """This request with every field checked (InvalidRequestError; also for a negative
@@ -436,7 +440,10 @@ class ListOffsetsRequest(Message):
                 f"list_offsets timestamp {timestamp}: use a time in ms (>= 0), -1 latest, -2 earliest or -3 max"
             )
         return ListOffsetsRequest(
-            timestamp, int_field("current_leader_epoch", self.current_leader_epoch), _isolation(self.isolation_level)
+            timestamp,
+            int_field("current_leader_epoch", self.current_leader_epoch),
+            _isolation(self.isolation_level),
+            principal_field(self.principal),
         )
 
 
@@ -470,12 +477,14 @@ class DeleteRecordsRequest(Message):
 
     offset: int
     current_leader_epoch: int = NO_EPOCH
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
     def checked(self) -> DeleteRecordsRequest:
         """This request with every field checked (InvalidRequestError)."""
         return DeleteRecordsRequest(
             int_field("offset", self.offset, INT64_MIN, INT64_MAX),
             int_field("current_leader_epoch", self.current_leader_epoch),
+            principal_field(self.principal),
         )
 
 
@@ -574,6 +583,7 @@ class MetadataRequest(Message):
 
     topics: tuple[str, ...] | None = None
     allow_auto_topic_creation: bool = False
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +603,7 @@ class CreateTopicsRequest(Message):
     assignments: tuple[tuple[int, ...], ...] | None = None
     configs: Mapping[str, Any] = field(default_factory=dict)
     validate_only: bool = False
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,6 +611,7 @@ class DeleteTopicsRequest(Message):
     """One topic of Kafka's DeleteTopics."""
 
     name: str
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,6 +624,7 @@ class CreatePartitionsRequest(Message):
     count: int
     assignments: tuple[tuple[int, ...], ...] | None = None
     validate_only: bool = False
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,6 +634,7 @@ class DescribeConfigsRequest(Message):
 
     resource_name: str
     configuration_keys: tuple[str, ...] | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,6 +655,7 @@ class IncrementalAlterConfigsRequest(Message):
     resource_name: str
     configs: tuple[AlterableConfig, ...]
     validate_only: bool = False
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -664,6 +679,21 @@ class ElectLeadersRequest(Message):
     answered per partition with None (moved) or the reason as an error class name."""
 
     topic_partitions: tuple[TopicPartition, ...] | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterRequest(Message):
+    """Kafka's DescribeCluster: cluster id, controller epoch, brokers and counts."""
+
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignmentsRequest(Message):
+    """Kafka's ListPartitionReassignments: every ongoing reassignment."""
+
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,6 +701,7 @@ class AlterPartitionReassignmentsRequest(Message):
     """Kafka's AlterPartitionReassignments: each partition's new replica list."""
 
     reassignments: Mapping[TopicPartition, tuple[int, ...]]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 # -- group coordinator -------------------------------------------------------------------------
@@ -712,6 +743,7 @@ class JoinGroupRequest(Message):
     protocol_type: str = "consumer"
     require_known_member_id: bool = False
     client_host: str = ""
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -728,6 +760,7 @@ class SyncGroupRequest(Message):
     generation_id: int
     assignments: Mapping[str, bytes] | None = None
     assigned_partitions: Mapping[str, tuple[TopicPartition, ...]] | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,6 +782,7 @@ class HeartbeatRequest(Message):
     group_instance_id: str | None
     generation_id: int
     poll_age_ms: int = 0
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -758,6 +792,7 @@ class LeaveGroupRequest(Message):
     group_id: str
     member_id: str
     group_instance_id: str | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -770,6 +805,7 @@ class OffsetCommitRequest(Message):
     member_id: str = ""
     group_instance_id: str | None = None
     generation_id: int = -1
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -784,6 +820,7 @@ class TxnOffsetCommitRequest(Message):
     member_id: str = ""
     group_instance_id: str | None = None
     generation_id: int = -1
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -794,6 +831,7 @@ class OffsetFetchRequest(Message):
     group_id: str
     partitions: tuple[TopicPartition, ...] | None = None
     require_stable: bool = False
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -804,6 +842,7 @@ class GroupLagRequest(Message):
 
     group_id: str
     topics: tuple[str, ...] = ()
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -811,6 +850,14 @@ class DescribeGroupsRequest(Message):
     """Kafka's DescribeGroups; answered with a GroupDescription per group."""
 
     groups: tuple[str, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest(Message):
+    """Kafka's ListGroups; answered with (group id, state, protocol type) per group."""
+
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -818,6 +865,7 @@ class DeleteGroupsRequest(Message):
     """Kafka's DeleteGroups; answered per group with None or its error."""
 
     groups_names: tuple[str, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -828,6 +876,7 @@ class OffsetDeleteRequest(Message):
 
     group_id: str
     partitions: tuple[TopicPartition, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -853,6 +902,7 @@ class InitProducerIdRequest(Message):
     transaction_timeout_ms: int = 60000
     producer_id: int = -1
     producer_epoch: int = -1
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -863,6 +913,7 @@ class AddPartitionsToTxnRequest(Message):
     producer_id: int
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -873,6 +924,7 @@ class AddOffsetsToTxnRequest(Message):
     producer_id: int
     producer_epoch: int
     group_id: str
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -883,6 +935,7 @@ class EndTxnRequest(Message):
     producer_id: int
     producer_epoch: int
     committed: bool
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -890,3 +943,4 @@ class DescribeTransactionsRequest(Message):
     """Kafka's DescribeTransactions (``transactional_ids`` None: every one, as ListTransactions)."""
 
     transactional_ids: tuple[str, ...] | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)

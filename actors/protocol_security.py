@@ -23,6 +23,7 @@ class CreateAclsRequest(Message):
     KafkaError, answered back in its place); answered with None or an error per entry."""
 
     creations: tuple[AclBinding | KafkaError, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,7 @@ class DeleteAclsRequest(Message):
     """Kafka's DeleteAcls: answered with, per filter, the ACLs it matched and removed."""
 
     filters: tuple[AclBindingFilter, ...]
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class DescribeAclsRequest(Message):
     """Kafka's DescribeAcls: answered with the ACLs the filter matches."""
 
     filter: AclBindingFilter
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class AlterUserScramCredentialsRequest(Message):
 
     deletions: tuple[ScramCredentialDeletion, ...] = ()
     upsertions: tuple[ScramCredentialUpsertion, ...] = ()
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,7 @@ class DescribeUserScramCredentialsRequest(Message):
     """Kafka's DescribeUserScramCredentials (``users`` None or empty: every user with one)."""
 
     users: tuple[str, ...] | None = None
+    principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ class ReplicaMetrics:
         self._clock = clock
         self._broker = str(broker_id)
         self._last_clean = clock.monotonic()
+        self.recorder: Recorder | None = None  # what counts the replica's refusals of native principals
         if not enabled:
             return
-        self._rec = rec = Recorder(namespace, enabled)
+        self._rec = self.recorder = rec = Recorder(namespace, enabled)
         self._m = rec.metrics
         topic, partition, broker = topic, str(partition), self._broker
         self._topic_tags = (("topic", topic), ("broker", broker))

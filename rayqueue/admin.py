@@ -22,13 +22,16 @@ from actors.protocol import (
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeTransactionsRequest,
     ElectLeadersRequest,
     GroupLagRequest,
     IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
     ListOffsetsRequest,
+    ListPartitionReassignmentsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -59,6 +62,7 @@ from rayqueue.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
+    TopicAuthorizationFailedError,
     as_kafka_error,
     error_for_code,
 )
@@ -137,7 +141,7 @@ class Admin:
         self.principal = principal_field(principal)
         self._cluster = cluster if cluster is not None else connect()
         self._controller = self._cluster.controller
-        self._metadata = MetadataCache(self._controller)
+        self._metadata = MetadataCache(self._controller, principal=self.principal)
 
     def create_topic(
         self,
@@ -162,9 +166,15 @@ class Admin:
             -1 if replication_factor is None else replication_factor,
             None if replica_assignment is None else tuple(tuple(r) for r in replica_assignment),
             _config_dict(configs),
+            principal=self.principal,
         )
         meta = call_controller(self._controller.create_topic, request)
-        warning = self.min_isr_warning(meta)
+        try:
+            warning = self.min_isr_warning(meta)
+        except TopicAuthorizationFailedError:
+            # A principal may CREATE a topic without DESCRIBE_CONFIGS on it (Kafka then
+            # leaves the configs out of the answer): no warning it could not be given.
+            warning = None
         if warning is not None:
             logger.warning("%s", warning)
         return meta
@@ -193,7 +203,7 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its data."""
-        call_controller(self._controller.delete_topic, DeleteTopicsRequest(name))
+        call_controller(self._controller.delete_topic, DeleteTopicsRequest(name, self.principal))
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete several topics."""
@@ -201,22 +211,26 @@ class Admin:
             self.delete_topic(name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        """Topic names."""
-        return call_controller(self._controller.list_topics, include_internal)
+        """Topic names (those the principal may DESCRIBE)."""
+        return call_controller(self._controller.list_topics, include_internal, self.principal)
 
     def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicMetadata]:
-        """Partitions, leaders, replicas and ISR of each topic."""
+        """Partitions, leaders, replicas and ISR of each topic: every topic the principal may
+        DESCRIBE, or the named ones (TopicAuthorizationFailedError for one it may not)."""
         wanted = tuple(names) if names is not None else None
-        return call_controller(self._controller.get_metadata, MetadataRequest(wanted)).topics
+        request = MetadataRequest(wanted, principal=self.principal)
+        return call_controller(self._controller.get_metadata, request).topics
 
     def create_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> TopicMetadata:
         """Grow ``name`` to ``total`` partitions."""
         assignments = None if assignment is None else tuple(tuple(r) for r in assignment)
-        return call_controller(self._controller.create_partitions, CreatePartitionsRequest(name, total, assignments))
+        request = CreatePartitionsRequest(name, total, assignments, principal=self.principal)
+        return call_controller(self._controller.create_partitions, request)
 
     def describe_configs(self, name: str) -> dict[str, tuple[Any, str]]:
         """Each topic config: (value, source)."""
-        return call_controller(self._controller.describe_configs, DescribeConfigsRequest(name))
+        request = DescribeConfigsRequest(name, principal=self.principal)
+        return call_controller(self._controller.describe_configs, request)
 
     def alter_configs(
         self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: Iterable[str] | None = None
@@ -230,7 +244,8 @@ class Admin:
         set_configs = _config_dict(set_configs)
         changes = [AlterableConfig(k, AlterConfigOp.DELETE) for k in delete_configs or () if k not in set_configs]
         changes += [AlterableConfig(k, AlterConfigOp.SET, v) for k, v in set_configs.items()]
-        return call_controller(self._controller.alter_configs, IncrementalAlterConfigsRequest(name, tuple(changes)))
+        request = IncrementalAlterConfigsRequest(name, tuple(changes), principal=self.principal)
+        return call_controller(self._controller.alter_configs, request)
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Delete records before each offset (-1: the high watermark); returns the new log start offsets.
@@ -239,7 +254,9 @@ class Admin:
         again (default.api.timeout.ms).
         """
         calls = {
-            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(DeleteRecordsRequest(o, m.leader_epoch))
+            tp: lambda m, o=offset: m.leader_handle.delete_records.remote(
+                DeleteRecordsRequest(o, m.leader_epoch, self.principal)
+            )
             for tp, offset in offsets.items()
         }
         answers = self._metadata.call_leaders(calls, _API_TIMEOUT_S)
@@ -248,7 +265,9 @@ class Admin:
     def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Offsets by spec: -2 earliest, -1 latest, or a timestamp in ms (leaders looked up again as needed)."""
         calls = {
-            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(ListOffsetsRequest(ts, m.leader_epoch))
+            tp: lambda m, ts=spec: m.leader_handle.list_offsets.remote(
+                ListOffsetsRequest(ts, m.leader_epoch, principal=self.principal)
+            )
             for tp, spec in specs.items()
         }
         return self._metadata.call_leaders(calls, _API_TIMEOUT_S)
@@ -259,7 +278,7 @@ class Admin:
         """Log start, high watermark, LSO, log end, size and segment count of each partition,
         from its leader (looked up again if it moved; a partition with no leader within
         ``timeout_s`` is a LeaderNotAvailableError or KafkaTimeoutError)."""
-        calls = {tp: lambda m: m.leader_handle.describe.remote() for tp in partitions}
+        calls = {tp: lambda m: m.leader_handle.describe.remote(self.principal) for tp in partitions}
         answers = self._metadata.call_leaders(calls, timeout_s)
         return {
             tp: PartitionLogInfo(
@@ -275,8 +294,8 @@ class Admin:
         }
 
     def describe_cluster(self) -> dict[str, Any]:
-        """Cluster id, controller epoch, brokers and counts."""
-        return call_controller(self._controller.describe_cluster)
+        """Cluster id, controller epoch, brokers and counts (DESCRIBE on the cluster)."""
+        return call_controller(self._controller.describe_cluster, DescribeClusterRequest(self.principal))
 
     # -- SCRAM users ----------------------------------------------------------------------
 
@@ -294,7 +313,7 @@ class Admin:
         digest = "sha512" if kind is ScramMechanism.SCRAM_SHA_512 else "sha256"
         salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
         upsertion = ScramCredentialUpsertion(user, int(kind), iterations, salt, salted)
-        self._scram_results(AlterUserScramCredentialsRequest(upsertions=(upsertion,)))
+        self._scram_results(AlterUserScramCredentialsRequest(upsertions=(upsertion,), principal=self.principal))
 
     def remove_scram_user(self, user: str, mechanisms: Iterable[str] | None = None) -> None:
         """Remove a user's SCRAM credentials (every mechanism it has, or the given ones);
@@ -305,14 +324,15 @@ class Admin:
         else:
             kinds = [ScramMechanism.of_name(m) for m in mechanisms]
         deletions = tuple(ScramCredentialDeletion(user, int(k)) for k in kinds)
-        self._scram_results(AlterUserScramCredentialsRequest(deletions=deletions))
+        self._scram_results(AlterUserScramCredentialsRequest(deletions=deletions, principal=self.principal))
 
     def describe_scram_users(self, users: Iterable[str] | None = None) -> dict[str, list[tuple[int, int]]]:
         """Each user's SCRAM (mechanism, iterations): every user, or the named ones (an
         unknown one raises RESOURCE_NOT_FOUND)."""
         wanted = None if users is None else tuple(users)
         results = call_controller(
-            self._controller.describe_user_scram_credentials, DescribeUserScramCredentialsRequest(wanted)
+            self._controller.describe_user_scram_credentials,
+            DescribeUserScramCredentialsRequest(wanted, self.principal),
         )
         out = {}
         for result in results:
@@ -329,20 +349,23 @@ class Admin:
     # -- consumer groups ------------------------------------------------------------------
 
     def list_groups(self) -> list[GroupListing]:
-        """Every consumer group with its state."""
-        return [GroupListing(*g) for g in self._group_call(lambda c: c.list_groups.remote())]
+        """Every consumer group with its state (those the principal may DESCRIBE, unless it
+        may DESCRIBE the cluster)."""
+        request = ListGroupsRequest(self.principal)
+        return [GroupListing(*g) for g in self._group_call(lambda c: c.list_groups.remote(request))]
 
     def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         """State, protocol, generation, members and their assignments (unknown groups show state Dead)."""
         ids = list(group_ids)
-        request = DescribeGroupsRequest(tuple(ids))
+        request = DescribeGroupsRequest(tuple(ids), self.principal)
         return {d.group_id: d for d in self._group_call(lambda c: c.describe_groups.remote(request))}
 
     def list_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (all, or of ``partitions``)."""
-        request = OffsetFetchRequest(group_id, tuple(partitions) if partitions is not None else None)
+        wanted = tuple(partitions) if partitions is not None else None
+        request = OffsetFetchRequest(group_id, wanted, principal=self.principal)
         return self._group_call(lambda c: c.fetch_offsets.remote(request))
 
     def group_lag(self, group_id: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, PartitionLag]:
@@ -355,7 +378,7 @@ class Admin:
         """
         for topic in topics or ():
             self._metadata.num_partitions(topic)  # UnknownTopicOrPartitionError for a topic that is not there
-        request = GroupLagRequest(group_id, tuple(topics or ()))
+        request = GroupLagRequest(group_id, tuple(topics or ()), self.principal)
         return self._group_call(lambda c: c.group_lag.remote(request))
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
@@ -363,6 +386,7 @@ class Admin:
         request = OffsetCommitRequest(
             group_id,
             {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om)) for tp, om in offsets.items()},
+            principal=self.principal,
         )
         self._group_call(lambda c: c.alter_offsets.remote(request))
 
@@ -412,7 +436,7 @@ class Admin:
         """Delete empty groups and their offsets; raises the first error (GroupIdNotFoundError,
         NonEmptyGroupError) after attempting them all."""
         ids = list(group_ids)
-        request = DeleteGroupsRequest(tuple(ids))
+        request = DeleteGroupsRequest(tuple(ids), self.principal)
         results = self._group_call(lambda c: c.delete_groups.remote(request))
         for error in results.values():
             if error is not None:
@@ -424,7 +448,7 @@ class Admin:
         """Producer id and epoch, state, timeout, start time and partitions of each
         transactional id (unknown ids show state Dead)."""
         ids = list(transactional_ids)
-        request = DescribeTransactionsRequest(tuple(ids))
+        request = DescribeTransactionsRequest(tuple(ids), self.principal)
         descriptions = self._coordinator_call(
             "transaction_coordinator", lambda c: c.describe_transactions.remote(request)
         )
@@ -438,7 +462,8 @@ class Admin:
         wanted_states = set(states) if states is not None else None
         wanted_pids = set(producer_ids) if producer_ids is not None else None
         descriptions = self._coordinator_call(
-            "transaction_coordinator", lambda c: c.describe_transactions.remote(DescribeTransactionsRequest())
+            "transaction_coordinator",
+            lambda c: c.describe_transactions.remote(DescribeTransactionsRequest(principal=self.principal)),
         )
         return [
             TransactionListing(d.transactional_id, d.producer_id, d.state)
@@ -475,18 +500,18 @@ class Admin:
         """Create ACLs in the cluster's metadata log (an existing one is left as it is);
         the first refused binding raises its error (InvalidRequestError) after the others
         are created."""
-        answers = call_controller(self._controller.create_acls, CreateAclsRequest(tuple(acls)))
+        answers = call_controller(self._controller.create_acls, CreateAclsRequest(tuple(acls), self.principal))
         for error in answers:
             if error is not None:
                 raise error
 
     def describe_acls(self, selector: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
         """The ACLs a filter matches (every ACL by default)."""
-        return call_controller(self._controller.describe_acls, DescribeAclsRequest(selector))
+        return call_controller(self._controller.describe_acls, DescribeAclsRequest(selector, self.principal))
 
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
         """Delete every ACL one of the filters matches; returns them (each once)."""
-        deleted = call_controller(self._controller.delete_acls, DeleteAclsRequest(tuple(filters)))
+        deleted = call_controller(self._controller.delete_acls, DeleteAclsRequest(tuple(filters), self.principal))
         out: list[AclBinding] = []
         for matched in deleted:
             out.extend(b for b in matched if b not in out)
@@ -496,31 +521,33 @@ class Admin:
         """Preferred leader election; per partition None when leadership moved, else the reason
         (``ElectionNotNeededError``, ``PreferredLeaderNotAvailableError``). All partitions by default."""
         wanted = None if partitions is None else tuple(partitions)
-        return call_controller(self._controller.elect_leaders, ElectLeadersRequest(wanted))
+        return call_controller(self._controller.elect_leaders, ElectLeadersRequest(wanted, self.principal))
 
     def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int]]) -> None:
         """Move partitions to new replica lists; the move completes in the background once the
         new replicas have caught up (see ``list_partition_reassignments``)."""
-        request = AlterPartitionReassignmentsRequest({tp: tuple(r) for tp, r in reassignments.items()})
+        request = AlterPartitionReassignmentsRequest({tp: tuple(r) for tp, r in reassignments.items()}, self.principal)
         call_controller(self._controller.alter_partition_reassignments, request)
 
     def list_partition_reassignments(self) -> dict[TopicPartition, dict[str, list[int]]]:
         """Ongoing reassignments: ``replicas``, ``adding`` and ``removing`` broker ids per partition."""
-        out = call_controller(self._controller.list_partition_reassignments)
+        out = call_controller(
+            self._controller.list_partition_reassignments, ListPartitionReassignmentsRequest(self.principal)
+        )
         return {TopicPartition(t, p): v for (t, p), v in out.items()}
 
     def stop_broker(self, broker_id: int) -> None:
         """Shut a broker down cleanly: its replicas close, leave the ISRs and hand over leadership."""
-        call_controller(self._controller.stop_broker, broker_id)
+        call_controller(self._controller.stop_broker, broker_id, self.principal)
 
     def start_broker(self, broker_id: int) -> None:
         """Start a stopped broker: its replicas recover from disk and catch up with their leaders."""
-        call_controller(self._controller.start_broker, broker_id)
+        call_controller(self._controller.start_broker, broker_id, self.principal)
 
     def add_broker(self, node_id: str, broker_id: int | None = None) -> int:
         """Register a new broker on a Ray node (hex node id); returns its id."""
-        return call_controller(self._controller.add_broker, node_id, broker_id)
+        return call_controller(self._controller.add_broker, node_id, broker_id, self.principal)
 
     def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
         """Actor handles of a partition's live replicas by broker id (for tools and tests)."""
-        return call_controller(self._controller.replica_handles, tp)
+        return call_controller(self._controller.replica_handles, tp, self.principal)

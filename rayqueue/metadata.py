@@ -45,8 +45,13 @@ def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:
 class MetadataCache:
     """Thread-safe cache of topic metadata fetched from the controller."""
 
-    def __init__(self, controller: Any, max_age_ms: int = 300000, auto_create: bool = False) -> None:
+    def __init__(
+        self, controller: Any, max_age_ms: int = 300000, auto_create: bool = False, principal: str | None = None
+    ) -> None:
         self._controller = controller
+        # The client's principal: the controller answers only the topics it may DESCRIBE
+        # and auto-creates only those it may CREATE (None: a super user).
+        self._principal = principal
         self._max_age = max_age_ms / 1000
         self._auto_create = auto_create
         self._topics: dict[str, TopicMetadata] = {}
@@ -81,7 +86,9 @@ class MetadataCache:
     def refresh(self, topics: list[str] | None = None) -> None:
         """Ask the controller for fresh metadata of ``topics`` (all cached ones by default)."""
         names = list(topics if topics is not None else self._topics)
-        snapshot = call_controller(self._controller.get_metadata, MetadataRequest(tuple(names), self._auto_create))
+        snapshot = call_controller(
+            self._controller.get_metadata, MetadataRequest(tuple(names), self._auto_create, self._principal)
+        )
         now = time.monotonic()
         with self._lock:
             self.cluster_id = snapshot.cluster_id

@@ -19,13 +19,15 @@ and epochs) and talk to leaders directly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
 import ray
 
 from actors import launch
-from actors.acl import AclBinding, AclBindingFilter
+from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
+from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
@@ -45,10 +47,12 @@ from actors.protocol import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     LeaderAndIsrRequest,
+    ListPartitionReassignmentsRequest,
     MetadataRequest,
     require,
 )
@@ -144,6 +148,10 @@ class Controller:
         self._acl_watch: asyncio.Event | None = None  # set (and replaced) when the ACLs change
         auth = StandardAuthorizer.from_config(self._config)
         self._authorizer_settings = (auth.enabled, tuple(sorted(auth.super_users)), auth.allow_everyone_if_no_acl_found)
+        # Native clients' principals are checked against the ACLs this controller owns.
+        self._authorizer = auth
+        self._authorizer_version: tuple[int, int] | None = None
+        self._auth = AuthHelper(self._own_acls, self._recorder, "controller")
         if _restarted_by_ray():
             # Leaders call alter_partition and replicas die whether or not a client calls us:
             # a restarted controller brings itself up. A task of the actor's own event loop
@@ -232,6 +240,8 @@ class Controller:
         """Create a topic (one of Kafka's CreateTopics) and start its replicas; see
         ``ReplicationControlManager.create_topic`` for the rules and ``validate_only``."""
         require(request, CreateTopicsRequest)
+        if not await self._auth.authorized(request, Op.CREATE, CLUSTER, CLUSTER_NAME, count=False):
+            await self._auth.check(request, Op.CREATE, TOPIC, request.name)
         await self._ensure_started()
         async with self._mutex():
             new = self._quorum.commit(self._replication.create_topic(request, launch.alive_nodes()))
@@ -244,6 +254,7 @@ class Controller:
     async def delete_topic(self, request: DeleteTopicsRequest) -> None:
         """Delete a topic (one of Kafka's DeleteTopics), its replicas and their data."""
         require(request, DeleteTopicsRequest)
+        await self._auth.check(request, Op.DELETE, TOPIC, request.name)
         await self._ensure_started()
         async with self._mutex():
             enabled = self._config["delete.topic.enable"]
@@ -255,6 +266,7 @@ class Controller:
         """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
         shrinks one). With ``validate_only`` every check runs and the topic stays as it is."""
         require(request, CreatePartitionsRequest)
+        await self._auth.check(request, Op.ALTER, TOPIC, request.name)
         await self._ensure_started()
         async with self._mutex():
             new = self._quorum.commit(self._replication.create_partitions(request, launch.alive_nodes()))
@@ -269,14 +281,16 @@ class Controller:
             self._quorum.commit(self._replication.drop_offline(new.topic, p, self._handles))
             await self._elect(new.topic, p, bump=True)
 
-    async def list_topics(self, include_internal: bool = False) -> list[str]:
-        """Topic names, sorted."""
-        return self._quorum.list_topics(include_internal)
+    async def list_topics(self, include_internal: bool = False, principal: str | None = None) -> list[str]:
+        """Topic names, sorted (those a native caller's ``principal`` may DESCRIBE)."""
+        names = self._quorum.list_topics(include_internal)
+        return await self._auth.visible(Caller(principal, "Metadata"), Op.DESCRIBE, TOPIC, names)
 
     async def describe_configs(self, request: DescribeConfigsRequest) -> dict[str, tuple[Any, str]]:
         """The topic's configs (all, or ``configuration_keys``) with value and source
         (DEFAULT, STATIC_BROKER, DYNAMIC_TOPIC); one resource of Kafka's DescribeConfigs."""
         require(request, DescribeConfigsRequest)
+        await self._auth.check(request, Op.DESCRIBE_CONFIGS, TOPIC, request.resource_name)
         self._replication.require_topic(request.resource_name)
         return self._configuration.describe(request.resource_name, request.configuration_keys)
 
@@ -288,6 +302,7 @@ class Controller:
         overrides after it (with ``validate_only``: the ones it would leave; nothing changes)."""
         require(request, IncrementalAlterConfigsRequest)
         name = request.resource_name
+        await self._auth.check(request, Op.ALTER_CONFIGS, TOPIC, name)
         await self._ensure_started()
         async with self._mutex():
             topic = self._replication.require_topic(name)
@@ -324,6 +339,7 @@ class Controller:
         """Kafka's AlterUserScramCredentials: the credentials are in the metadata log (salted,
         never the password) before the answer, one result per user named."""
         require(request, AlterUserScramCredentialsRequest)
+        await self._auth.check_cluster(request, Op.ALTER)
         async with self._mutex():
             results = self._quorum.commit(self._quorum.scram.alter(request))
         changed = [r.user for r in results or () if r.error_code == 0]
@@ -336,6 +352,7 @@ class Controller:
     ) -> list[UserScramCredentialsResult]:
         """Kafka's DescribeUserScramCredentials: each user's mechanisms and iterations."""
         require(request, DescribeUserScramCredentialsRequest)
+        await self._auth.check_cluster(request, Op.DESCRIBE)
         return self._quorum.scram.describe(request.users)
 
     async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -364,6 +381,7 @@ class Controller:
         """Kafka's CreateAcls: durable in the metadata log before it is answered; per entry
         None or its error (INVALID_REQUEST for an ACL that is not one)."""
         require(request, CreateAclsRequest)
+        await self._auth.check_cluster(request, Op.ALTER)
         creations = [_checked_binding(b) for b in request.creations]
         async with self._mutex():
             out = self._quorum.commit(self._quorum.acls.create_acls(creations))
@@ -373,6 +391,7 @@ class Controller:
     async def delete_acls(self, request: DeleteAclsRequest) -> list[list[AclBinding]]:
         """Kafka's DeleteAcls: per filter, the ACLs it matched, all removed durably."""
         require(request, DeleteAclsRequest)
+        await self._auth.check_cluster(request, Op.ALTER)
         filters = [_checked_filter(f) for f in request.filters]
         async with self._mutex():
             out = self._quorum.commit(self._quorum.acls.delete_acls(filters))
@@ -382,6 +401,7 @@ class Controller:
     async def describe_acls(self, request: DescribeAclsRequest) -> list[AclBinding]:
         """Kafka's DescribeAcls: the ACLs the filter matches."""
         require(request, DescribeAclsRequest)
+        await self._auth.check_cluster(request, Op.DESCRIBE)
         return self._quorum.acls.describe(_checked_filter(request.filter))
 
     async def watch_acls(self, known: tuple[int, int] | None, timeout_s: float = ACL_WATCH_S) -> AclsSnapshot:
@@ -397,6 +417,15 @@ class Controller:
 
     def _acl_version(self) -> tuple[int, int]:
         return (self._cluster.controller_epoch, self._quorum.acls.version)
+
+    async def _own_acls(self) -> StandardAuthorizer:
+        """The authorizer native principals are checked with: this controller's ACLs, taken
+        again when they changed."""
+        version = self._acl_version()
+        if version != self._authorizer_version:
+            self._authorizer.replace(self._quorum.acls.acls)
+            self._authorizer_version = version
+        return self._authorizer
 
     def _acl_event(self) -> asyncio.Event:
         # Created lazily so it belongs to the actor's event loop.
@@ -418,6 +447,11 @@ class Controller:
 
         With ``allow_auto_topic_creation`` (and auto.create.topics.enable), unknown topics are
         created with num.partitions and default.replication.factor, as a Kafka broker does.
+
+        A native caller's ``principal``, as Kafka's Metadata: named topics it may not DESCRIBE
+        are TopicAuthorizationFailedError (neither looked up nor created); asked for all, those
+        are left out; auto-creation needs CREATE on the cluster or the topic (a missing topic
+        it may not create is TopicAuthorizationFailedError).
         """
         require(request, MetadataRequest)
         await self._ensure_started()
@@ -425,22 +459,42 @@ class Controller:
         for name in names or ():
             if not isinstance(name, str):
                 raise InvalidTopicError(f"a topic name is a string, got {type(name).__name__}")
+        if names:
+            await self._auth.check_all(request, Op.DESCRIBE, TOPIC, names)
         if names and request.allow_auto_topic_creation and self._config["auto.create.topics.enable"]:
+            cluster_create = await self._auth.authorized(request, Op.CREATE, CLUSTER, CLUSTER_NAME, count=False)
+            refused = []
             for name in names:
                 if name not in self._replication.topics and name not in INTERNAL_TOPICS:
+                    if not cluster_create and not await self._auth.authorized(request, Op.CREATE, TOPIC, name):
+                        refused.append(name)
+                        continue
                     try:
                         await self.create_topic(CreateTopicsRequest(name))
                     except TopicAlreadyExistsError:
                         pass
-        return self._quorum.metadata(names, self._handles)
+            if refused:
+                raise denied(request.principal, Op.CREATE, TOPIC, refused)
+        metadata = self._quorum.metadata(names, self._handles)
+        if names is None and request.principal is not None:
+            shown = await self._auth.visible(request, Op.DESCRIBE, TOPIC, list(metadata.topics))
+            metadata = dataclasses.replace(metadata, topics={n: metadata.topics[n] for n in shown})
+        return metadata
 
-    async def describe_cluster(self) -> dict[str, Any]:
-        """Cluster id, controller epoch, brokers and counts."""
+    async def describe_cluster(self, request: DescribeClusterRequest | None = None) -> dict[str, Any]:
+        """Cluster id, controller epoch, brokers and counts (a native caller's principal
+        needs DESCRIBE on the cluster)."""
+        if request is not None:
+            require(request, DescribeClusterRequest)
+            await self._auth.check_cluster(request, Op.DESCRIBE)
         await self._ensure_started()
         return {**self._quorum.describe(), "replica_actors": len(self._handles)}
 
-    async def replica_handles(self, tp: TopicPartition) -> dict[int, Any]:
-        """Actor handles of every live replica of a partition, by broker id (for tests/tools)."""
+    async def replica_handles(self, tp: TopicPartition, principal: str | None = None) -> dict[int, Any]:
+        """Actor handles of every live replica of a partition, by broker id (for tests/tools).
+        A handle calls the replica without any principal, so a native caller's needs
+        CLUSTER_ACTION on the cluster (Kafka's operation for what brokers do among themselves)."""
+        await self._auth.check_cluster(Caller(principal, "ReplicaHandles"), Op.CLUSTER_ACTION)
         return {b: h for (t, p, b), h in self._handles.items() if t == tp.topic and p == tp.partition}
 
     async def wait_online(self, tp: TopicPartition, timeout_s: float = 60.0) -> PartitionMetadata:
@@ -649,8 +703,10 @@ class Controller:
         async with self._mutex():
             return self._quorum.commit(self._replication.alter_partition(request, self._handles))
 
-    async def stop_broker(self, broker_id: int) -> None:
-        """Shut one broker down cleanly: its replicas close, leave the ISRs and give up leadership."""
+    async def stop_broker(self, broker_id: int, principal: str | None = None) -> None:
+        """Shut one broker down cleanly: its replicas close, leave the ISRs and give up
+        leadership (a native caller's ``principal`` needs ALTER on the cluster)."""
+        await self._auth.check_cluster(Caller(principal, "StopBroker"), Op.ALTER)
         await self._ensure_started()
         async with self._mutex():
             self._quorum.commit(self._cluster.set_alive(broker_id, False))
@@ -661,8 +717,10 @@ class Controller:
                 await self._elect(topic, p, bump=False)
         logger.info("broker %d stopped", broker_id)
 
-    async def start_broker(self, broker_id: int) -> None:
-        """Start a stopped broker: its replicas recover from disk, follow their leaders and catch up."""
+    async def start_broker(self, broker_id: int, principal: str | None = None) -> None:
+        """Start a stopped broker: its replicas recover from disk, follow their leaders and
+        catch up (a native caller's ``principal`` needs ALTER on the cluster)."""
+        await self._auth.check_cluster(Caller(principal, "StartBroker"), Op.ALTER)
         await self._ensure_started()
         async with self._mutex():
             self._quorum.commit(self._cluster.set_alive(broker_id, True))
@@ -673,9 +731,11 @@ class Controller:
             await self._remove_strays([broker_id])
         logger.info("broker %d started", broker_id)
 
-    async def add_broker(self, node_id: str, broker_id: int | None = None) -> int:
+    async def add_broker(self, node_id: str, broker_id: int | None = None, principal: str | None = None) -> int:
         """Register a new broker on Ray node ``node_id`` (hex id); returns its id. It holds no
-        replicas until partitions are reassigned to it."""
+        replicas until partitions are reassigned to it (a native caller's ``principal`` needs
+        ALTER on the cluster)."""
+        await self._auth.check_cluster(Caller(principal, "AddBroker"), Op.ALTER)
         async with self._mutex():
             alive = node_id in launch.alive_nodes()
             return self._quorum.commit(self._cluster.add_broker(node_id, broker_id, alive))
@@ -688,6 +748,7 @@ class Controller:
         PreferredLeaderNotAvailable) as the error's class name.
         """
         require(request, ElectLeadersRequest)
+        await self._auth.check_cluster(request, Op.ALTER)
         await self._ensure_started()
         out: dict[TopicPartition, str | None] = {}
         async with self._mutex():
@@ -732,6 +793,7 @@ class Controller:
         their data. Returns at once; ``list_partition_reassignments`` shows what is ongoing.
         """
         require(request, AlterPartitionReassignmentsRequest)
+        await self._auth.check_cluster(request, Op.ALTER)
         await self._ensure_started()
         async with self._mutex():
             for tp, target in request.reassignments.items():
@@ -741,8 +803,14 @@ class Controller:
                 await self._elect(topic, p, bump=False)
                 self._track_reassignment(topic, p)
 
-    async def list_partition_reassignments(self) -> dict[tuple[str, int], dict[str, list[int]]]:
-        """Ongoing reassignments: replicas, adding and removing, per partition."""
+    async def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest | None = None
+    ) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """Ongoing reassignments: replicas, adding and removing, per partition (a native
+        caller's principal needs DESCRIBE on the cluster)."""
+        if request is not None:
+            require(request, ListPartitionReassignmentsRequest)
+            await self._auth.check_cluster(request, Op.DESCRIBE)
         # Under the mutex: a reassignment being completed (old replicas stopping) still counts.
         async with self._mutex():
             return self._replication.reassignments()

@@ -20,29 +20,8 @@ from typing import Any
 
 from actors.acl import CLUSTER_NAME, AclOperation, ResourceType
 from actors.acl_view import AclView, watch_acls
+from actors.auth_helper import CLUSTER, DENIED, GROUP, TOPIC, TRANSACTIONAL_ID, Op, authorize, denied
 from actors.metrics import count_authorization_denied
-from storage.errors import (
-    ClusterAuthorizationFailedError,
-    GroupAuthorizationFailedError,
-    KafkaError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
-)
-
-Op = AclOperation
-TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (
-    ResourceType.TOPIC,
-    ResourceType.GROUP,
-    ResourceType.CLUSTER,
-    ResourceType.TRANSACTIONAL_ID,
-)
-DENIED: dict[ResourceType, type[KafkaError]] = {
-    TOPIC: TopicAuthorizationFailedError,
-    GROUP: GroupAuthorizationFailedError,
-    CLUSTER: ClusterAuthorizationFailedError,
-    TRANSACTIONAL_ID: TransactionalIdAuthorizationFailedError,
-}
-
 
 # -- the checks the handlers call ---------------------------------------------------------------
 
@@ -57,16 +36,13 @@ def authorized(ctx: Any, op: AclOperation, resource_type: ResourceType, name: st
     view = _acls(ctx)
     if view is None or not view.authorizer.enabled:
         return True
-    ok = view.authorizer.authorize(ctx.principal, ctx.connection.ip or "", op, resource_type, name)
-    if not ok and count:
-        count_authorization_denied(resource_type.name)
-    return ok
+    return authorize(view.authorizer, ctx.principal, ctx.connection.ip or "", op, resource_type, name, count=count)
 
 
 def check(ctx: Any, op: AclOperation, resource_type: ResourceType, name: str) -> None:
     """Raise Kafka's *_AUTHORIZATION_FAILED for the resource type unless authorized."""
     if not authorized(ctx, op, resource_type, name):
-        raise DENIED[resource_type](f"{ctx.principal} may not {op.name} {resource_type.name} {name!r:.200}")
+        raise denied(ctx.principal, op, resource_type, [name])
 
 
 def denied_code(resource_type: ResourceType) -> int:

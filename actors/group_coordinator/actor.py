@@ -23,6 +23,8 @@ import logging
 from typing import Any
 
 from actors import internal_records as stored
+from actors.acl import CLUSTER_NAME
+from actors.auth_helper import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, AuthHelper, LazyAclView, Op, denied
 from actors.clock import SYSTEM, Clock
 from actors.group_coordinator.group_metadata_manager import check_group_id
 from actors.group_coordinator.records import Record, group_key, offset_records, offset_tombstones
@@ -40,6 +42,7 @@ from actors.protocol import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    ListGroupsRequest,
     ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
@@ -52,7 +55,7 @@ from actors.protocol import (
     require,
 )
 from actors.types import GroupDescription, JoinGroupResult, OffsetAndMetadata, PartitionLag, TopicPartition
-from storage.errors import KafkaError, RebalanceInProgressError
+from storage.errors import InvalidRequestError, KafkaError, RebalanceInProgressError
 from storage.log import LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -61,6 +64,14 @@ logger = logging.getLogger(__name__)
 # most this long (a deadline set while it sleeps wakes it anyway).
 _MIN_SLEEP_S = 0.01
 _MAX_SLEEP_S = 1.0
+
+
+def _topics(partitions: Any) -> set[str]:
+    """The topics of a request's partitions (or of its offsets' keys)."""
+    try:
+        return {tp.topic for tp in partitions}
+    except (AttributeError, TypeError):
+        raise InvalidRequestError(f"partitions must be TopicPartitions, not {partitions!r:.60}") from None
 
 
 class GroupCoordinator(Coordinator):
@@ -95,6 +106,9 @@ class GroupCoordinator(Coordinator):
         self._exported_groups: set[str] = set()
         self._exported_offsets: set[tuple[str, TopicPartition]] = set()
         self._skipped = 0  # unreadable __consumer_offsets records skipped by the load
+        # Native clients' principals against the ACLs (loaded by the first request with one).
+        self._acls = LazyAclView(self._controller_handle, self._config)
+        self._auth = AuthHelper(self._acls, self._recorder, "group-coordinator")
 
     def _partition_for(self, group_id: str) -> int:
         return offsets_partition_for(group_id, self._topic.num_partitions)
@@ -142,6 +156,7 @@ class GroupCoordinator(Coordinator):
         keeps it).
         """
         require(request, JoinGroupRequest)
+        await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
         groups = self.state.groups
         groups.validate_join(request)
@@ -153,6 +168,7 @@ class GroupCoordinator(Coordinator):
         """This member's assignment for ``generation_id`` (Kafka's SyncGroup; a follower in a
         group of Kafka clients waits for its leader's SyncGroup)."""
         require(request, SyncGroupRequest)
+        await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
         return await self._run(self.state.groups.sync_group(request))
 
@@ -164,6 +180,7 @@ class GroupCoordinator(Coordinator):
         UnknownMemberIdError when it was fenced out, FencedInstanceIdError for a zombie static member.
         """
         require(request, HeartbeatRequest)
+        await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
         self.state.groups.heartbeat(request)  # moves deadlines later only: the timer need not wake
 
@@ -171,6 +188,7 @@ class GroupCoordinator(Coordinator):
         """Leave at once (Kafka's LeaveGroup: a rebalance starts without waiting for the
         session timeout)."""
         require(request, LeaveGroupRequest)
+        await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
         await self._run(self.state.groups.leave_group(request))
 
@@ -224,6 +242,7 @@ class GroupCoordinator(Coordinator):
         """
         require(request, OffsetCommitRequest)
         group_id = request.group_id
+        await self._check_commit(request, group_id)
         self._check_loaded()
         check_group_id(group_id)
         self.state.groups.validate_offset_commit(
@@ -232,6 +251,13 @@ class GroupCoordinator(Coordinator):
         if self._recorder is not None:
             self._recorder.add(self._recorder.metrics.offset_commits, 1, (("group", group_id),))
         await self._store_offsets(group_id, request.offsets)
+
+    async def _check_commit(self, request: Any, group_id: str) -> None:
+        """A native caller's principal may commit the request's offsets: READ on the group
+        and on every topic (Kafka's OffsetCommit; refused, nothing is committed)."""
+        if request.principal is not None:
+            await self._auth.check(request, Op.READ, GROUP, group_id)
+            await self._auth.check_all(request, Op.READ, TOPIC, _topics(request.offsets))
 
     async def _store_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         values = self.state.offsets.stamp(offsets)
@@ -251,6 +277,9 @@ class GroupCoordinator(Coordinator):
         """
         require(request, TxnOffsetCommitRequest)
         group_id = request.group_id
+        # Kafka's TxnOffsetCommit: WRITE on the transactional id, then READ on the group and topics.
+        await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, request.transactional_id)
+        await self._check_commit(request, group_id)
         self._check_loaded()
         check_group_id(group_id)
         self.state.groups.validate_txn_offset_commit(
@@ -280,20 +309,44 @@ class GroupCoordinator(Coordinator):
         pending raises the retriable UnstableOffsetCommitError instead.
         """
         require(request, OffsetFetchRequest)
+        if request.principal is None:
+            self._check_loaded()
+            return self.state.offsets.fetch(request.group_id, request.partitions, request.require_stable)
+        # Kafka's OffsetFetch: DESCRIBE on the group and on each topic named; asked for all,
+        # the topics the caller may not describe are left out.
+        await self._auth.check(request, Op.DESCRIBE, GROUP, request.group_id)
+        if request.partitions is not None:
+            await self._auth.check_all(request, Op.DESCRIBE, TOPIC, _topics(request.partitions))
         self._check_loaded()
-        return self.state.offsets.fetch(request.group_id, request.partitions, request.require_stable)
+        found = self.state.offsets.fetch(request.group_id, request.partitions, request.require_stable)
+        return await self._describable(request, found)
+
+    async def _describable(self, request: Any, by_partition: dict[TopicPartition, Any]) -> dict[TopicPartition, Any]:
+        """``by_partition`` without the topics the caller may not DESCRIBE."""
+        shown = set(await self._auth.visible(request, Op.DESCRIBE, TOPIC, sorted(_topics(by_partition))))
+        return {tp: v for tp, v in by_partition.items() if tp.topic in shown}
 
     # -- admin ----------------------------------------------------------------------------
 
-    async def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, state, protocol type) of every group."""
+    async def list_groups(self, request: ListGroupsRequest | None = None) -> list[tuple[str, str, str]]:
+        """(group id, state, protocol type) of every group (Kafka's ListGroups: a native
+        caller's principal sees every group with DESCRIBE on the cluster, else those it may
+        DESCRIBE)."""
         self._check_loaded()
-        return self.state.groups.list_groups()
+        groups = self.state.groups.list_groups()
+        if request is None:
+            return groups
+        require(request, ListGroupsRequest)
+        if await self._auth.authorized(request, Op.DESCRIBE, CLUSTER, CLUSTER_NAME, count=False):
+            return groups
+        shown = set(await self._auth.visible(request, Op.DESCRIBE, GROUP, [g[0] for g in groups]))
+        return [g for g in groups if g[0] in shown]
 
     async def describe_groups(self, request: DescribeGroupsRequest) -> list[GroupDescription]:
         """State, protocol, generation and members with assignments (Kafka's DescribeGroups);
         unknown groups show as Dead."""
         require(request, DescribeGroupsRequest)
+        await self._auth.check_all(request, Op.DESCRIBE, GROUP, request.groups)
         self._check_loaded()
         return self.state.groups.describe(request.groups)
 
@@ -305,6 +358,9 @@ class GroupCoordinator(Coordinator):
         ``request.topics``; a partition never committed counts its whole log as lag.
         """
         require(request, GroupLagRequest)
+        # As the OffsetFetch and ListOffsets it stands for: DESCRIBE on the group and topics.
+        await self._auth.check(request, Op.DESCRIBE, GROUP, request.group_id)
+        await self._auth.check_all(request, Op.DESCRIBE, TOPIC, request.topics)
         self._check_loaded()
         partitions = self.state.offsets.lag_partitions(request.group_id)
         if request.topics:
@@ -312,12 +368,14 @@ class GroupCoordinator(Coordinator):
             for t in md.topics.values():
                 partitions.update(TopicPartition(t.name, p.partition) for p in t.partitions)
         await self._refresh_high_watermarks(partitions)
-        return self.state.offsets.lag(request.group_id, partitions, self._high_watermarks)
+        lag = self.state.offsets.lag(request.group_id, partitions, self._high_watermarks)
+        return lag if request.principal is None else await self._describable(request, lag)
 
     async def alter_offsets(self, request: OffsetCommitRequest) -> None:
         """Set committed offsets of a group that has no members (NonEmptyGroupError otherwise):
         Kafka's AlterConsumerGroupOffsets, a standalone OffsetCommit (no member, generation -1)."""
         require(request, OffsetCommitRequest)
+        await self._check_commit(request, request.group_id)
         self._check_loaded()
         check_group_id(request.group_id)
         self.state.offsets.check_alter(request.group_id)
@@ -328,7 +386,11 @@ class GroupCoordinator(Coordinator):
         require(request, DeleteGroupsRequest)
         self._check_loaded()
         out: dict[str, KafkaError | None] = {}
+        refused = await self._auth.refused(request, Op.DELETE, GROUP, request.groups_names)
         for gid in request.groups_names:
+            if gid in refused:  # Kafka's DeleteGroups: this group's error, the others deleted
+                out[gid] = denied(request.principal, Op.DELETE, GROUP, [gid])
+                continue
             # Decided one group at a time: a member may join while an earlier group's delete is written.
             out[gid] = self.state.check_delete_groups([gid])[gid]
             if out[gid] is None:
@@ -340,9 +402,19 @@ class GroupCoordinator(Coordinator):
         None or the error. GroupIdNotFoundError for a group that has none; a partition whose
         topic a member subscribes to keeps its offset (GroupSubscribedToTopicError)."""
         require(request, OffsetDeleteRequest)
+        # Kafka's OffsetDelete: DELETE on the group; a topic without READ keeps its offsets.
+        await self._auth.check(request, Op.DELETE, GROUP, request.group_id)
         self._check_loaded()
         check_group_id(request.group_id)
-        out, gone = self.state.offsets.check_delete(request.group_id, request.partitions)
+        refused: set[str] = set()
+        partitions = request.partitions
+        if request.principal is not None:
+            refused = await self._auth.refused(request, Op.READ, TOPIC, _topics(partitions))
+            partitions = tuple(tp for tp in partitions if tp.topic not in refused)
+        out, gone = self.state.offsets.check_delete(request.group_id, partitions)
+        for tp in request.partitions:
+            if tp.topic in refused:
+                out[tp] = denied(request.principal, Op.READ, TOPIC, [tp.topic])
         if gone:
             await self._append(request.group_id, offset_tombstones(request.group_id, gone))
             self.state.offsets.remove(request.group_id, gone)

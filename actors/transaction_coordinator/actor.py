@@ -25,6 +25,7 @@ timeout is aborted with an epoch bump, so the zombie producer is fenced.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -32,6 +33,8 @@ import ray
 
 from actors import internal_records as stored
 from actors import launch
+from actors.acl import CLUSTER_NAME
+from actors.auth_helper import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, AuthHelper, LazyAclView, Op, denied
 from actors.clock import SYSTEM, Clock
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
@@ -108,6 +111,9 @@ class TransactionCoordinator(Coordinator):
         self._pid_end = 0  # the current block is [_next_pid, _pid_end)
         self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
         self._skipped = 0  # unreadable __transaction_state records skipped by the load
+        # Native clients' principals against the ACLs (loaded by the first request with one).
+        self._acls = LazyAclView(self._controller_handle, self._config)
+        self._auth = AuthHelper(self._acls, self._recorder, "transaction-coordinator")
 
     # -- lifecycle (the rest is Coordinator's) --------------------------------------------
 
@@ -200,6 +206,7 @@ class TransactionCoordinator(Coordinator):
         """
         require(request, InitProducerIdRequest)
         tid, timeout_ms = request.transactional_id, request.transaction_timeout_ms
+        await self._check_init(request)
         if tid is None or tid == "":
             # Idempotent producers need no state here (Kafka does the same).
             self._start()
@@ -222,12 +229,30 @@ class TransactionCoordinator(Coordinator):
             logger.info("%r: producer %d epoch %d", tid, new.producer_id, new.producer_epoch)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
+    async def _check_init(self, request: InitProducerIdRequest) -> None:
+        """Kafka's InitProducerId rules for a native caller's principal: WRITE on the
+        transactional id; without one (idempotence), IDEMPOTENT_WRITE on the cluster or
+        WRITE on some topic (Kafka 3.x, KIP-679), else ClusterAuthorizationFailedError."""
+        if request.principal is None:
+            return
+        tid = request.transactional_id
+        if tid is not None and tid != "":
+            await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, tid)
+        elif not await self._auth.authorized(
+            request, Op.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME, count=False
+        ) and not await self._auth.authorized_by_resource_type(request, Op.WRITE, TOPIC):
+            raise denied(request.principal, Op.IDEMPOTENT_WRITE, CLUSTER, [CLUSTER_NAME])
+
     async def add_partitions_to_txn(self, request: AddPartitionsToTxnRequest) -> None:
         """AddPartitionsToTxn: record the partitions in the transaction (durably) before the
         producer writes to them; starts the transaction if none is open."""
         require(request, AddPartitionsToTxnRequest)
+        await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, request.transactional_id)
         self._check_loaded()
         wanted = {TopicPartition(tp.topic, tp.partition) for tp in request.partitions}
+        # Refused a topic, the transaction gains none of the partitions (Kafka answers the
+        # others OPERATION_NOT_ATTEMPTED).
+        await self._auth.check_all(request, Op.WRITE, TOPIC, {tp.topic for tp in wanted})
         await self._check_partitions_exist(wanted)
         await self._add(request.transactional_id, request.producer_id, request.producer_epoch, wanted)
 
@@ -235,6 +260,8 @@ class TransactionCoordinator(Coordinator):
         """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition to the transaction."""
         require(request, AddOffsetsToTxnRequest)
         group_id = request.group_id
+        await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, request.transactional_id)
+        await self._auth.check(request, Op.READ, GROUP, group_id)
         self._check_loaded()
         if not isinstance(group_id, str) or not group_id:
             raise InvalidRequestError("group id must be a non-empty string")
@@ -252,6 +279,7 @@ class TransactionCoordinator(Coordinator):
         the state is CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
         require(request, EndTxnRequest)
         tid = request.transactional_id
+        await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, tid)
         self._check_loaded()
         async with self._locked(tid):
             plan = self.state.end_txn(tid, request.producer_id, request.producer_epoch, bool(request.committed))
@@ -264,8 +292,31 @@ class TransactionCoordinator(Coordinator):
         """State of the given transactional ids (Kafka's DescribeTransactions; all of them, as
         ListTransactions, when none are given); unknown ids show as Dead."""
         require(request, DescribeTransactionsRequest)
+        if request.principal is None:
+            self._check_loaded()
+            return self.state.describe(request.transactional_ids)
+        # Kafka's DescribeTransactions: DESCRIBE on each id named; listing them all (as
+        # ListTransactions) leaves out those the caller may not describe; either way a
+        # transaction's partitions show only the topics the caller may describe.
+        if request.transactional_ids is not None:
+            await self._auth.check_all(request, Op.DESCRIBE, TRANSACTIONAL_ID, request.transactional_ids)
         self._check_loaded()
-        return self.state.describe(request.transactional_ids)
+        described = self.state.describe(request.transactional_ids)
+        if request.transactional_ids is None:
+            shown = set(
+                await self._auth.visible(
+                    request, Op.DESCRIBE, TRANSACTIONAL_ID, [d.transactional_id for d in described]
+                )
+            )
+            described = [d for d in described if d.transactional_id in shown]
+        topics = set(
+            await self._auth.visible(
+                request, Op.DESCRIBE, TOPIC, sorted({tp.topic for d in described for tp in d.partitions})
+            )
+        )
+        return [
+            dataclasses.replace(d, partitions=tuple(tp for tp in d.partitions if tp.topic in topics)) for d in described
+        ]
 
     async def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
         """Abort every transaction open longer than its timeout, with an epoch bump (the

@@ -73,21 +73,22 @@ class Consumer:
     ) -> None:
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         cfg = self.config
+        # ``principal`` (``User:alice``): every request carries it and the actors check it
+        # against the cluster's ACLs (Kafka's rules); without one, a super user.
+        self._principal = principal = principal_field(principal)
         self._cluster = cluster if cluster is not None else connect()
-        self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"])
+        self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"], principal=principal)
         self._subscriptions = SubscriptionState(cfg["auto.offset.reset"])
         self._metrics = ClientMetrics(
             "consumer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
         )
         self._fetcher = Fetcher(self._subscriptions, self._metadata, cfg, metrics=self._metrics)
-        # ``principal`` (``User:alice``): the partition leaders check each fetch against the
-        # cluster's ACLs (READ on the topic); without one, a super user.
-        self._fetcher.principal = principal_field(principal)
+        self._fetcher.principal = principal  # fetches (READ on the topic), list offsets (DESCRIBE)
         self._max_poll_records = cfg["max.poll.records"]
         self._closed = False
         self._group: ConsumerCoordinator | None = None
         if cfg["group.id"] is not None:
-            self._group = ConsumerCoordinator(self._subscriptions, self._cluster.group_coordinator, cfg)
+            self._group = ConsumerCoordinator(self._subscriptions, self._cluster.group_coordinator, cfg, principal)
         elif cfg["group.instance.id"] is not None:
             raise InvalidConfigError("group.instance.id needs group.id")
 
@@ -201,7 +202,7 @@ class Consumer:
 
     def topics(self, pattern: str | None = None) -> list[str]:
         """Topic names on the cluster (optionally matching a regex)."""
-        names = call_controller(self._cluster.controller.list_topics)
+        names = call_controller(self._cluster.controller.list_topics, False, self._principal)
         return [n for n in names if pattern is None or re.fullmatch(pattern, n)]
 
     # -- polling --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from rayqueue.consumer.subscription_state import ConsumerRebalanceListener, Subs
 from rayqueue.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    GroupAuthorizationFailedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
@@ -83,9 +84,14 @@ def normalize_strategies(value: Any) -> tuple[list[str], dict[str, Any]]:
 class ConsumerCoordinator:
     """Group membership, rebalances and offset commits for one Consumer's ``subscriptions``."""
 
-    def __init__(self, subscriptions: SubscriptionState, handle: Any, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, subscriptions: SubscriptionState, handle: Any, config: Mapping[str, Any], principal: str | None = None
+    ) -> None:
         if handle is None:
             raise InvalidConfigError("this cluster has no group coordinator (launched by an older rayqueue)")
+        # The consumer's principal, on every group request: READ on the group to join, sync,
+        # heartbeat, leave and commit (and on the topics committed), DESCRIBE to fetch offsets.
+        self.principal = principal
         self._subscriptions = subscriptions
         self._handle = handle
         self.group_id: str = config["group.id"]
@@ -197,6 +203,7 @@ class ConsumerCoordinator:
                 subscriptions.pattern,
                 tuple(owned),
                 self._custom or None,
+                principal=self.principal,
             )
         )
         self.state = JOINING
@@ -211,7 +218,9 @@ class ConsumerCoordinator:
         if self.state == JOINING:
             self.member_id, self.generation, self.protocol = result.member_id, result.generation_id, result.protocol
             self._pending = self._handle.sync_group.remote(
-                SyncGroupRequest(self.group_id, self.member_id, self.instance_id, self.generation)
+                SyncGroupRequest(
+                    self.group_id, self.member_id, self.instance_id, self.generation, principal=self.principal
+                )
             )
             self.state = SYNCING
         else:
@@ -298,7 +307,7 @@ class ConsumerCoordinator:
             try:
                 ray.get(
                     self._handle.heartbeat.remote(
-                        HeartbeatRequest(self.group_id, member_id, self.instance_id, generation, age_ms)
+                        HeartbeatRequest(self.group_id, member_id, self.instance_id, generation, age_ms, self.principal)
                     ),
                     timeout=max(self._session_ms / 1000, 1.0),
                 )
@@ -306,7 +315,7 @@ class ConsumerCoordinator:
                 self._rejoin_needed = True
             except (IllegalGenerationError, UnknownMemberIdError):
                 self._lost_generation = generation
-            except FencedInstanceIdError as exc:
+            except (FencedInstanceIdError, GroupAuthorizationFailedError) as exc:
                 self._fatal = exc
             except Exception as exc:  # noqa: BLE001 - coordinator restarting: try again next beat
                 logger.debug("%s: heartbeat failed: %s", self.group_id, exc)
@@ -326,7 +335,7 @@ class ConsumerCoordinator:
         """Commit and wait; retriable coordinator errors are retried within default.api.timeout.ms."""
         self._complete_async_commits(wait=True)
         member_id, instance_id, generation = self._commit_args()
-        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation)
+        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation, self.principal)
         self._call(lambda: self._handle.commit_offsets.remote(request))
 
     def commit_async(
@@ -341,7 +350,7 @@ class ConsumerCoordinator:
             if callback is not None:
                 callback(dict(offsets), exc)
             return
-        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation)
+        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, generation, self.principal)
         ref = self._handle.commit_offsets.remote(request)
         self._async_commits.append((ref, dict(offsets), callback))
 
@@ -375,7 +384,7 @@ class ConsumerCoordinator:
         transaction completes or default.api.timeout.ms passes.
         """
         wanted = tuple(partitions)
-        request = OffsetFetchRequest(self.group_id, wanted, self._require_stable)
+        request = OffsetFetchRequest(self.group_id, wanted, self._require_stable, self.principal)
         found = self._call(lambda: self._handle.fetch_offsets.remote(request), growing_backoff=True)
         return {tp: found.get(tp) for tp in wanted}
 
@@ -428,7 +437,9 @@ class ConsumerCoordinator:
         if member_id and not self.instance_id:
             try:
                 ray.get(
-                    self._handle.leave_group.remote(LeaveGroupRequest(self.group_id, member_id)),
+                    self._handle.leave_group.remote(
+                        LeaveGroupRequest(self.group_id, member_id, principal=self.principal)
+                    ),
                     timeout=self._timeout_s,
                 )
             except Exception as exc:  # noqa: BLE001 - the session timeout removes us anyway

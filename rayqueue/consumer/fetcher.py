@@ -444,7 +444,9 @@ class Fetcher:
         """ListOffsets on each partition's leader: -2 earliest, -1 latest, or a timestamp."""
         isolation = self._isolation  # read_committed: "latest" is the last stable offset (Kafka's ListOffsets)
         calls = {
-            tp: lambda m, ts=ts: m.leader_handle.list_offsets.remote(ListOffsetsRequest(ts, m.leader_epoch, isolation))
+            tp: lambda m, ts=ts: m.leader_handle.list_offsets.remote(
+                ListOffsetsRequest(ts, m.leader_epoch, isolation, self.principal)
+            )
             for tp, ts in specs.items()
         }
         return self._metadata.call_leaders(calls, self._timeout, self._backoff)

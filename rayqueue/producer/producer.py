@@ -65,7 +65,14 @@ class Producer:
         self._value_serializer = cfg["value.serializer"]
         self._user_partitioner = cfg["partitioner"]
         self._ignore_keys = cfg["partitioner.ignore.keys"]
-        self._metadata = MetadataCache(self._cluster.controller, cfg["metadata.max.age.ms"], auto_create=True)
+        # ``principal`` (``User:alice``): every request carries it and the actors check it
+        # against the cluster's ACLs with Kafka's rules (WRITE on the topic to produce,
+        # CREATE to auto-create it, the transactional id's and the cluster's for
+        # transactions and idempotence); without one, a super user.
+        principal = principal_field(principal)
+        self._metadata = MetadataCache(
+            self._cluster.controller, cfg["metadata.max.age.ms"], auto_create=True, principal=principal
+        )
         self._sticky = StickyPartitioner()
         self._sticky_current = self._sticky.current_by_topic
         # send()'s checks, precomputed: one size limit, and whether null keys go sticky
@@ -84,15 +91,14 @@ class Producer:
         self._txn = TransactionManager(
             self._cluster, cfg["transactional.id"], cfg["transaction.timeout.ms"], self._backoff, self._max_block
         )
+        self._txn.principal = principal
         self._accumulator = RecordAccumulator(cfg, self._metadata, self._sticky, self._txn, cfg["enable.idempotence"])
         self._append = self._accumulator.append  # bound once: send() calls it for every record
         self._metrics = ClientMetrics(
             "producer", cfg, self._cluster.namespace, self._cluster.config.get("rayqueue.metrics.enabled", True)
         )
         self._sender = Sender(cfg, self._accumulator, self._metadata, self._txn, idempotence_explicit, self._metrics)
-        # ``principal`` (``User:alice``): the partition leaders check each produce call
-        # against the cluster's ACLs (WRITE on the topic); without one, a super user.
-        self._sender.principal = principal_field(principal)
+        self._sender.principal = principal
         self._sender.start()
 
     # -- the user API ---------------------------------------------------------------------
@@ -259,7 +265,7 @@ class Producer:
         }
         try:
             if group_id not in txn.groups:
-                add = AddOffsetsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, group_id)
+                add = AddOffsetsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, group_id, txn.principal)
                 txn.call("add_offsets_to_txn", add)
                 txn.groups.add(group_id)
             commit = TxnOffsetCommitRequest(
@@ -271,6 +277,7 @@ class Producer:
                 group_metadata.member_id,
                 group_metadata.group_instance_id,
                 group_metadata.generation_id,
+                txn.principal,
             )
             coordinator_call(
                 self._group_coordinator,
@@ -331,7 +338,7 @@ class Producer:
         if not txn.started:
             return
         try:
-            txn.call("end_txn", EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, commit))
+            txn.call("end_txn", EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, commit, txn.principal))
         except KafkaTimeoutError:
             raise
         except Exception as exc:

@@ -290,7 +290,9 @@ class Sender:
         txn = self._txn
         try:
             ref = txn.coordinator().add_partitions_to_txn.remote(
-                AddPartitionsToTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, tuple(partitions))
+                AddPartitionsToTxnRequest(
+                    txn.transactional_id, txn.producer_id, txn.epoch, tuple(partitions), txn.principal
+                )
             )
         except Exception as exc:  # noqa: BLE001 - handled like a failed call
             self._on_partitions_added(partitions, exc)

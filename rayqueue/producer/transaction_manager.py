@@ -26,6 +26,7 @@ from actors.protocol import InitProducerIdRequest
 from actors.types import TopicPartition
 from rayqueue.connection import ClusterHandle
 from rayqueue.errors import (
+    ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
     IllegalStateError,
     InvalidProducerEpochError,
@@ -34,6 +35,7 @@ from rayqueue.errors import (
     KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
     as_kafka_error,
 )
 
@@ -71,6 +73,15 @@ _VALID_FROM: dict[TransactionState, frozenset[TransactionState]] = {
 
 # Errors that end a transactional producer for good (every later call raises them).
 _FATAL = (ProducerFencedError, InvalidProducerEpochError)
+# A coordinator call failing with one of these ends the producer too (Kafka's
+# TransactionManager: fenced, an invalid state, or the transactional id or cluster refused).
+_FATAL_CALL_ERRORS = (
+    ProducerFencedError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    TransactionalIdAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+)
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -146,6 +157,8 @@ class TransactionManager:
         # unknown: the epoch must be bumped and sequences restarted (KIP-360).
         self.epoch_bump_needed = False
         self._coordinator: Any = None
+        # The producer's principal, on every coordinator request (None: a super user).
+        self.principal: str | None = None
 
     # -- the coordinator ------------------------------------------------------------------
 
@@ -186,7 +199,7 @@ class TransactionManager:
         along so that the coordinator bumps the epoch rather than fencing us.
         """
         request = InitProducerIdRequest(
-            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch
+            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch, self.principal
         )
         result = self.call("init_producer_id", request, timeout_s=timeout_s)
         with self._lock:
@@ -367,7 +380,7 @@ class TransactionManager:
         """A coordinator call of the transaction failed: fencing and an invalid state (or
         ``fatal``) end the producer, anything else makes the transaction abortable."""
         error = as_kafka_error(exc)
-        if fatal or isinstance(error, (ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError)):
+        if fatal or isinstance(error, _FATAL_CALL_ERRORS):
             self.on_fatal(error)
         else:
             self.on_error(error)
