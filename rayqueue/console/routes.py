@@ -63,6 +63,20 @@ def _changed(request: Request) -> None:
     _state(request).invalidate()
 
 
+def _missing_topic(view: ClusterView, name: str) -> UnknownTopicOrPartitionError:
+    """Why a topic is not in the principal's snapshot: TopicAuthorizationFailedError raised
+    when it may not DESCRIBE the name (as Kafka's Metadata answers a named topic), else
+    UnknownTopicOrPartitionError to raise."""
+    view.admin.describe_topics([name])
+    return UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+
+def _missing_group(view: ClusterView, group_id: str) -> GroupIdNotFoundError:
+    """As :func:`_missing_topic` for a group (GroupAuthorizationFailedError raised)."""
+    view.admin.describe_groups([group_id])
+    return GroupIdNotFoundError(f"group {group_id!r} does not exist")
+
+
 def _configs_or_none(view: ClusterView, topic: str) -> dict[str, tuple[Any, str]] | None:
     """A topic's configs, None when the principal may not DESCRIBE_CONFIGS it."""
     try:
@@ -248,7 +262,7 @@ def describe_topic(request: Request, name: str) -> dict[str, Any]:
         snap = _snapshot(request, max_age_s=0)
     topic = snap.topics.get(name)
     if topic is None:
-        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        raise _missing_topic(_view(request), name)
     data = snap.to_dict()["topics"][name]
     configs = _configs_or_none(_view(request), name)
     return {
@@ -344,7 +358,7 @@ def describe_group(request: Request, group_id: str) -> dict[str, Any]:
         snap = _snapshot(request, max_age_s=0)
     data = snap.to_dict()["groups"].get(group_id)
     if data is None:
-        raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        raise _missing_group(_view(request), group_id)
     return data
 
 
@@ -395,9 +409,9 @@ def history(request: Request, topic: str | None = None, group: str | None = None
     if session_of(request) is not None:
         snap = _snapshot(request)
         if topic and topic not in snap.topics:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            raise _missing_topic(_view(request), topic)
         if group is not None and group not in snap.groups:
-            raise GroupIdNotFoundError(f"group {group!r} does not exist")
+            raise _missing_group(_view(request), group)
         visible = set(snap.topics)
     points: list[dict[str, Any]] = []
     samples = list(state.history)
