@@ -420,3 +420,31 @@ def test_the_cookie_lasts_as_long_as_the_session(users):
         morsel = set_cookie_of(resp)[SESSION_COOKIE]
         assert morsel["max-age"] == "3600"
         assert abs(resp.json()["expires_at_ms"] / 1000 - (time.time() + 3600)) < 120
+
+
+def test_the_oldest_session_ends_past_the_cap(users, clock):
+    from rayqueue.console.sessions import SessionStore
+
+    closed: list[str] = []
+
+    class View:
+        def __init__(self, principal: str) -> None:
+            self.principal = principal
+
+        def close(self) -> None:
+            closed.append(self.principal)
+
+    verifier = PasswordVerifier(users)
+    store = SessionStore(View, verifier, lifetime_ms=60_000, max_sessions=2, clock=clock)
+    first = store.open(verifier.verify("alice", "alice-secret"))
+    second = store.open(verifier.verify("bob", "bob-secret"))
+    third = store.open(verifier.verify("alice", "alice-secret"))
+    assert len(store) == 2 and closed == ["User:alice"]
+    assert store.get(first.session_id)[0] is None
+    assert store.get(second.session_id)[0] is second and store.get(third.session_id)[0] is third
+    # Expired sessions are swept when the next one opens, their views closed.
+    clock.advance(60_000)
+    store.open(verifier.verify("bob", "bob-secret"))
+    assert len(store) == 1 and closed == ["User:alice", "User:bob", "User:alice"]
+    store.close()
+    assert len(store) == 0
