@@ -221,9 +221,8 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
     for t in snap.topics.values():
         if t.internal and not internal:
             continue
-        configs = _configs_or_none(view, t.name)
-        known = configs is not None
-        configs = configs or {}
+        # Without DESCRIBE_CONFIGS on the topic its retention and cleanup policy show as null.
+        configs = _configs_or_none(view, t.name) or {}
         topics.append(
             {
                 "name": t.name,
@@ -232,7 +231,6 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
                 "replication_factor": t.replication_factor,
                 "size_bytes": t.size_bytes,
                 "messages": t.messages,
-                "configs_readable": known,
                 "retention_ms": configs.get("retention.ms", (None, ""))[0],
                 "cleanup_policy": _config_text(configs.get("cleanup.policy", (None, ""))[0]),
                 "under_replicated": sum(p.under_replicated and not p.offline for p in t.partitions),
