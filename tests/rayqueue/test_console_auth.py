@@ -87,8 +87,10 @@ def test_the_console_finds_the_authorizer_and_asks_for_a_login(secured, app, cli
 
 
 def test_alice_sees_only_what_she_may_describe(alice, grants):
-    topics = {t["name"] for t in ok(alice.get("/api/topics?internal=true"))["topics"]}
-    assert topics == {grants.shared, grants.readonly}
+    topics = {t["name"]: t for t in ok(alice.get("/api/topics?internal=true"))["topics"]}
+    assert set(topics) == {grants.shared, grants.readonly}
+    # Listed without DESCRIBE_CONFIGS: no retention or cleanup policy to show.
+    assert topics[grants.readonly]["retention_ms"] is None and topics[grants.readonly]["partitions"] == 1
     overview = ok(alice.get("/api/overview"))
     assert overview["topics"] == 2 and overview["partitions"] == 2 and overview["groups"] == 1
     assert [g["group_id"] for g in ok(alice.get("/api/groups"))["groups"]] == [grants.group]
