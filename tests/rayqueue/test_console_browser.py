@@ -40,13 +40,19 @@ def server(cluster):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def playwright():
+    """One Playwright for the module (its sync API runs one at a time in a process)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright):
+    b = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    yield b
+    b.close()
 
 
 @pytest.fixture
@@ -366,11 +372,9 @@ def secure_console(ray_session, pki):
 
 
 @pytest.fixture(scope="module")
-def trusting_browser(pki, tmp_path_factory):
+def trusting_browser(playwright, pki, tmp_path_factory):
     """Chromium whose HOME has an NSS database trusting the test CA (Chromium on Linux reads
     the CAs a user added from ~/.pki/nssdb): the console's certificate is verified for real."""
-    from playwright.sync_api import sync_playwright
-
     certutil = shutil.which("certutil")
     if certutil is None:
         pytest.skip("no certutil to make Chromium trust the test CA (apt-get install libnss3-tools)")
@@ -383,12 +387,11 @@ def trusting_browser(pki, tmp_path_factory):
         check=True,
         capture_output=True,
     )
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"], env={**os.environ, "HOME": str(home)}
-        )
-        yield b
-        b.close()
+    b = playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True, args=["--no-sandbox"], env={**os.environ, "HOME": str(home)}
+    )
+    yield b
+    b.close()
 
 
 def test_login_over_https_and_actions_as_the_user(secure_console, trusting_browser, tmp_path):
