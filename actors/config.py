@@ -141,6 +141,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             "Host names the web console of `rayqueue start --console` answers besides its bound address, localhost,"
             " 127.0.0.1 and [::1] (*.example.com: a domain; *: any).",
         ),
+        ConfigKey(
+            "rayqueue.console.session.lifetime.ms",
+            "long",
+            8 * 60 * 60 * 1000,
+            "How long a web console login lasts (when the cluster has authentication); logging out ends it sooner.",
+            min=1000,
+        ),
         ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", min=1),
         ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", min=1),
         ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first produce/metadata request."),

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import ray
@@ -211,11 +211,20 @@ def take_snapshot(
     cluster: ClusterHandle, admin: Admin | None = None, *, include_internal: bool = True
 ) -> ClusterSnapshot:
     """Read the cluster once. Parts that fail (a leader down, a coordinator restarting)
-    are left empty and named in ``errors``; only an unreachable controller raises."""
+    are left empty and named in ``errors``; only an unreachable controller raises.
+
+    With an ``admin`` acting as a principal the snapshot holds what that principal may
+    describe: the topics its Admin lists (and the brokers' partition counts over those),
+    the groups and transactional ids its Admin lists."""
     admin = admin if admin is not None else Admin(cluster)
     errors: list[str] = []
     monotonic, taken_at = time.monotonic(), time.time()
-    meta = cluster.metadata()
+    if admin.principal is None:
+        meta = cluster.metadata()
+    else:
+        # The brokers from a metadata call naming no topic, the topics as the principal's
+        # Admin describes them (leaving out what it may not DESCRIBE, as Kafka's Metadata does).
+        meta = replace(cluster.metadata([]), topics=admin.describe_topics())
     nodes = _node_addresses()
 
     online = [p.tp for t in meta.topics.values() for p in t.partitions if not p.offline]

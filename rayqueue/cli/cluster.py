@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from actors.config import load_toml
+from actors.config import broker_config, load_toml
 from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata
 from rayqueue.cluster import Cluster, is_loopback, join_ray, launch, metrics_on_loopback, start_embedded_ray
@@ -241,24 +241,47 @@ def stop_cluster(
 
 
 def _console_banner(server: ConsoleServer, host_option: str = "--host", hosts_option: str = "--allowed-host") -> None:
-    where = (
-        f"loopback only: reachable from this machine alone; {host_option} 0.0.0.0 opens it to the network"
-        if server.host in ("127.0.0.1", "::1", "localhost")
-        else f"bound to {server.host}: anyone who can reach this address can change topics and offsets"
-    )
+    loopback = server.host in ("127.0.0.1", "::1", "localhost")
+    if loopback:
+        where = f"loopback only: reachable from this machine alone; {host_option} 0.0.0.0 opens it to the network"
+    elif server.login_required:
+        where = f"bound to {server.host}: anyone who can reach this address gets its login page"
+    else:
+        where = f"bound to {server.host}: anyone who can reach this address can change topics and offsets"
     out.print(f"rayqueue console on [bold]{server.url}[/] ({where}).")
     # Browsers are refused under any other name (DNS rebinding); say so before someone tries.
     out.print(
         f"It answers to Host {escape(', '.join(server.allowed_hosts))} (more: {hosts_option}) and accepts changes"
         " only from its own pages (scripts send an Origin header naming it)."
     )
+    if server.login_required:
+        out.print(
+            "The cluster has authentication: the console asks for a SCRAM user's password (`rayqueue users add`)"
+            " and acts as that user under the cluster's ACLs."
+        )
+        if not server.tls and not loopback:
+            out.print(
+                "[yellow]Without TLS the passwords cross the network in clear text:[/] give the console PEM keys"
+                " (ssl.keystore.location in --config, or -o ssl.keystore.location=FILE)."
+            )
+
+
+def _console_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """ConsoleServer's TLS context and session lifetime from a broker config."""
+    from rayqueue.console.app import console_ssl_context  # the web stack only when asked for
+
+    return {
+        "ssl_context": console_ssl_context(config),
+        "session_lifetime_ms": config["rayqueue.console.session.lifetime.ms"],
+    }
 
 
 def _start_console(cluster: Cluster, host: str, port: int, allowed_hosts: Iterable[str] = ()) -> ConsoleServer:
     from rayqueue.console.app import ConsoleServer  # the web stack only when asked for
 
+    settings = _console_settings(cluster.config)
     try:
-        server = ConsoleServer(cluster, host, port, extra_hosts=allowed_hosts)
+        server = ConsoleServer(cluster, host, port, extra_hosts=allowed_hosts, **settings)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port} for the console: {exc.strerror or exc}") from None
     server.start()
@@ -287,14 +310,42 @@ def console_command(
         ),
     ] = "rayqueue",
     address: AddressOpt = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="The cluster's TOML config: its ssl.keystore.* keys (PEM) make the console serve HTTPS; also"
+            " rayqueue.console.allowed.hosts and rayqueue.console.session.lifetime.ms.",
+        ),
+    ] = None,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override",
+            "-o",
+            help="A config KEY=VALUE over the file (repeatable), e.g. -o ssl.keystore.location=console.pem.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web console of a running cluster: overview, topics, message browser,
-    consumer groups with lag charts, transactions. Foreground until Ctrl-C."""
+    consumer groups with lag charts, transactions. Foreground until Ctrl-C.
+
+    When the cluster has authentication (an authorizer, or SASL listeners) the console asks
+    for a SCRAM user's password and acts as that user. With PEM keys in Kafka's names
+    (ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key;
+    ssl.key.password) it serves HTTPS."""
     from rayqueue.console.app import ConsoleServer  # the web stack only when asked for
 
+    values = load_toml(config) if config is not None else {}
+    values.pop("topics", None)  # topics to create at launch: not the console's business
+    values.update(parse_kv(override, "--override"))
+    settings_config = broker_config(values)
+    settings = _console_settings(settings_config)
+    hosts = [*settings_config["rayqueue.console.allowed.hosts"], *(allowed_host or ())]
     cluster = connect_cluster(name, address)
     try:
-        server = ConsoleServer(cluster, host, port, extra_hosts=allowed_host or ())
+        server = ConsoleServer(cluster, host, port, extra_hosts=hosts, **settings)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     _console_banner(server)

@@ -2,9 +2,13 @@
 
 Pages are static HTML and a small script of rayqueue's own (no CDN, no build step) that
 poll the JSON API (``routes``); charts are drawn as SVG from the history the server
-samples (the cluster's Prometheus metrics, else its snapshots: ``state``). Errors from the cluster reach the page as ``{"error", "message"}``, never a
-traceback. Unknown ``Host`` names, state changes from other origins and bodies over
-``max_body_bytes`` are refused before any route runs (``guard``).
+samples (the cluster's Prometheus metrics, else its snapshots: ``state``). Errors from
+the cluster reach the page as ``{"error", "message"}``, never a traceback. Unknown ``Host``
+names, state changes from other origins and bodies over ``max_body_bytes`` are refused
+before any route runs (``guard``). When the cluster has authentication every page and API
+route needs a login (``login``, ``sessions``) and acts as the logged-in user. With a TLS
+context (:func:`console_ssl_context`, from Kafka's ``ssl.keystore.*`` keys) uvicorn serves
+HTTPS.
 """
 
 from __future__ import annotations
@@ -12,29 +16,46 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from actors.clock import SYSTEM, Clock
+from actors.config import broker_config
+from actors.gateway.ssl_factory import server_context
 from rayqueue.cluster import Cluster
 from rayqueue.console import DEFAULT_HOST, DEFAULT_PORT
 from rayqueue.console.guard import DEFAULT_MAX_BODY_BYTES, SameOriginMiddleware, allowed_hosts
+from rayqueue.console.login import LOGIN_PAGE, Authentication, LoginRequiredMiddleware
+from rayqueue.console.login import router as login_router
 from rayqueue.console.metrics import ray_metrics_endpoints
-from rayqueue.console.routes import router
-from rayqueue.console.state import DEFAULT_SAMPLE_INTERVAL_S, ConsoleState
+from rayqueue.console.routes import AUTHORIZATION_ERRORS, router
+from rayqueue.console.sessions import (
+    DEFAULT_SESSION_LIFETIME_MS,
+    CredentialSource,
+    LoginLimiter,
+    PasswordVerifier,
+    SessionStore,
+    authentication_required,
+    controller_credentials,
+)
+from rayqueue.console.state import DEFAULT_SAMPLE_INTERVAL_S, ClusterView, ConsoleState
 from rayqueue.errors import (
     GroupIdNotFoundError,
     KafkaError,
     NonEmptyGroupError,
+    SaslAuthenticationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     as_kafka_error,
@@ -58,7 +79,39 @@ _STATUS = {
     GroupIdNotFoundError: 404,
     TopicAlreadyExistsError: 409,
     NonEmptyGroupError: 409,
+    SaslAuthenticationError: 401,
+    # The principal may not: Forbidden, with Kafka's name for what was refused.
+    **dict.fromkeys(AUTHORIZATION_ERRORS, 403),
 }
+
+# The broker keys the console's TLS takes from a cluster config (ssl_factory reads them).
+CONSOLE_SSL_KEYS = (
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.enabled.protocols",
+    "ssl.cipher.suites",
+)
+
+
+def console_ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The console's HTTPS context from Kafka's PEM keys (``ssl.keystore.location``, or
+    ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``; ``ssl.key.password``;
+    ``ssl.enabled.protocols``, ``ssl.cipher.suites``), loaded by the listeners' own
+    ``ssl_factory``; None when no key is named. No client certificate is asked for (the
+    console asks for a password), whatever ``ssl.client.auth`` the Kafka listeners use.
+    InvalidConfigError when the keys cannot be loaded."""
+    values = {k: config[k] for k in CONSOLE_SSL_KEYS if k in config}
+    if not (values.get("ssl.keystore.location") or values.get("ssl.keystore.certificate.chain")):
+        return None
+    # Through the broker config for its types, defaults and checks.
+    settings = dict(broker_config(values))
+    settings.update({"ssl.client.auth": "none", "ssl.truststore.location": "", "ssl.truststore.certificates": ""})
+    context = server_context(settings)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def _one_line(text: str) -> str:
@@ -86,6 +139,11 @@ def create_app(
     metrics_endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
     hosts: Iterable[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    authentication: bool | None = None,
+    session_lifetime_ms: int = DEFAULT_SESSION_LIFETIME_MS,
+    credentials: CredentialSource | None = None,
+    login_limiter: LoginLimiter | None = None,
+    clock: Clock = SYSTEM,
 ) -> FastAPI:
     """The console app for ``cluster``; with ``sample`` a thread fills the chart history
     while the app runs (started and stopped by the app's lifespan), scraping the
@@ -93,8 +151,27 @@ def create_app(
 
     It answers only requests whose ``Host`` is one of ``hosts`` (default: localhost,
     127.0.0.1 and [::1]; :func:`rayqueue.console.guard.allowed_hosts`), accepts a state
-    change only from its own origin, and refuses a body over ``max_body_bytes`` with 413."""
+    change only from its own origin, and refuses a body over ``max_body_bytes`` with 413.
+
+    ``authentication`` (default: whether the cluster has it,
+    :func:`rayqueue.console.sessions.authentication_required`) asks for a SCRAM user's
+    password (checked against ``credentials``, by default the controller's) and runs every
+    request as that user; sessions last ``session_lifetime_ms``
+    (``rayqueue.console.session.lifetime.ms``)."""
     state = ConsoleState(cluster, sample_interval_s, metrics_endpoints=metrics_endpoints)
+    if authentication is None:
+        authentication = authentication_required(cluster)
+    auth: Authentication | None = None
+    if authentication:
+
+        def make_view(principal: str) -> ClusterView:
+            return ClusterView(cluster, principal)
+
+        verifier = PasswordVerifier(credentials if credentials is not None else controller_credentials(cluster))
+        auth = Authentication(
+            SessionStore(make_view, verifier, session_lifetime_ms, clock=clock),
+            login_limiter if login_limiter is not None else LoginLimiter(clock=clock),
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
@@ -104,6 +181,8 @@ def create_app(
             yield
         finally:
             state.close()
+            if auth is not None:
+                auth.sessions.close()
 
     # max_body_size: FastAPI's own cap (Starlette's RequestBodyLimitMiddleware): a larger
     # Content-Length is answered 413 before a byte of the body is read, a chunked body is
@@ -116,13 +195,18 @@ def create_app(
         max_body_size=max_body_bytes,
     )
     app.state.console = state
-    # The last added runs first: an unknown Host is refused before its Origin is looked at.
+    app.state.authentication = auth
+    # The last added runs first: an unknown Host is refused before its Origin is looked at,
+    # and a foreign Origin before the session is.
+    if auth is not None:
+        app.add_middleware(LoginRequiredMiddleware, authentication=auth)
     app.add_middleware(SameOriginMiddleware)
     app.add_middleware(
         TrustedHostMiddleware,
         allowed_hosts=allowed_hosts("") if hosts is None else list(hosts),
         www_redirect=False,
     )
+    app.include_router(login_router)
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -145,14 +229,22 @@ def create_app(
         # One shell for every page: the script renders what the path names.
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
+    def login_page() -> Response:
+        if auth is None:  # nothing to log in to
+            return RedirectResponse("/", status_code=303)
+        return FileResponse(STATIC / "login.html", headers={"Cache-Control": "no-store"})
+
     for path in PAGES:
         app.add_api_route(path, page, methods=["GET"], include_in_schema=False)
+    app.add_api_route(LOGIN_PAGE, login_page, methods=["GET"], include_in_schema=False)
     return app
 
 
 class ConsoleServer:
     """uvicorn serving the console in a background thread (for `rayqueue start --console`
-    and tests); ``rayqueue console`` runs the same in the foreground through ``serve``."""
+    and tests); ``rayqueue console`` runs the same in the foreground through ``serve``.
+    HTTPS with ``ssl_context`` (:func:`console_ssl_context`); ``app_options`` go to
+    :func:`create_app` as they are."""
 
     def __init__(
         self,
@@ -161,10 +253,22 @@ class ConsoleServer:
         port: int = DEFAULT_PORT,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         extra_hosts: Iterable[str] = (),
+        ssl_context: ssl.SSLContext | None = None,
+        authentication: bool | None = None,
+        session_lifetime_ms: int = DEFAULT_SESSION_LIFETIME_MS,
+        app_options: Mapping[str, Any] | None = None,
     ) -> None:
         # The Host names it answers: its own address, loopback names and ``extra_hosts``.
         self.allowed_hosts = allowed_hosts(host, extra_hosts)
-        self.app = create_app(cluster, sample_interval_s, hosts=self.allowed_hosts)
+        self.app = create_app(
+            cluster,
+            sample_interval_s,
+            hosts=self.allowed_hosts,
+            authentication=authentication,
+            session_lifetime_ms=session_lifetime_ms,
+            **(app_options or {}),
+        )
+        self.tls = ssl_context is not None
         # Bound here, before the thread starts, so a busy port fails in the caller and
         # port 0 resolves to the port actually taken.
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -178,8 +282,14 @@ class ConsoleServer:
         self._socket.listen(128)
         self.host = host
         self.port = self._socket.getsockname()[1]
+        tls: dict[str, Any] = {}
+        if ssl_context is not None:
+            # uvicorn serves the context as it is (ssl_factory made it from Kafka's keys).
+            tls["ssl_context_factory"] = lambda config, default: ssl_context
         self._server = uvicorn.Server(
-            uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+            uvicorn.Config(
+                self.app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5, **tls
+            )
         )
         self._thread: threading.Thread | None = None
 
@@ -187,7 +297,12 @@ class ConsoleServer:
     def url(self) -> str:
         """Where a browser opens the console."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def login_required(self) -> bool:
+        """Whether the console asks who is there (the cluster has authentication)."""
+        return self.app.state.authentication is not None
 
     def start(self, timeout_s: float = 30.0) -> ConsoleServer:
         """Serve in a daemon thread; returns once uvicorn has started."""

@@ -1,6 +1,7 @@
 """The message browser: read a window of one partition (by offset, by timestamp or the
 newest N) with a plain assign-mode consumer, and show each record's bytes as text, JSON
-and hex."""
+and hex. Offsets are looked up and records read as the view's principal (DESCRIBE and
+READ on the topic, under the cluster's ACLs)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from typing import Any
 
 from actors.types import TopicPartition
-from rayqueue.cluster import Cluster
+from rayqueue.console.state import ClusterView
 from rayqueue.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -66,7 +67,7 @@ def _key_matches(key: bytes | None, wanted: str) -> bool:
 
 
 def browse(
-    cluster: Cluster,
+    view: ClusterView,
     topic: str,
     partition: int,
     mode: str = "newest",
@@ -83,13 +84,13 @@ def browse(
         raise InvalidRequestError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-    meta = cluster.metadata([topic]).topics.get(topic)
+    admin = view.admin
+    meta = admin.describe_topics([topic]).get(topic)
     if meta is None:
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
     if not 0 <= partition < len(meta.partitions):
         raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
     tp = TopicPartition(topic, partition)
-    admin = cluster.admin()
     start_of_log = admin.list_offsets({tp: EARLIEST_TIMESTAMP})[tp].offset
     end = admin.list_offsets({tp: LATEST_TIMESTAMP})[tp].offset
     if mode == "offset":
@@ -103,7 +104,7 @@ def browse(
         start = found if found >= 0 else end
     else:
         start = max(start_of_log, end - limit)
-    records = _read(cluster, tp, start, end, limit, key_filter) if start < end else []
+    records = _read(view, tp, start, end, limit, key_filter) if start < end else []
     return {
         "topic": topic,
         "partition": partition,
@@ -114,8 +115,8 @@ def browse(
     }
 
 
-def _read(cluster: Cluster, tp: TopicPartition, start: int, end: int, limit: int, key_filter: str | None) -> list:
-    consumer = cluster.consumer(client_id="rayqueue-console", enable_auto_commit=False)
+def _read(view: ClusterView, tp: TopicPartition, start: int, end: int, limit: int, key_filter: str | None) -> list:
+    consumer = view.consumer(client_id="rayqueue-console", enable_auto_commit=False)
     out: list[dict[str, Any]] = []
     scanned = 0
     try:

@@ -1,6 +1,9 @@
-"""The console's JSON API. Reads come from the server's snapshots; every change goes
-through Admin or a Producer exactly as the CLI makes it, so validation and errors are
-Admin's (shown by the page as messages)."""
+"""The console's JSON API. Reads come from snapshots; every change goes through Admin or a
+Producer exactly as the CLI makes it, so validation and errors are Admin's (shown by the
+page as messages). With a login (the cluster has authentication) each request acts through
+its session's view, as ``User:<name>`` under the cluster's ACLs: the snapshots hold what
+that principal may describe, the charts only its topics and groups, and a refused action
+is answered 403 with Kafka's error name (TOPIC_AUTHORIZATION_FAILED...)."""
 
 from __future__ import annotations
 
@@ -12,15 +15,74 @@ from pydantic import BaseModel, Field
 
 from actors.types import TopicPartition
 from rayqueue.console.browse import browse
+from rayqueue.console.login import session_of
 from rayqueue.console.metrics import SOURCE_LABELS, SOURCE_METRICS, SOURCE_SNAPSHOTS
-from rayqueue.console.state import ConsoleState, Sample
-from rayqueue.errors import GroupIdNotFoundError, InvalidRequestError, UnknownTopicOrPartitionError
+from rayqueue.console.state import ClusterView, ConsoleState, Sample
+from rayqueue.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+from rayqueue.snapshot import ClusterSnapshot
 
 router = APIRouter(prefix="/api")
 
 
+# What a principal may be refused while the rest of a page still shows.
+AUTHORIZATION_ERRORS = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
+
+
 def _state(request: Request) -> ConsoleState:
     return request.app.state.console
+
+
+def _view(request: Request) -> ClusterView:
+    """What the request acts through: its session's view, else the console's own."""
+    session = session_of(request)
+    return session.view if session is not None else _state(request).view
+
+
+def _snapshot(request: Request, max_age_s: float | None = None) -> ClusterSnapshot:
+    """The request's principal's snapshot, cached for a sampling period (or ``max_age_s``)."""
+    state = _state(request)
+    return _view(request).snapshot(state.sample_interval_s if max_age_s is None else max_age_s)
+
+
+def _changed(request: Request) -> None:
+    """After a change: every cached snapshot that may show it is taken again."""
+    _view(request).invalidate()
+    _state(request).invalidate()
+
+
+def _missing_topic(view: ClusterView, name: str) -> UnknownTopicOrPartitionError:
+    """Why a topic is not in the principal's snapshot: TopicAuthorizationFailedError raised
+    when it may not DESCRIBE the name (as Kafka's Metadata answers a named topic), else
+    UnknownTopicOrPartitionError to raise."""
+    view.admin.describe_topics([name])
+    return UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+
+def _missing_group(view: ClusterView, group_id: str) -> GroupIdNotFoundError:
+    """As :func:`_missing_topic` for a group (GroupAuthorizationFailedError raised)."""
+    view.admin.describe_groups([group_id])
+    return GroupIdNotFoundError(f"group {group_id!r} does not exist")
+
+
+def _configs_or_none(view: ClusterView, topic: str) -> dict[str, tuple[Any, str]] | None:
+    """A topic's configs, None when the principal may not DESCRIBE_CONFIGS it."""
+    try:
+        return view.admin.describe_configs(topic)
+    except AUTHORIZATION_ERRORS:
+        return None
 
 
 class NewTopicBody(BaseModel):
@@ -113,7 +175,7 @@ def _sum(rows: list[dict[str, float | None]], key: str) -> float | None:
 def overview(request: Request) -> dict[str, Any]:
     """Cluster id, controller epoch, brokers, URPs and offline partitions, rates."""
     state = _state(request)
-    snap = state.snapshot()
+    snap = _snapshot(request)
     data = snap.to_dict()
     user_topics = [t for t in snap.topics.values() if not t.internal]
     # Internal topics' traffic (offset commits, transaction state) is not the users' messages.
@@ -152,13 +214,15 @@ def overview(request: Request) -> dict[str, Any]:
 def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
     """Topics with partitions, replication factor, size, messages, retention and cleanup policy."""
     state = _state(request)
-    snap = state.snapshot()
+    view = _view(request)
+    snap = _snapshot(request)
     rates = _rates_of(state)
     topics = []
     for t in snap.topics.values():
         if t.internal and not internal:
             continue
-        configs = state.admin.describe_configs(t.name)
+        # Without DESCRIBE_CONFIGS on the topic its retention and cleanup policy show as null.
+        configs = _configs_or_none(view, t.name) or {}
         topics.append(
             {
                 "name": t.name,
@@ -180,9 +244,8 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
 @router.post("/topics", status_code=201)
 def create_topic(request: Request, body: NewTopicBody) -> dict[str, Any]:
     """Create a topic through Admin (its validation, its errors)."""
-    state = _state(request)
-    meta = state.admin.create_topic(body.name, body.partitions, body.replication_factor, configs=body.configs)
-    state.invalidate()
+    meta = _view(request).admin.create_topic(body.name, body.partitions, body.replication_factor, configs=body.configs)
+    _changed(request)
     rf = len(meta.partitions[0].replicas) if meta.partitions else 0
     return {"name": meta.name, "partitions": len(meta.partitions), "replication_factor": rf}
 
@@ -191,20 +254,23 @@ def create_topic(request: Request, body: NewTopicBody) -> dict[str, Any]:
 def describe_topic(request: Request, name: str) -> dict[str, Any]:
     """One topic: per-partition placement and log offsets, configs with their sources, rates."""
     state = _state(request)
-    snap = state.snapshot()
+    snap = _snapshot(request)
     if name not in snap.topics:
         # The snapshot may predate a topic just made elsewhere: look once more.
-        snap = state.snapshot(max_age_s=0)
+        snap = _snapshot(request, max_age_s=0)
     topic = snap.topics.get(name)
     if topic is None:
-        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        raise _missing_topic(_view(request), name)
     data = snap.to_dict()["topics"][name]
-    configs = state.admin.describe_configs(name)
+    configs = _configs_or_none(_view(request), name)
     return {
         **data,
         "size_bytes": topic.size_bytes,
         "messages": topic.messages,
-        "configs": {k: {"value": _json_safe(v), "source": src} for k, (v, src) in sorted(configs.items())},
+        # None: the principal may describe the topic but not its configs.
+        "configs": None
+        if configs is None
+        else {k: {"value": _json_safe(v), "source": src} for k, (v, src) in sorted(configs.items())},
         "rates": {**_rates_of(state).get(name, _NO_RATES), **_source(state.latest())},
     }
 
@@ -212,9 +278,8 @@ def describe_topic(request: Request, name: str) -> dict[str, Any]:
 @router.post("/topics/{name}/configs")
 def alter_topic_configs(request: Request, name: str, body: AlterConfigsBody) -> dict[str, Any]:
     """Set / remove config overrides (all or nothing, as Admin.alter_configs)."""
-    state = _state(request)
-    overrides = state.admin.alter_configs(name, body.set, body.delete)
-    state.invalidate()
+    overrides = _view(request).admin.alter_configs(name, body.set, body.delete)
+    _changed(request)
     return {"name": name, "overrides": overrides}
 
 
@@ -223,9 +288,8 @@ def delete_topic(request: Request, name: str, confirm: str = "") -> dict[str, An
     """Delete a topic; ``confirm`` must repeat its name (the page asks for it)."""
     if confirm != name:
         raise InvalidRequestError(f"deleting topic {name!r} needs confirm={name!r}")
-    state = _state(request)
-    state.admin.delete_topic(name)
-    state.invalidate()
+    _view(request).admin.delete_topic(name)
+    _changed(request)
     return {"deleted": name}
 
 
@@ -241,17 +305,17 @@ def read_records(
     key: str | None = None,
 ) -> dict[str, Any]:
     """Browse one partition: by offset, by timestamp or the newest N; optional key filter."""
-    return browse(_state(request).cluster, name, partition, mode, offset, timestamp, limit, key or None)
+    return browse(_view(request), name, partition, mode, offset, timestamp, limit, key or None)
 
 
 @router.post("/topics/{name}/records", status_code=201)
 def produce_record(request: Request, name: str, body: ProduceBody) -> dict[str, Any]:
     """Produce one test record (acks as the producer's default: all) and say where it landed."""
-    state = _state(request)
-    if name not in state.cluster.metadata([name]).topics:
+    view = _view(request)
+    if name not in view.admin.describe_topics([name]):
         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
     md = (
-        state.producer()
+        view.producer()
         .send(
             name,
             None if body.value is None else body.value.encode(),
@@ -261,14 +325,14 @@ def produce_record(request: Request, name: str, body: ProduceBody) -> dict[str, 
         )
         .get(timeout=30)
     )
-    state.invalidate()
+    _changed(request)
     return {"topic": md.topic, "partition": md.partition, "offset": md.offset, "timestamp": md.timestamp}
 
 
 @router.get("/groups")
 def list_groups(request: Request) -> dict[str, Any]:
     """Groups with state, protocol, member count and total lag."""
-    snap = _state(request).snapshot()
+    snap = _snapshot(request)
     return {
         "groups": [
             {
@@ -287,12 +351,12 @@ def list_groups(request: Request) -> dict[str, Any]:
 @router.get("/groups/{group_id:path}")
 def describe_group(request: Request, group_id: str) -> dict[str, Any]:
     """One group: members and assignments, committed offset and lag per partition."""
-    snap = _state(request).snapshot()
+    snap = _snapshot(request)
     if group_id not in snap.groups:
-        snap = _state(request).snapshot(max_age_s=0)
+        snap = _snapshot(request, max_age_s=0)
     data = snap.to_dict()["groups"].get(group_id)
     if data is None:
-        raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        raise _missing_group(_view(request), group_id)
     return data
 
 
@@ -308,15 +372,15 @@ def reset_group_offsets(request: Request, body: ResetOffsetsBody) -> dict[str, A
         raise InvalidRequestError(f"to must be earliest, latest or timestamp, got {body.to!r}")
     if body.to == "timestamp" and body.timestamp is None:
         raise InvalidRequestError("to=timestamp needs a timestamp (ms since the epoch)")
-    state = _state(request)
+    admin = _view(request).admin
     targets: list[TopicPartition | str] = list(body.topics)
     if not targets:
-        targets = sorted(state.admin.list_group_offsets(body.group_id))
+        targets = sorted(admin.list_group_offsets(body.group_id))
     if not targets:
         raise InvalidRequestError(f"group {body.group_id!r} has no committed offsets; name the topics to reset")
     kwargs: dict[str, Any] = {"timestamp": body.timestamp} if body.to == "timestamp" else {"to": body.to}
-    result = state.admin.reset_group_offsets(body.group_id, targets, **kwargs)
-    state.invalidate()
+    result = admin.reset_group_offsets(body.group_id, targets, **kwargs)
+    _changed(request)
     return {
         "group_id": body.group_id,
         "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in sorted(result.items())],
@@ -326,7 +390,7 @@ def reset_group_offsets(request: Request, body: ResetOffsetsBody) -> dict[str, A
 @router.get("/transactions")
 def list_transactions(request: Request) -> dict[str, Any]:
     """Transactional ids with producer id/epoch, state and the open transaction's age."""
-    snap = _state(request).snapshot()
+    snap = _snapshot(request)
     return {"transactions": snap.to_dict()["transactions"]}
 
 
@@ -336,8 +400,17 @@ def history(request: Request, topic: str | None = None, group: str | None = None
     bytes in/out per second), a group's total lag (and per partition), or with neither the
     totals over all user topics and the produce / fetch p99. Each point says its ``source``
     (``metrics`` or ``snapshots``); the answer's ``source`` / ``source_label`` are the
-    latest point's, which the charts are labelled with."""
+    latest point's, which the charts are labelled with. A session sees the history of
+    the topics and groups its principal may describe, and totals over those."""
     state = _state(request)
+    visible: set[str] | None = None  # user topics the principal may describe (None: all)
+    if session_of(request) is not None:
+        snap = _snapshot(request)
+        if topic and topic not in snap.topics:
+            raise _missing_topic(_view(request), topic)
+        if group is not None and group not in snap.groups:
+            raise _missing_group(_view(request), group)
+        visible = set(snap.topics)
     points: list[dict[str, Any]] = []
     samples = list(state.history)
     for s in samples:
@@ -358,7 +431,9 @@ def history(request: Request, topic: str | None = None, group: str | None = None
                 names = [topic]
             else:
                 names = [
-                    n for n in set(s.topic_rates) | set(s.metrics.topics if s.metrics else ()) if not n.startswith("__")
+                    n
+                    for n in set(s.topic_rates) | set(s.metrics.topics if s.metrics else ())
+                    if not n.startswith("__") and (visible is None or n in visible)
                 ]
             rows = [_topic_rates(s, n) for n in names]
             point.update(

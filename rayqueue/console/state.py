@@ -45,9 +45,59 @@ class Sample:
     window_s: float = 0.0  # the time between the two snapshots
 
 
+class ClusterView:
+    """The cluster as one principal sees and changes it: an Admin acting as ``principal``
+    (None: the console's own, a super user), its latest snapshot (cached) and a producer
+    for test records made on first use. Safe to call from many request threads."""
+
+    def __init__(self, cluster: Cluster, principal: str | None = None) -> None:
+        self.cluster = cluster
+        self.principal = principal
+        self.admin: Admin = cluster.admin(principal=principal)
+        self._snapshot: ClusterSnapshot | None = None
+        self._lock = threading.Lock()
+        self._producer: Any = None
+        self._producer_lock = threading.Lock()
+
+    def snapshot(self, max_age_s: float) -> ClusterSnapshot:
+        """The cached snapshot if younger than ``max_age_s``, else a fresh one (of what the
+        principal may describe: :func:`rayqueue.snapshot.take_snapshot`)."""
+        with self._lock:
+            current = self._snapshot
+            if current is not None and time.monotonic() - current.monotonic <= max_age_s:
+                return current
+            self._snapshot = take_snapshot(self.cluster, self.admin)
+            return self._snapshot
+
+    def invalidate(self) -> None:
+        """Forget the cached snapshot (after a change)."""
+        with self._lock:
+            self._snapshot = None
+
+    def producer(self) -> Any:
+        """One producer, as the principal, for every 'produce a test record' (made on first use)."""
+        with self._producer_lock:
+            if self._producer is None:
+                self._producer = self.cluster.producer(client_id="rayqueue-console", principal=self.principal)
+            return self._producer
+
+    def consumer(self, **config: Any) -> Any:
+        """A new consumer acting as the principal (the caller closes it)."""
+        return self.cluster.consumer(principal=self.principal, **config)
+
+    def close(self) -> None:
+        """Close the producer, if one was made."""
+        with self._producer_lock:
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None
+
+
 class ConsoleState:
     """Snapshots on demand (cached for ``max_age``), a sampler thread filling the history,
-    and a lazily made producer for test records. Safe to call from many request threads."""
+    and the console's own view of the cluster (:class:`ClusterView`, a super user's: what
+    the pages act through when the cluster has no authentication). Safe to call from many
+    request threads."""
 
     def __init__(
         self,
@@ -57,44 +107,34 @@ class ConsoleState:
         metrics_endpoints: Callable[[], Iterable[str]] = ray_metrics_endpoints,
     ) -> None:
         self.cluster = cluster
-        self.admin: Admin = cluster.admin()
+        self.view = ClusterView(cluster)
         self.sample_interval_s = sample_interval_s
         self.history: collections.deque[Sample] = collections.deque(maxlen=history)
-        self._snapshot: ClusterSnapshot | None = None
         self._base: ClusterSnapshot | None = None  # where the sampler's next rates start
         self.metrics = MetricsReader(cluster.namespace, metrics_endpoints, SCRAPE_WAIT_S)
-        self._lock = threading.Lock()
-        self._producer: Any = None
-        self._producer_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
 
+    @property
+    def admin(self) -> Admin:
+        """The console's own Admin (a super user's)."""
+        return self.view.admin
+
     # -- snapshots and history ------------------------------------------------------------
 
     def snapshot(self, max_age_s: float | None = None) -> ClusterSnapshot:
-        """The latest snapshot if younger than ``max_age_s`` (default: the sampling period),
-        else a fresh one (which also becomes a history sample)."""
-        max_age = self.sample_interval_s if max_age_s is None else max_age_s
-        with self._lock:
-            current = self._snapshot
-            if current is not None and time.monotonic() - current.monotonic <= max_age:
-                return current
-            return self._take()
+        """The console's own latest snapshot if younger than ``max_age_s`` (default: the
+        sampling period), else a fresh one (which the sampler also draws history from)."""
+        return self.view.snapshot(self.sample_interval_s if max_age_s is None else max_age_s)
 
     def invalidate(self) -> None:
         """Forget the cached snapshot (after a change made through the console)."""
-        with self._lock:
-            self._snapshot = None
+        self.view.invalidate()
 
     def latest(self) -> Sample | None:
         """The last history sample (None before the sampler's second tick)."""
         return self.history[-1] if self.history else None
-
-    def _take(self) -> ClusterSnapshot:
-        snap = take_snapshot(self.cluster, self.admin)
-        self._snapshot = snap
-        return snap
 
     def sample(self) -> Sample | None:
         """One tick of the sampler: a snapshot (reused if a request just took one) and a
@@ -137,14 +177,9 @@ class ConsoleState:
                 logger.warning("console sampling failed: %s", self.last_error)
             self._stop.wait(self.sample_interval_s)
 
-    # -- the test-record producer -----------------------------------------------------------
-
     def producer(self) -> Any:
-        """One producer for every 'produce a test record' (made on first use)."""
-        with self._producer_lock:
-            if self._producer is None:
-                self._producer = self.cluster.producer(client_id="rayqueue-console")
-            return self._producer
+        """The console's own producer for test records (made on first use)."""
+        return self.view.producer()
 
     def close(self) -> None:
         """Stop sampling and close the producer."""
@@ -152,7 +187,4 @@ class ConsoleState:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.metrics.close()
-        with self._producer_lock:
-            if self._producer is not None:
-                self._producer.close()
-                self._producer = None
+        self.view.close()

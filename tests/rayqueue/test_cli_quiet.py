@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import urllib.request
 
 import pytest
 
+from scripts.make_test_ca import make_test_pki
 from tests import ports
 from tests.rayqueue.processes import RAYQUEUE, Background, ray_lines, run, user_env
 
@@ -64,6 +66,7 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
         code, outputs["health"] = run([*RAYQUEUE, "health", *at], env)
         assert code == 0 and "healthy:" in outputs["health"] and "none offline" in outputs["health"]
         outputs["console"] = _console_serves_the_cluster(at, env, tmp_path)
+        outputs["console https"] = _console_serves_https(at, env, tmp_path)
     finally:
         code = start.stop()
         outputs["start"] = start.output()
@@ -86,6 +89,36 @@ def _console_serves_the_cluster(at: list[str], env: dict[str, str], tmp_path) ->
             overview = json.load(answer)
         assert overview["namespace"] == at[-1]
         assert len(overview["brokers"]) == 3 and overview["topics"] == 1 and overview["partitions"] == 6
+    finally:
+        code = console.stop()
+    assert code == 0 and "Stopped." in console.output(), console.output()
+    return console.output()
+
+
+def _console_serves_https(at: list[str], env: dict[str, str], tmp_path) -> str:
+    """`rayqueue console --config FILE` with the cluster config's PEM key
+    (ssl.keystore.location, the key encrypted: ssl.key.password from -o) serves HTTPS that
+    a client trusting the test CA reads; returns what it printed."""
+    pki = make_test_pki(tmp_path / "pki", key_password="console-key-secret")
+    config = tmp_path / "secure.toml"
+    config.write_text(f'"ssl.keystore.location" = "{pki.broker}"\n')
+    command = [
+        *RAYQUEUE,
+        "console",
+        "--port",
+        "0",
+        "--config",
+        str(config),
+        "-o",
+        "ssl.key.password=console-key-secret",
+    ]
+    console = Background([*command, *at], env, tmp_path / "console-https.log")
+    try:
+        banner = console.wait_for("Ctrl-C stops it", 120)
+        port = re.search(r"rayqueue console on https://127\.0\.0\.1:(\d+)", banner).group(1)
+        trusted = ssl.create_default_context(cafile=str(pki.ca))
+        with urllib.request.urlopen(f"https://localhost:{port}/api/session", timeout=30, context=trusted) as answer:
+            assert json.load(answer) == {"authentication": False, "user": None, "principal": None}
     finally:
         code = console.stop()
     assert code == 0 and "Stopped." in console.output(), console.output()

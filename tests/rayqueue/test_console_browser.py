@@ -2,13 +2,17 @@
 browser downloaded at run time), against uvicorn serving the session cluster. Each page is
 opened and its numbers checked against what the test produced; a topic is created through
 the form, a message is found by offset, and every page is photographed under tmp_path
-(``RAYQUEUE_CONSOLE_SCREENSHOTS=dir`` also copies them there, for docs/)."""
+(``RAYQUEUE_CONSOLE_SCREENSHOTS=dir`` also copies them there, for docs/). Then, on a
+cluster with an authorizer, the console over HTTPS (a test CA made here, trusted by the
+browser through its NSS database): the login page, a refused password, alice's session
+cookie, only her topics, actions her ACLs refuse, and logout."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -36,13 +40,19 @@ def server(cluster):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def playwright():
+    """One Playwright for the module (its sync API runs one at a time in a process)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright):
+    b = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    yield b
+    b.close()
 
 
 @pytest.fixture
@@ -330,3 +340,124 @@ def test_cluster_errors_show_as_messages_on_the_page(server, page):
     page.goto(f"{server.url}/topics/no-such-topic")
     expect(page.locator("#banner")).to_contain_text("UNKNOWN_TOPIC_OR_PARTITION")
     assert "Traceback" not in page.content()
+
+
+# -- login over HTTPS, on a cluster with an authorizer --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A test CA and the console's key and certificate (for localhost), made here."""
+    from scripts.make_test_ca import make_test_pki
+
+    return make_test_pki(tmp_path_factory.mktemp("console-pki"))
+
+
+@pytest.fixture(scope="module")
+def secure_console(ray_session, pki):
+    """A cluster with an authorizer and alice's grants, its console on HTTPS from Kafka's
+    PEM key (ssl.keystore.location), found to need a login by itself."""
+    from actors.config import broker_config
+    from rayqueue.console.app import console_ssl_context
+    from tests.rayqueue.secured_console import secured_cluster, set_up
+
+    with secured_cluster("rayqueue-console-browser-auth") as cluster:
+        grants = set_up(cluster, f"browser-auth-{os.getpid()}")
+        context = console_ssl_context(broker_config({"ssl.keystore.location": str(pki.broker)}))
+        console = ConsoleServer(cluster, "127.0.0.1", 0, sample_interval_s=0.5, ssl_context=context).start()
+        try:
+            yield cluster, grants, console
+        finally:
+            console.stop()
+
+
+@pytest.fixture(scope="module")
+def trusting_browser(playwright, pki, tmp_path_factory):
+    """Chromium whose HOME has an NSS database trusting the test CA (Chromium on Linux reads
+    the CAs a user added from ~/.pki/nssdb): the console's certificate is verified for real."""
+    certutil = shutil.which("certutil")
+    if certutil is None:
+        pytest.skip("no certutil to make Chromium trust the test CA (apt-get install libnss3-tools)")
+    home = tmp_path_factory.mktemp("browser-home")
+    db = home / ".pki" / "nssdb"
+    db.mkdir(parents=True)
+    subprocess.run([certutil, "-d", f"sql:{db}", "-N", "--empty-password"], check=True, capture_output=True)
+    subprocess.run(
+        [certutil, "-d", f"sql:{db}", "-A", "-t", "C,,", "-n", "rayqueue test CA", "-i", str(pki.ca)],
+        check=True,
+        capture_output=True,
+    )
+    b = playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True, args=["--no-sandbox"], env={**os.environ, "HOME": str(home)}
+    )
+    yield b
+    b.close()
+
+
+def test_login_over_https_and_actions_as_the_user(secure_console, trusting_browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from tests.rayqueue.secured_console import PASSWORD, USER
+
+    cluster, grants, console = secure_console
+    assert console.url.startswith("https://") and console.login_required
+    url = f"https://localhost:{console.port}"
+    shots = _shots(tmp_path)
+    context = trusting_browser.new_context(viewport={"width": 1400, "height": 1000})  # no ignore_https_errors
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
+    try:
+        # Any page without a session leads to the login page, and back after it.
+        page.goto(url + "/topics")
+        expect(page).to_have_url(f"{url}/login?next=%2Ftopics")
+        page.fill("#user", USER)
+        page.fill("#password", "not-her-password")
+        page.click("#login button[type=submit]")
+        expect(page.locator("#banner")).to_contain_text("SASL_AUTHENTICATION_FAILED")
+        expect(page).to_have_url(f"{url}/login?next=%2Ftopics")
+        page.screenshot(path=shots / "login-failed.png", full_page=True)
+        page.fill("#password", PASSWORD)
+        page.click("#login button[type=submit]")
+        expect(page).to_have_url(url + "/topics")
+        expect(page.locator("#who-name")).to_have_text("User:alice")
+
+        # The cookie: HttpOnly (no script reads it), SameSite=Strict, Secure (HTTPS).
+        (cookie,) = context.cookies()
+        assert cookie["name"] == "rayqueue_session" and cookie["httpOnly"] and cookie["secure"]
+        assert cookie["sameSite"] == "Strict"
+        assert "rayqueue_session" not in page.evaluate("document.cookie")
+
+        # Only the topics alice may describe.
+        expect(page.locator("#topics-table tbody tr")).to_have_count(2)
+        names = sorted(r[0] for r in _cell_texts(page, "topics-table"))
+        assert names == sorted([grants.shared, grants.readonly])
+        page.screenshot(path=shots / "topics-as-alice.png", full_page=True)
+
+        # Deleting a topic needs DELETE: refused with Kafka's error, and the topic stays.
+        page.once("dialog", lambda d: d.accept(grants.shared))
+        page.click(f"button[data-delete='{grants.shared}']")
+        expect(page.locator("#banner")).to_contain_text("TOPIC_AUTHORIZATION_FAILED")
+        assert grants.shared in cluster.admin().list_topics()
+
+        # Reading what she may READ; producing where she may not WRITE is refused.
+        page.goto(f"{url}/topics/{grants.readonly}/messages")
+        expect(page.locator("#records-table tbody tr")).to_have_count(3)
+        page.fill("#produce-value", "not allowed")
+        page.click("#produce button[type=submit]")
+        expect(page.locator("#banner")).to_contain_text("TOPIC_AUTHORIZATION_FAILED")
+        tp = TopicPartition(grants.readonly, 0)
+        assert cluster.admin().describe_partition_logs([tp])[tp].log_end_offset == 3
+        page.screenshot(path=shots / "refused-as-alice.png", full_page=True)
+
+        # Logging out ends the session: the pages lead to the login page again.
+        page.click("#logout")
+        expect(page).to_have_url(url + "/login")
+        page.goto(url + "/groups")
+        expect(page).to_have_url(f"{url}/login?next=%2Fgroups")
+        assert context.cookies() == []
+    finally:
+        context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"

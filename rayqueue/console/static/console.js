@@ -42,6 +42,12 @@ async function api(method, path, body) {
   }
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
+  if (resp.status === 401 && data && data.error === "LOGIN_REQUIRED") {
+    // No session (never logged in, expired, logged out, credential changed): log in, then back here.
+    if (timer) clearInterval(timer);
+    location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+    throw new Error(`${data.error}: ${data.message}`);
+  }
   if (!resp.ok) {
     const what = data && data.error ? `${data.error}: ${data.message}` : `HTTP ${resp.status}`;
     throw new Error(what);
@@ -253,7 +259,9 @@ function topicPage(name) {
       t.partitions.map(p => ({bad: p.offline || p.under_replicated, cells: [p.partition, p.leader >= 0 ? p.leader : "none",
         ids(p.replicas), ids(p.isr), ids(p.offline_replicas), num(p.log_start_offset), num(p.high_watermark),
         num(p.last_stable_offset), bytes(p.size_bytes), num(p.segments)]})), {id: "partitions-table"});
-    document.getElementById("configs").innerHTML = table(["Key", "Value", "Source", ""],
+    document.getElementById("configs").innerHTML = t.configs === null
+      ? '<p class="muted" id="configs-refused">Not shown: you may not describe this topic\'s configs (DESCRIBE_CONFIGS).</p>'
+      : table(["Key", "Value", "Source", ""],
       Object.entries(t.configs).map(([k, c]) => ({cells: [esc(k), esc(c.value), esc(c.source),
         c.source === "TOPIC_CONFIG" || c.source === "DYNAMIC_TOPIC_CONFIG" ? `<button class="plain" data-unset="${esc(k)}">Remove override</button>` : ""]})),
       {id: "configs-table"});
@@ -446,6 +454,21 @@ function transactionsPage() {
   });
 }
 
+// -- who is logged in ----------------------------------------------------------------------
+
+// With a login (the cluster has authentication) the header names the user and offers logout.
+async function who() {
+  let s;
+  try { s = await api("GET", "/api/session"); } catch (e) { return; }
+  if (!s.authentication || !s.user) return;
+  document.getElementById("who-name").textContent = s.principal;
+  document.getElementById("who").hidden = false;
+  document.getElementById("logout").onclick = async () => {
+    try { await api("POST", "/api/logout"); } catch (e) { banner(e.message); return; }
+    location.assign("/login");
+  };
+}
+
 // -- routing -----------------------------------------------------------------------------
 
 function route() {
@@ -462,4 +485,5 @@ function route() {
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.dataset.nav === nav);
 }
 
+who();
 route();
