@@ -19,9 +19,11 @@ import tempfile
 import urllib.request
 
 import pytest
+import ray
 from prometheus_client.parser import text_string_to_metric_families
 
 import rayqueue
+from actors.protocol import DeleteRecordsRequest, FetchRequest, ListOffsetsRequest
 from rayqueue import OffsetAndMetadata, TopicPartition
 from rayqueue.acl import (
     STANDARD_AUTHORIZER,
@@ -193,6 +195,17 @@ def test_record_calls_are_checked_by_the_leader(secured, root):
     with pytest.raises(TopicAuthorizationFailedError):
         admin.delete_records({tp: 2})
     assert root.describe_partition_logs([tp])[tp].log_start_offset == 0
+    # Those were refused by the controller (the topic's metadata needs DESCRIBE); the leader
+    # checks each call as well, for a driver that holds its handle.
+    leader = root.replica_handles(tp)[0]
+    for ref in (
+        leader.list_offsets.remote(ListOffsetsRequest(-1, principal=alice)),
+        leader.describe.remote(alice),
+        leader.delete_records.remote(DeleteRecordsRequest(2, principal=alice)),
+        leader.fetch.remote(FetchRequest(0, principal=alice)),
+    ):
+        with pytest.raises(TopicAuthorizationFailedError):
+            ray.get(ref, timeout=60)
 
     # Everything on the topic but DELETE: DENY beats ALLOW.
     grant(root, acl(TOPIC, topic, alice, Op.ALL), acl(TOPIC, topic, alice, Op.DELETE, Perm.DENY))
@@ -282,10 +295,10 @@ def test_group_admin_calls(secured, root):
     # Listing: only the groups the principal may DESCRIBE, every group with DESCRIBE on the cluster.
     assert {g.group_id for g in admin.list_groups()} & {mine, theirs} == set()
     grant(root, acl(GROUP, mine, alice, Op.DESCRIBE))
-    assert eventually(lambda: {g.group_id for g in admin.list_groups()} & {mine, theirs} == {mine} or None, "list")
+    wait_for(lambda: {g.group_id for g in admin.list_groups()} & {mine, theirs} == {mine}, what="DESCRIBE mine")
     grant(root, acl(CLUSTER, "", ops, Op.DESCRIBE))
     ops_admin = secured.admin(principal=ops)
-    assert eventually(lambda: {mine, theirs} <= {g.group_id for g in ops_admin.list_groups()} or None, "all groups")
+    wait_for(lambda: {mine, theirs} <= {g.group_id for g in ops_admin.list_groups()}, what="DESCRIBE the cluster")
     # Describing a group named: DESCRIBE on it.
     assert admin.describe_groups([mine])[mine].state == "Empty"
     with pytest.raises(GroupAuthorizationFailedError, match=theirs):
@@ -297,7 +310,8 @@ def test_group_admin_calls(secured, root):
     with pytest.raises(TopicAuthorizationFailedError):
         admin.group_lag(mine, [topic])
     grant(root, acl(TOPIC, topic, alice, Op.DESCRIBE))
-    assert eventually(lambda: admin.list_group_offsets(mine), "DESCRIBE on the topic")[tp].offset == 0
+    wait_for(lambda: tp in admin.list_group_offsets(mine), what="DESCRIBE on the topic at the coordinator")
+    assert admin.list_group_offsets(mine)[tp].offset == 0
     # Changing them: READ on the group and the topic.
     with pytest.raises(GroupAuthorizationFailedError):
         admin.alter_group_offsets(mine, {tp: 1})
@@ -336,7 +350,7 @@ def test_idempotence_needs_idempotent_write_or_write_on_some_topic(secured, root
     alice, bob = user(), user()
     topic = new_topic(root)
     grant(root, acl(TOPIC, topic, alice, Op.DESCRIBE))  # its metadata, not WRITE
-    refused = secured.producer(principal=alice, retries=0, max_block_ms=5000)
+    refused = secured.producer(principal=alice, enable_idempotence=True, max_block_ms=5000)
     try:
         with pytest.raises(ClusterAuthorizationFailedError):
             refused.send(topic, b"x").get(30)
@@ -449,10 +463,12 @@ def test_cluster_calls_need_the_cluster(secured, root):
 def test_native_refusals_are_counted(secured, root, metrics_export_port):
     alice = user()
     topic = new_topic(root)
+    grant(root, acl(TOPIC, topic, alice, Op.DESCRIBE))
+    admin = secured.admin(principal=alice)
     with pytest.raises(TopicAuthorizationFailedError):
-        secured.admin(principal=alice).describe_configs(topic)
+        admin.describe_configs(topic)  # refused by the controller
     with pytest.raises(TopicAuthorizationFailedError):
-        secured.admin(principal=alice).list_offsets({TopicPartition(topic, 0): -1})
+        admin.delete_records({TopicPartition(topic, 0): 0})  # by the leader, on broker 0
 
     def counted() -> dict[str, float]:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
@@ -467,7 +483,7 @@ def test_native_refusals_are_counted(secured, root, metrics_export_port):
         return found
 
     wait_for(
-        lambda: counted().get("controller:DescribeConfigs", 0) >= 1 and counted().get("0:ListOffsets", 0) >= 1,
+        lambda: counted().get("controller:DescribeConfigs", 0) >= 1 and counted().get("0:DeleteRecords", 0) >= 1,
         timeout=90,
         interval=0.5,
         what="the native refusals in ray_rayqueue_authorization_denied_total",
