@@ -447,7 +447,7 @@ def test_authentications_are_counted_by_listener_and_mechanism(secure, request, 
             and all(s.labels.get(k) == v for k, v in labels.items())
         )
 
-    ok, failed = "rayqueue_successful_authentication_total", "rayqueue_failed_authentication_total"
+    ok, failed = "ray_rayqueue_successful_authentication_total", "ray_rayqueue_failed_authentication_total"
     wait_for(
         lambda: (
             counted(ok, listener="EXTERNAL", mechanism="SCRAM-SHA-512") >= 1
