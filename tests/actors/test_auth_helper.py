@@ -22,6 +22,7 @@ from storage.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+from tests.actors.test_authorizer import authorizer
 
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 Op, Perm = AclOperation, AclPermissionType
@@ -31,13 +32,6 @@ _ids = itertools.count()
 
 def acl(rtype, name, op, perm=Perm.ALLOW, principal=ALICE, host="*", pattern=PatternType.LITERAL) -> AclBinding:
     return AclBinding.of(rtype, name, pattern, principal, host, op, perm)
-
-
-def authorizer(*acls: AclBinding, **kwargs) -> StandardAuthorizer:
-    auth = StandardAuthorizer(**kwargs)
-    for a in acls:
-        auth.add_acl(str(next(_ids)), a)
-    return auth
 
 
 class FakeRecorder:

@@ -20,6 +20,7 @@ from rayqueue.console.app import create_app
 from rayqueue.console.sessions import CREDENTIAL_CHECK_S, authentication_required
 from tests.helpers import wait_for
 from tests.rayqueue.secured_console import PASSWORD, USER, allow, secured_cluster, set_up
+from tests.rayqueue.test_console_api import ok, refused
 
 OWN = "http://localhost"
 
@@ -52,19 +53,6 @@ def alice(client):
     resp = client.post("/api/login", json={"user": USER, "password": PASSWORD})
     assert resp.status_code == 200, resp.text
     return client
-
-
-def ok(resp, status: int = 200) -> dict:
-    assert resp.status_code == status, resp.text
-    return resp.json()
-
-
-def refused(resp, status: int, error: str) -> dict:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert body["error"] == error, body
-    assert "Traceback" not in resp.text
-    return body
 
 
 def log_end(cluster, topic: str) -> int:
