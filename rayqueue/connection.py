@@ -58,7 +58,8 @@ def is_loopback(host: str) -> bool:
 @contextlib.contextmanager
 def _ray_node_on_loopback() -> Iterator[None]:
     """Have ``ray.init`` keep 127.0.0.1 as it is: as this node's address when it starts a
-    Ray, as the address it connects to when it joins one.
+    Ray, as the address it connects to when it joins one; and have every process of a Ray
+    started here keep it too.
 
     Ray's metrics agent listens on loopback when the node's address is loopback and on every
     interface otherwise (Ray 2.60, ``ReporterAgent``: ``address=get_localhost_ip() if
@@ -66,17 +67,30 @@ def _ray_node_on_loopback() -> Iterator[None]:
     ``127.0.0.1`` (a node address asked for, or the address a driver is told to join) into the
     machine's outward address, except in its single-machine mode
     (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the default on Windows and macOS), which keeps
-    loopback as loopback. That switch is read once, when Ray is imported, so it is set here
-    for the one ``ray.init`` call; once started or joined, the node's address is the node's.
+    loopback as loopback. Each process reads that switch once, when it imports Ray: in this
+    one it is set for the one ``ray.init`` call (once started or joined, the node's address
+    is the node's). The processes a Ray started here runs (its raylet, the workers the raylet
+    starts, and what they start) take their environment from this process as it is during
+    ``ray.init``, so the switch is in the environment for that call too. Without it, a
+    process that joins this Ray by its address (``127.0.0.1:<port>``) from inside it is sent
+    to the machine's outward address, where nothing listens, and waits for ever: RayDP's
+    Dataset-to-DataFrame conversion does exactly that from Spark's Python workers, which an
+    executor (a Ray actor) starts, so every ``rayqueue.spark.read`` stalled.
     """
     from ray._private import ray_constants
 
     saved = ray_constants.ENABLE_RAY_CLUSTER
+    saved_env = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
     ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     try:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
+        if saved_env is None:
+            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = saved_env
 
 
 @contextlib.contextmanager
@@ -173,7 +187,8 @@ def start_embedded_ray(
     ``metrics_export_port``: where Ray's metrics agent serves Prometheus (``/metrics``);
     None lets Ray pick a free port. With ``loopback`` the node's address is 127.0.0.1: its
     metrics agent, GCS, raylet and workers listen on loopback only, and no other machine can
-    join this Ray or scrape it; without, the metrics agent listens on every interface.
+    join this Ray or scrape it, and the processes it runs join it at loopback (Spark's Python
+    workers under RayDP among them); without, the metrics agent listens on every interface.
     """
     extra: dict[str, Any] = {}
     if metrics_export_port:

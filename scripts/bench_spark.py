@@ -64,13 +64,7 @@ def main() -> int:
     import rayqueue
     from rayqueue import data
     from rayqueue import spark as rq_spark
-    from rayqueue.cluster import start_embedded_ray
 
-    # Ray on the machine's address, not loopback: rayqueue.launch with loopback listeners
-    # starts its embedded Ray on 127.0.0.1 (issue 27: metrics where the listeners are), and on
-    # such a node Spark's first count() stalls (Ray Data sees 0/0 CPU for its read tasks
-    # beside RayDP's executor; an open defect, see issue 28's note). launch joins this Ray.
-    start_embedded_ray()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-spark-")
     cluster = rayqueue.launch(log_dirs=os.path.join(root, "data"), listeners="PLAINTEXT://127.0.0.1:0")
     spark = None

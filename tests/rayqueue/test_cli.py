@@ -481,9 +481,11 @@ def test_a_ray_on_loopback_is_joined_at_loopback(monkeypatch, given, env, joined
         ray, "init", lambda address, **_: resolved.append(services.canonicalize_bootstrap_address(address))
     )
     cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    cluster_env = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
     connection.join_ray(given)
     assert resolved == [joined]
     assert ray_constants.ENABLE_RAY_CLUSTER == cluster_mode
+    assert os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR) == cluster_env
 
 
 def test_groups_list_describe_reset_and_delete(cluster, new_topic):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import textwrap
 import time
 
 import pytest
@@ -10,6 +14,7 @@ from rayqueue import TopicPartition
 from rayqueue import spark as rq_spark
 from rayqueue.errors import InvalidConfigError
 from tests.helpers import wait_for
+from tests.rayqueue.processes import REPO, Background
 
 # Recent timestamps: time-based retention (7 days by default) would delete older records.
 BASE_TS = (int(time.time()) - 3600) * 1000
@@ -339,3 +344,63 @@ def test_stream_cut_off_before_its_commit_writes_each_record_once(spark, cluster
     assert sorted(sink_values("read_uncommitted")) == sorted(expected * 2)
     committed = rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster)
     assert sum(committed.values()) == 300
+
+
+# A process of its own: the session's Ray runs on the machine's address, and a process holds
+# one Ray. `rayqueue.launch` on loopback listeners starts its Ray on 127.0.0.1 only.
+LOOPBACK_SPARK_READ = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    import rayqueue
+    from rayqueue import spark as rq_spark
+
+    cluster = rayqueue.launch(
+        log_dirs=sys.argv[1], listeners="PLAINTEXT://127.0.0.1:0", rayqueue_num_brokers=1,
+        offsets_topic_num_partitions=1, transaction_state_log_num_partitions=1,
+    )
+    try:
+        cluster.admin().create_topic("loopback", 2)
+        producer = cluster.producer()
+        producer.send_many("loopback", [b"v%d" % i for i in range(2000)]).get(60)
+        producer.close()
+        spark = rq_spark.session("loopback-read", num_executors=1, executor_cores=1, executor_memory="1G")
+        print("SPARK UP", flush=True)
+        try:
+            values = [bytes(r["value"]) for r in rq_spark.read(spark, "loopback", cluster=cluster).collect()]
+        finally:
+            rq_spark.stop()
+        node = ray.util.get_node_ip_address()
+        gcs = ray.get_runtime_context().gcs_address
+        print("RESULT " + json.dumps({"node": node, "gcs": gcs, "values": sorted(v.decode() for v in values)}), flush=True)
+    finally:
+        cluster.shutdown(delete_data=True)
+        ray.shutdown()
+    """
+)
+
+
+@pytest.mark.spark
+def test_bridge_read_on_a_loopback_only_embedded_ray(tmp_path):
+    """`rayqueue.launch` on loopback listeners runs its own Ray on 127.0.0.1 only, and a Spark
+    bridge read on it returns every record. RayDP's conversion joins Ray by its address
+    (127.0.0.1:<port>) from Spark's Python workers, which the executor (a Ray actor) starts;
+    Ray sends such a process to the machine's outward address unless it runs in Ray's
+    single-machine mode, and the read then stalls for ever."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    child = Background([sys.executable, "-c", LOOPBACK_SPARK_READ, str(tmp_path / "data")], env, tmp_path / "child.log")
+    try:
+        # Start-up (a cluster, Spark) is slow on a busy 2-core machine; the read of 2,000
+        # records takes seconds once Spark is up, and without the fix never ends.
+        child.wait_for("SPARK UP", 600)
+        child.wait_for("RESULT ", 300)
+        code = child.proc.wait(180)  # the cluster, Spark and Ray shut down
+    finally:
+        child.stop()
+    output = child.output()
+    result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["node"] == "127.0.0.1" and result["gcs"].startswith("127.0.0.1:"), result
+    assert result["values"] == sorted(f"v{i}" for i in range(2000))
+    assert code == 0, output
