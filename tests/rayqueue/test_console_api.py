@@ -462,13 +462,16 @@ def test_charts_come_from_the_prometheus_metrics(cluster, client, names):
         lambda: (
             (o := ok(client.get("/api/overview")))["metrics"] is not None
             and o["metrics"]["under_replicated"] == len(o["under_replicated"])
+            # The gauges are a scrape behind the snapshot: a partition of another test's topic
+            # offline for a moment shows in one before the other (seen under load).
+            and o["metrics"]["offline"] == len(o["offline"])
             and o
         ),
         METRICS_DEADLINE_S,
-        what="the metrics' URPs agreeing with the snapshot's",
+        what="the metrics' URPs and offline partitions agreeing with the snapshot's",
     )
     assert overview["source"] == "metrics" and overview["source_label"] == "from Prometheus metrics"
-    assert overview["metrics"]["offline"] == len(overview["offline"]) and overview["metrics"]["endpoints"] >= 1
+    assert overview["metrics"]["endpoints"] >= 1
     assert overview["bytes_in_per_sec"] is not None and overview["bytes_out_per_sec"] is not None
     cluster.admin().delete_groups([group])
 
