@@ -75,7 +75,10 @@ def settle(cluster) -> None:
     this takes one round trip)."""
     controller = actor_launch.find_actor(CONTROLLER_NAME, NAMESPACE)
     gateway = actor_launch.find_actor(gateway_actor_name(0), NAMESPACE)
-    wanted = ray.get(controller.watch_acls.remote(None, 0.0), timeout=30).version
+    # Retried: just after a restart this process's handle answers "the actor was restarted" once.
+    wanted = wait_for(
+        lambda: ray.get(controller.watch_acls.remote(None, 0.0), timeout=30), timeout=60, what="the controller's ACLs"
+    ).version
     wait_for(
         lambda: tuple(ray.get(gateway.stats.remote(), timeout=30)["acl_version"] or ()) == tuple(wanted),
         timeout=30,
