@@ -127,6 +127,12 @@ class Cluster(ClusterHandle):
             stop_gateways(self.namespace, [b.broker_id for b in self.metadata([]).brokers])
         except Exception:  # noqa: BLE001 - a controller gone already: nothing to look up
             logger.warning("could not stop the gateways", exc_info=True)
+        if self.transaction_coordinator is not None:
+            try:
+                # Its background completions stop before the kill (the next load resumes them).
+                ray.get(self.transaction_coordinator.close.remote(), timeout=10)
+            except Exception:  # noqa: BLE001 - it is killed below all the same
+                logger.warning("could not close the transaction coordinator", exc_info=True)
         for coordinator in (self.transaction_coordinator, self.group_coordinator):
             if coordinator is not None:
                 actor_launch.kill(coordinator)

@@ -13,13 +13,20 @@ metadata log), so no id is handed out twice, even across restarts of either acto
 idempotent producer gets a fresh id at epoch 0; a transactional id keeps its producer id
 and each ``init_producer_id`` bumps the epoch, fencing older instances (ProducerFenced).
 
-Ending a transaction writes PrepareX, then a marker to every partition, tells the group
-coordinator for ``__consumer_offsets`` partitions, then writes CompleteX. A restarted
-coordinator replays the topic before serving (until then: CoordinatorLoadInProgressError)
-and completes every PrepareCommit/PrepareAbort it finds. Markers carry the coordinator
-epoch: the leader epoch of the id's ``__transaction_state`` partition. Calls for one
-transactional id run one at a time (a per-id lock); a transaction open longer than its
-timeout is aborted with an epoch bump, so the zombie producer is fenced.
+Ending a transaction writes PrepareX and answers once it is durable, as Kafka answers EndTxn;
+the completion then runs in the background (Kafka's TransactionMarkerChannelManager): a marker
+to every partition, the group coordinator told for ``__consumer_offsets`` partitions, then
+CompleteX. Calls for one transactional id run one at a time (a per-id lock, waited for up to
+_LOCK_WAIT_S, then CONCURRENT_TRANSACTIONS, which clients retry); EndTxn hands its lock over
+to the completion, so the id's next call (the next transaction's AddPartitionsToTxn, an
+InitProducerId) waits until the markers are in. A completion that fails is tried again with
+backoff until it succeeds or the actor closes; a call that finds an id in a Prepare state
+with no completion running starts one. An EndTxn in a Prepare state is answered at once (a
+retry of the decided outcome succeeds, the other is INVALID_TXN_STATE). A restarted coordinator replays the topic before serving (until then:
+CoordinatorLoadInProgressError) and completes every PrepareCommit/PrepareAbort it finds, so
+no completion is lost. Markers carry the coordinator epoch: the leader epoch of the id's
+``__transaction_state`` partition. A transaction open longer than its timeout is aborted with
+an epoch bump, so the zombie producer is fenced.
 """
 
 from __future__ import annotations
@@ -59,11 +66,12 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
-from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit
-from actors.transaction_coordinator.transaction_metadata import PREPARE_STATES, TransactionMetadata
+from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit, completion_backoff_ms
+from actors.transaction_coordinator.transaction_metadata import TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
 from storage.errors import (
     ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidRequestError,
     KafkaError,
@@ -103,7 +111,8 @@ class TransactionCoordinator(Coordinator):
         )
         self._abort_interval_s = self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
         self._locks: dict[str, asyncio.Lock] = {}
-        self._completions: set[asyncio.Task] = set()
+        self._completions: set[asyncio.Task] = set()  # background tasks, cancelled by close()
+        self._closing = False
         self._group_coordinator: Any = None
         self._leaders: dict[TopicPartition, Any] = {}  # data partitions, for markers
         self._pid_lock: asyncio.Lock | None = None
@@ -140,7 +149,7 @@ class TransactionCoordinator(Coordinator):
         self._loaded = True
         pending = self.state.pending_completions()
         for tid in pending:
-            self._spawn(self._complete_after_load(tid))
+            self._start_completion(tid)
         logger.info(
             "transaction coordinator loaded %d transactional ids from %d records in %.2fs "
             "(%d to complete, %d unreadable records skipped)",
@@ -159,22 +168,26 @@ class TransactionCoordinator(Coordinator):
         """How many unreadable ``__transaction_state`` records this actor's load skipped."""
         return self._skipped
 
-    async def _complete_after_load(self, tid: str) -> None:
-        async with self._lock(tid):
-            txn = self.state.get(tid)
-            if txn is not None and txn.state in PREPARE_STATES:
-                logger.info("completing %s of %r found on load", txn.state, tid)
-                await self._complete(tid)
+    async def close(self) -> None:
+        """Stop the background work (completions, timers) before the actor goes away. A
+        completion stopped here is not lost: its PrepareX is durable, and the next
+        coordinator's load completes it."""
+        self._closing = True
+        tasks = [t for t in (*self._completions, self._background) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self._completions.add(task)
         task.add_done_callback(self._completion_done)
+        return task
 
     def _completion_done(self, task: asyncio.Task) -> None:
         self._completions.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("background transaction completion failed", exc_info=task.exception())
+            logger.error("background transaction task failed", exc_info=task.exception())
 
     # -- producer ids ---------------------------------------------------------------------
 
@@ -222,8 +235,11 @@ class TransactionCoordinator(Coordinator):
                 return retried  # a retry of a bump that went through
             if self.state.get(tid).state == TransactionState.ONGOING:
                 await self._transition(self.state.prepare_fence(tid))
-            if self.state.get(tid).state in PREPARE_STATES:
-                await self._complete(tid)
+            if self.state.completion_owed(tid):
+                # The older instance's transaction ends first. Kafka answers CONCURRENT_TRANSACTIONS
+                # until it has; completing it here (holding the lock, so no other completion
+                # runs) spares the client those retries.
+                await self._complete_retrying(tid)
             fresh = await self._new_producer_id() if self.state.needs_new_producer_id(tid) else None
             new = await self._transition(self.state.prepare_init(tid, timeout_ms, fresh))
             logger.info("%r: producer %d epoch %d", tid, new.producer_id, new.producer_epoch)
@@ -270,23 +286,31 @@ class TransactionCoordinator(Coordinator):
 
     async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
         async with self._locked(tid):
+            # Still in a Prepare state although the lock is ours: no completion runs (the last
+            # one stopped); start one. The state manager answers CONCURRENT_TRANSACTIONS.
+            self._start_completion(tid)
             transit = self.state.prepare_add_partitions(tid, producer_id, producer_epoch, wanted)
             if transit is not None:
                 await self._transition(transit)
 
     async def end_txn(self, request: EndTxnRequest) -> None:
-        """EndTxn: commit (``committed``) or abort. Returns once every marker is written and
-        the state is CompleteCommit/CompleteAbort; a retry of a completed end answers at once."""
+        """EndTxn: commit (``committed``) or abort. Returns once PrepareCommit/PrepareAbort is
+        durable; the markers and CompleteCommit/CompleteAbort follow in the background, and
+        the id's next call waits for them. A retry of a decided end answers at once."""
         require(request, EndTxnRequest)
         tid = request.transactional_id
         await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, tid)
         self._check_loaded()
-        async with self._locked(tid):
-            plan = self.state.end_txn(tid, request.producer_id, request.producer_epoch, bool(request.committed))
+        pid, epoch, commit = request.producer_id, request.producer_epoch, bool(request.committed)
+        if self.state.end_txn_at_once(tid, pid, epoch, commit):
+            self._start_completion(tid)  # if one is owed and none runs
+            return
+        async with self._locked(tid) as held:
+            plan = self.state.end_txn(tid, pid, epoch, commit)
             if plan.prepare is not None:
                 await self._transition(plan.prepare)
             if plan.complete:
-                await self._complete(tid)
+                self._start_completion(tid, held)
 
     async def describe_transactions(self, request: DescribeTransactionsRequest) -> list[TransactionDescription]:
         """State of the given transactional ids (Kafka's DescribeTransactions; all of them, as
@@ -326,12 +350,12 @@ class TransactionCoordinator(Coordinator):
         now = self._clock.wall_ms() if now_ms is None else now_ms
 
         async def abort(tid: str) -> bool:
-            async with self._lock(tid):
+            async with _IdLock(self._lock(tid), tid, None) as held:
                 transit = self.state.prepare_timeout_abort(tid, now)
                 if transit is None:
                     return False
                 await self._transition(transit)
-                await self._complete(tid)
+                self._start_completion(tid, held)  # the markers follow in the background
                 return True
 
         # A call running on an id (it holds the lock) is left alone until the next turn.
@@ -361,19 +385,75 @@ class TransactionCoordinator(Coordinator):
         await self._topic.append(self._partition_for(transit.transactional_id), [transit.record])
         return self.state.complete_transition(transit)
 
-    async def _complete(self, tid: str) -> TransactionMetadata:
-        """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable."""
+    def _start_completion(self, tid: str, held: _IdLock | None = None) -> bool:
+        """Complete the id's PrepareCommit/PrepareAbort in a background task, unless none is
+        owed or one is claimed already (True when one started). ``held``: the caller holds the
+        id's lock and hands it over; the task releases it when it ends, so the id's next call
+        waits for the completion. Without, the task waits for the lock like any call."""
+        if self._closing or not self.state.claim_completion(tid):
+            return False
+        lock = held.hand_over() if held is not None else None
+
+        def ended(_task: asyncio.Task) -> None:
+            self.state.release_completion(tid)
+            if lock is not None:
+                lock.release()
+
+        self._spawn(self._run_completion(tid, lock is not None)).add_done_callback(ended)
+        return True
+
+    async def _run_completion(self, tid: str, locked: bool) -> None:
+        if locked:
+            await self._complete_retrying(tid)
+            return
+        async with self._lock(tid):
+            await self._complete_retrying(tid)
+
+    async def _complete_retrying(self, tid: str) -> None:
+        """Complete the id's Prepare state (the caller holds its lock), trying again with
+        backoff after a failure until it is complete; it stops only when the actor closes
+        (the next coordinator's load completes it then)."""
+        progress = _Progress()
+        attempt = 0
+        while self.state.completion_owed(tid):
+            if self._closing:
+                raise CoordinatorNotAvailableError("the transaction coordinator is closing")
+            try:
+                await self._complete(tid, progress)
+            except Exception as exc:  # noqa: BLE001 - retried: a completion is never dropped
+                attempt += 1
+                delay_ms = completion_backoff_ms(attempt)
+                log = logger.warning if attempt == 1 or attempt % 20 == 0 else logger.debug
+                log(
+                    "%r: completing the transaction failed (attempt %d), retrying in %d ms: %r",
+                    tid,
+                    attempt,
+                    delay_ms,
+                    exc,
+                )
+                await asyncio.sleep(delay_ms / 1000)
+
+    async def _complete(self, tid: str, progress: _Progress) -> TransactionMetadata:
+        """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable.
+        ``progress`` keeps what an earlier attempt did, so that a retry does not repeat it."""
         markers = self.state.markers(tid)
         commit = markers.result == TransactionResult.COMMIT
         state_partition = self._partition_for(tid)
-        await asyncio.gather(
-            *(
-                self._write_marker(tp, markers.producer_id, markers.producer_epoch, state_partition, commit)
-                for tp in markers.partitions
-            )
+
+        async def mark(tp: TopicPartition) -> None:
+            await self._write_marker(tp, markers.producer_id, markers.producer_epoch, state_partition, commit)
+            progress.marked.add(tp)
+
+        # Every marker's attempt ends before a failure is raised: a retry never races one.
+        outcomes = await asyncio.gather(
+            *(mark(tp) for tp in markers.partitions if tp not in progress.marked), return_exceptions=True
         )
-        if markers.touches_offsets:
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if markers.touches_offsets and not progress.told:
             await self._tell_group_coordinator(markers.producer_id, commit)
+            progress.told = True
         done = await self._transition(self.state.prepare_complete(tid))
         logger.debug("%r: %s", tid, done.state)
         return done
@@ -484,18 +564,16 @@ class TransactionCoordinator(Coordinator):
         aborting: asyncio.Task | None = None
         if self._recorder is not None:
             # Its own loop: the abort check may run only every few seconds or minutes.
-            metrics = asyncio.get_running_loop().create_task(self._metrics_loop())
-            self._completions.add(metrics)
+            self._spawn(self._metrics_loop())
         while True:
             await asyncio.sleep(self._abort_interval_s)
             if not self._loaded:
                 continue
             try:
-                # In a task of its own: an abort whose markers cannot be written yet must not
-                # hold up the next turns (its id stays locked, so it is not started twice).
+                # In a task of its own: an abort whose PrepareAbort cannot be written yet must
+                # not hold up the next turns (its id stays locked, so it is not started twice).
                 if aborting is None or aborting.done():
-                    aborting = asyncio.get_running_loop().create_task(self.abort_timed_out_transactions())
-                    aborting.add_done_callback(self._completion_done)
+                    aborting = self._spawn(self.abort_timed_out_transactions())
                 if self._clock.monotonic() >= next_expiry:
                     next_expiry = self._clock.monotonic() + _EXPIRY_CHECK_S
                     await self.expire_transactional_ids()
@@ -528,18 +606,39 @@ class TransactionCoordinator(Coordinator):
         return _IdLock(self._lock(tid), tid)
 
 
-class _IdLock:
-    """A transactional id's lock, waited for at most _LOCK_WAIT_S (then: retry later)."""
+class _Progress:
+    """What a completion has done so far: the partitions marked, the group coordinator told."""
 
-    def __init__(self, lock: asyncio.Lock, tid: str) -> None:
+    __slots__ = ("marked", "told")
+
+    def __init__(self) -> None:
+        self.marked: set[TopicPartition] = set()
+        self.told = False
+
+
+class _IdLock:
+    """A transactional id's lock, waited for at most ``wait_s`` (then: retry later; None: no
+    limit). Held for the ``async with`` block, unless handed over to a completion."""
+
+    def __init__(self, lock: asyncio.Lock, tid: str, wait_s: float | None = _LOCK_WAIT_S) -> None:
         self._lock = lock
         self._tid = tid
+        self._wait_s = wait_s
+        self._handed = False
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> _IdLock:
         try:
-            await asyncio.wait_for(self._lock.acquire(), _LOCK_WAIT_S)
+            await asyncio.wait_for(self._lock.acquire(), self._wait_s)
         except TimeoutError:
             raise ConcurrentTransactionsError(f"{self._tid!r}: another call on this id is still running") from None
+        return self
+
+    def hand_over(self) -> asyncio.Lock:
+        """A background task takes the held lock over: leaving the block keeps it held, and
+        the task releases it."""
+        self._handed = True
+        return self._lock
 
     async def __aexit__(self, *exc: object) -> None:
-        self._lock.release()
+        if not self._handed:
+            self._lock.release()

@@ -11,6 +11,12 @@ call); nothing here waits, writes or reads the time except through the injected 
 Fencing is by producer epoch: a call whose producer id is not the id's gets
 InvalidProducerIdMappingError, one whose epoch is not the current one ProducerFencedError
 (a newer instance took over, or the coordinator aborted its transaction on timeout).
+
+EndTxn is answered once its PrepareCommit/PrepareAbort is durable, as Kafka answers it; the
+completion (markers, CompleteCommit/CompleteAbort) runs after the answer. The manager keeps
+which ids have a completion claimed (:meth:`TransactionStateManager.claim_completion`), so
+that the shell starts one per id and never loses one: a call that finds an id in a Prepare
+state with none claimed starts it.
 """
 
 from __future__ import annotations
@@ -82,11 +88,24 @@ class TxnMarkers:
 
 @dataclass(frozen=True, slots=True)
 class EndTxnPlan:
-    """What an EndTxn takes: ``prepare`` (Ongoing -> PrepareX) to write first, if any, then
-    the markers and the CompleteX when ``complete`` (False: a retry of an end that completed)."""
+    """What an EndTxn takes: ``prepare`` (Ongoing -> PrepareX) to write first, if any; then,
+    when ``complete``, the markers and the CompleteX are owed (the completion, which runs after
+    the answer); neither: a retry of an end that completed, answered at once."""
 
     prepare: TxnTransit | None
     complete: bool
+
+
+# A completion that failed (the state partition's append, say) is tried again after
+# _COMPLETION_BACKOFF_MS doubling per attempt up to _COMPLETION_BACKOFF_MAX_MS (Kafka retries
+# its markers every retry.backoff.ms; the cap keeps a long outage from being hammered).
+_COMPLETION_BACKOFF_MS = 100
+_COMPLETION_BACKOFF_MAX_MS = 5000
+
+
+def completion_backoff_ms(attempt: int) -> int:
+    """How long a completion waits before its attempt ``attempt + 1`` (``attempt`` >= 1 failed)."""
+    return min(_COMPLETION_BACKOFF_MAX_MS, _COMPLETION_BACKOFF_MS << min(max(attempt - 1, 0), 16))
 
 
 class TransactionStateManager:
@@ -101,6 +120,7 @@ class TransactionStateManager:
         self._max_timeout_ms = max_timeout_ms
         self._id_expiration_ms = id_expiration_ms
         self.txns: dict[str, TransactionMetadata] = {}
+        self._completing: set[str] = set()  # ids whose completion is claimed (running or about to)
 
     def __len__(self) -> int:
         return len(self.txns)
@@ -135,6 +155,31 @@ class TransactionStateManager:
     def pending_completions(self) -> list[str]:
         """Ids left in PrepareCommit/PrepareAbort (after a load: their markers are owed)."""
         return [tid for tid, txn in self.txns.items() if txn.state in PREPARE_STATES]
+
+    # -- completions ----------------------------------------------------------------------
+
+    def claim_completion(self, transactional_id: str) -> bool:
+        """The id is in PrepareCommit/PrepareAbort and no completion is claimed: it is now
+        (the caller must run one and :meth:`release_completion` when it ends). False when
+        nothing is owed or a completion is claimed already: never two at once for one id."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.state not in PREPARE_STATES or transactional_id in self._completing:
+            return False
+        self._completing.add(transactional_id)
+        return True
+
+    def release_completion(self, transactional_id: str) -> None:
+        """The claimed completion of the id ended (completed, or stopped to be resumed later)."""
+        self._completing.discard(transactional_id)
+
+    def completing(self, transactional_id: str) -> bool:
+        """Whether a completion of the id is claimed."""
+        return transactional_id in self._completing
+
+    def completion_owed(self, transactional_id: str) -> bool:
+        """The id is in PrepareCommit/PrepareAbort: its markers and CompleteX are still owed."""
+        txn = self.txns.get(transactional_id)
+        return txn is not None and txn.state in PREPARE_STATES
 
     # -- InitProducerId -------------------------------------------------------------------
 
@@ -226,10 +271,27 @@ class TransactionStateManager:
             return None
         return TxnTransit(txn, txn.prepare_add_partitions(wanted, self._clock.wall_ms()))
 
+    def end_txn_at_once(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> bool:
+        """EndTxn decided without waiting for the id's other calls (its completion may hold the
+        id's turn): True when it is answered (the current producer asks again for the outcome
+        that is decided: its PrepareX is durable, or the transaction completed; Kafka's EndTxn
+        retry succeeds); raises as :meth:`end_txn` when the id is in a Prepare state, where
+        nothing but the completion moves it (the other outcome: InvalidTxnStateError; a stale
+        producer: fenced); False: :meth:`end_txn` decides in turn."""
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            return False
+        if txn.state in PREPARE_STATES:
+            return self.end_txn(transactional_id, producer_id, producer_epoch, commit).prepare is None
+        done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+        return txn.state == done and (txn.producer_id, txn.producer_epoch) == (producer_id, producer_epoch)
+
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> EndTxnPlan:
-        """EndTxn: commit or abort. An Ongoing transaction prepares; a retry of an end that
-        completed is answered at once; an end that did not finish is finished; anything else
-        (nothing open, or the other outcome already decided) is InvalidTxnStateError."""
+        """EndTxn: commit or abort. An Ongoing transaction prepares (the answer once that is
+        durable, the completion after it); a retry of an end that completed is answered at
+        once; one whose completion is owed is answered at once too, the completion still to
+        run; anything else (nothing open, or the other outcome already decided) is
+        InvalidTxnStateError."""
         txn = self.owned(transactional_id, producer_id, producer_epoch)
         if txn.state == TransactionState.ONGOING:
             return EndTxnPlan(TxnTransit(txn, txn.prepare_abort_or_commit(commit, self._clock.wall_ms())), True)
@@ -310,4 +372,4 @@ class TransactionStateManager:
         return [t.start_ms for t in self.txns.values() if t.state in OPEN_STATES]
 
 
-__all__ = ["EndTxnPlan", "TransactionStateManager", "TxnMarkers", "TxnTransit"]
+__all__ = ["EndTxnPlan", "TransactionStateManager", "TxnMarkers", "TxnTransit", "completion_backoff_ms"]

@@ -43,7 +43,7 @@ from rayqueue.errors import as_kafka_error
 from rayqueue.metadata import MetadataCache
 from rayqueue.metrics import ClientMetrics
 from rayqueue.producer.accumulator import ProducerBatch, RecordAccumulator
-from rayqueue.producer.transaction_manager import TransactionManager
+from rayqueue.producer.transaction_manager import TransactionManager, retry_backoff
 from storage.errors import (
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
@@ -316,7 +316,7 @@ class Sender:
                 logger.debug("add_partitions_to_txn %s: retrying after %s", partitions, error)
                 with self._lock:  # still adding: the sender sends them again after the backoff
                     self._partitions_retry = partitions
-                    self._partitions_retry_at = time.monotonic() + self._backoff
+                    self._partitions_retry_at = time.monotonic() + retry_backoff(error, self._backoff)
                     self._wakeup.notify_all()
                 return
             self._txn.handle_failed_call(error)

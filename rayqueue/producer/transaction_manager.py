@@ -27,6 +27,7 @@ from actors.types import TopicPartition
 from rayqueue.connection import ClusterHandle
 from rayqueue.errors import (
     ClusterAuthorizationFailedError,
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     IllegalStateError,
     InvalidProducerEpochError,
@@ -43,6 +44,10 @@ logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 EPOCH_MAX = 2**15 - 1
+# CONCURRENT_TRANSACTIONS means the previous transaction of the id is still completing (its
+# markers are being written, a matter of milliseconds): retried sooner than retry.backoff.ms,
+# as Kafka's client does (TransactionManager.ADD_PARTITIONS_RETRY_BACKOFF_MS).
+CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.02
 
 
 class TransactionState(enum.Enum):
@@ -91,6 +96,14 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
+def retry_backoff(error: BaseException, backoff_s: float) -> float:
+    """How long to wait before retrying a coordinator call that failed with ``error``:
+    retry.backoff.ms (``backoff_s``), or less for CONCURRENT_TRANSACTIONS."""
+    if isinstance(error, ConcurrentTransactionsError):
+        return min(backoff_s, CONCURRENT_TRANSACTIONS_BACKOFF_S)
+    return backoff_s
+
+
 def coordinator_call(
     lookup: Callable[[], Any],
     method: str,
@@ -103,7 +116,9 @@ def coordinator_call(
 
     Retried: Kafka errors flagged retriable (CoordinatorLoadInProgress,
     ConcurrentTransactions, NotCoordinator, ...), a missing actor, and Ray's actor errors
-    while the actor restarts. Anything else is raised as it is.
+    while the actor restarts. Anything else is raised as it is. The wait between attempts
+    starts at ``backoff_s`` and doubles up to 1 s; CONCURRENT_TRANSACTIONS (the id's previous
+    transaction is completing) is retried after 20 ms instead, as Kafka's client does.
     """
     deadline = time.monotonic() + timeout_s
     delay = backoff_s
@@ -118,11 +133,13 @@ def coordinator_call(
             error = as_kafka_error(exc)
             if not (isinstance(error, KafkaError) and error.retriable):
                 raise error from None
-        if time.monotonic() + delay > deadline:
+        wait = retry_backoff(error, delay)
+        if time.monotonic() + wait > deadline:
             raise KafkaTimeoutError(f"{what}: gave up after {timeout_s:.0f}s: {error}") from error
         logger.debug("%s: retrying after %s", what, error)
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+        time.sleep(wait)
+        if not isinstance(error, ConcurrentTransactionsError):
+            delay = min(delay * 2, 1.0)
 
 
 class TransactionManager:
@@ -397,4 +414,5 @@ __all__ = [
     "TransactionState",
     "coordinator_call",
     "increment_sequence",
+    "retry_backoff",
 ]

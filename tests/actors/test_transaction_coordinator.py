@@ -1,5 +1,9 @@
 """The transaction coordinator actor called directly: producer ids, the state machine,
-fencing, markers, timeouts, restarts, and transactional offset commits."""
+fencing, markers, timeouts, restarts, and transactional offset commits.
+
+EndTxn answers once PrepareCommit/PrepareAbort is durable and the markers follow, so a test
+that reads what a transaction ended waits for CompleteCommit/CompleteAbort (the markers are
+written before it), as a Kafka reader sees a commit once its markers are in."""
 
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from actors.protocol import (
 from actors.transaction_coordinator import transaction_key
 from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
@@ -40,7 +46,7 @@ from rayqueue.errors import (
     UnstableOffsetCommitError,
 )
 from storage import RecordBatchBuilder, iter_batches
-from tests.helpers import wait_for
+from tests.helpers import consume_all, wait_for
 
 _ids = itertools.count()
 
@@ -77,6 +83,16 @@ def markers(records: bytes) -> list[tuple[int, bool]]:
 
 def state_of(coordinator, tid: str):
     return ray.get(coordinator.describe_transactions.remote(DescribeTransactionsRequest([tid])))[0]
+
+
+def completed(coordinator, tid: str, state: str = "CompleteCommit", timeout: float = 60):
+    """Wait until the id's transaction reached ``state`` (its markers are written by then)."""
+    return wait_for(lambda: (d := state_of(coordinator, tid)).state == state and d, timeout, what=f"{tid} {state}")
+
+
+def completing(coordinator, tid: str) -> bool:
+    """Whether a completion of the id is claimed (running or about to) in the coordinator."""
+    return ray.get(coordinator.__ray_call__.remote(lambda self: self.state.completing(tid)))
 
 
 def actor_pid(actor) -> int:
@@ -142,8 +158,8 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
         ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, [source], True)))
 
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
-    desc = state_of(coordinator, tid)
-    assert desc.state == "CompleteCommit" and desc.partitions == ()
+    desc = completed(coordinator, tid)
+    assert desc.partitions == ()
     for tp in tps:
         result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
         assert markers(result.records) == [(pid, True)]
@@ -177,7 +193,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
         )
     )
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)))
-    assert state_of(coordinator, tid).state == "CompleteAbort"
+    completed(coordinator, tid, "CompleteAbort")
     result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
     assert ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True))) == {}
@@ -186,6 +202,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
     produce(cluster, tp, pid, epoch, 1, [b"kept"])
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    completed(coordinator, tid)
     result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False), (pid, True)]
     assert result.aborted_transactions == ((pid, 0),)
@@ -261,6 +278,7 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
     )
     produce(cluster, tp, second.producer_id, second.epoch, 0, [b"fresh"])
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, second.producer_id, second.epoch, True)))
+    completed(coordinator, tid)
     assert markers(read(cluster, tp).records)[-1] == (second.producer_id, True)
 
 
@@ -339,6 +357,7 @@ def test_coordinator_restart_mid_transaction_keeps_it(cluster, new_topic, reques
     desc = state_of(coordinator, tid)
     assert desc.state == "Ongoing" and desc.partitions == (tp,) and desc.producer_epoch == epoch
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    completed(coordinator, tid)
     assert markers(read(cluster, tp).records) == [(pid, True)]
 
 
@@ -359,13 +378,15 @@ def test_coordinator_restart_after_prepare_commit_completes_the_commit(cluster, 
             )
         )
     )
-    # The data partition cannot take an acks=all marker now: the commit stops after PrepareCommit.
+    # The data partition cannot take an acks=all marker now: the commit stops after PrepareCommit,
+    # which is what EndTxn answers.
     admin.alter_configs(topic, {"min.insync.replicas": 2})
-    pending = coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True))
-    wait_for(lambda: state_of(coordinator, tid).state == "PrepareCommit", 30, what="PrepareCommit")
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+    assert state_of(coordinator, tid).state == "PrepareCommit" and completing(coordinator, tid)
+    # The actor closes (its completion stops, nothing left running) and dies: the next one completes it.
+    ray.get(coordinator.close.remote(), timeout=30)
+    assert ray.get(coordinator.__ray_call__.remote(lambda self: len(self._completions))) == 0
     restart(coordinator)
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(pending, timeout=60)
     assert state_of(coordinator, tid).state == "PrepareCommit"  # reloaded, still retrying the marker
     admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
     wait_for(lambda: state_of(coordinator, tid).state == "CompleteCommit", 60, what="commit completed on reload")
@@ -396,6 +417,7 @@ def test_group_coordinator_reload_honours_transactional_offsets(cluster, new_top
         )
         if end is not None:
             ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, end)))
+            completed(coordinator, tid, "CompleteCommit" if end else "CompleteAbort")
         outcomes[name] = (tid, pid, epoch, source)
     ray.get(
         groups.commit_offsets.remote(
@@ -415,6 +437,7 @@ def test_group_coordinator_reload_honours_transactional_offsets(cluster, new_top
 
     tid, pid, epoch, source = outcomes["pending"]
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    completed(coordinator, tid)
     assert ray.get(groups.fetch_offsets.remote(OffsetFetchRequest(group, None, True)))[source].offset == 100
 
 
@@ -491,3 +514,129 @@ def test_idle_transactional_ids_expire(cluster, request):
     assert state_of(coordinator, tid).state == "Dead"
     fresh = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     assert fresh.producer_id != first.producer_id and fresh.epoch == 0
+
+
+# -- EndTxn answers at PrepareCommit; the completion runs after the answer ------------------------
+
+
+def test_end_txn_answers_at_prepare_commit_and_the_next_transaction_waits_for_the_markers(
+    cluster, admin, new_topic, request
+):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+    pid, epoch = ident.producer_id, ident.epoch
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
+    produce(cluster, tp, pid, epoch, 0, [b"first"])
+    consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=50)
+    consumer.assign([tp])
+    # The partition's leader cannot take an acks=all marker for now (one replica, two required).
+    admin.alter_configs(topic, {"min.insync.replicas": 2})
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        assert state_of(coordinator, tid).state == "PrepareCommit" and completing(coordinator, tid)
+        result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
+        assert result.last_stable_offset == 0 and markers(result.records) == []  # not visible yet
+        # A retried commit is answered at once (the outcome is durable); an abort is refused.
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=30)
+        with pytest.raises(InvalidTxnStateError):
+            ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)), timeout=30)
+        # The next transaction's AddPartitionsToTxn waits for the markers (the completion
+        # holds the id's lock), rather than starting before the last one is complete.
+        following = coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp]))
+        ready, _ = ray.wait([following], timeout=2)
+        assert not ready and state_of(coordinator, tid).state == "PrepareCommit"
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    ray.get(following, timeout=60)
+    desc = state_of(coordinator, tid)
+    assert desc.state == "Ongoing" and desc.partitions == (tp,)  # the next transaction
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    try:
+        assert [r.value for r in consume_all(consumer, 1)] == [b"first"]
+    finally:
+        consumer.close()
+
+
+def test_a_completion_that_fails_is_retried_until_it_completes(cluster, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    tp = TopicPartition(new_topic(), 0)
+    tid = new_tid(request)
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+    pid, epoch = ident.producer_id, ident.epoch
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
+    produce(cluster, tp, pid, epoch, 0, [b"committed"])
+
+    def fail_complete_commit(actor, times: int) -> None:
+        # The write of this id's CompleteCommit to __transaction_state fails ``times`` times.
+        topic = actor._topic
+        original = topic.append
+        topic.injected_failures = 0
+
+        async def append(p, records, *args, **kwargs):
+            if topic.injected_failures < times and any(
+                key == transaction_key(tid) and value is not None and json.loads(value)["state"] == "CompleteCommit"
+                for key, value in records
+            ):
+                topic.injected_failures += 1
+                raise CoordinatorNotAvailableError("injected: __transaction_state is not writable")
+            return await original(p, records, *args, **kwargs)
+
+        topic.append = append
+
+    def restore(actor) -> int:
+        failures = actor._topic.injected_failures
+        del actor._topic.append, actor._topic.injected_failures
+        return failures
+
+    ray.get(coordinator.__ray_call__.remote(fail_complete_commit, 2))
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        completed(coordinator, tid)
+    finally:
+        failures = ray.get(coordinator.__ray_call__.remote(restore))
+    assert failures == 2
+    assert not completing(coordinator, tid)
+    # The retries did not write the marker again: it was in before the first failure.
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    assert read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 2
+
+
+def test_a_prepare_state_with_no_completion_running_gets_one(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+    pid, epoch = ident.producer_id, ident.epoch
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
+    produce(cluster, tp, pid, epoch, 0, [b"aborted"])
+
+    def stop_completions(actor) -> int:
+        # As if the completion had died: its task is cancelled (which releases the id's lock).
+        tasks = [t for t in actor._completions if t.get_coro().__qualname__.endswith("_run_completion")]
+        for task in tasks:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        return len(tasks)
+
+    admin.alter_configs(topic, {"min.insync.replicas": 2})
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)), timeout=60)
+        assert ray.get(coordinator.__ray_call__.remote(stop_completions)) >= 1
+        wait_for(lambda: not completing(coordinator, tid), 30, what="the completion stopped")
+        assert state_of(coordinator, tid).state == "PrepareAbort"
+        # The next call finds PrepareAbort with nothing completing it: it starts a completion
+        # and answers CONCURRENT_TRANSACTIONS, which the client retries.
+        with pytest.raises(ConcurrentTransactionsError):
+            ray.get(
+                coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])), timeout=60
+            )
+        assert completing(coordinator, tid)
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    completed(coordinator, tid, "CompleteAbort")
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])), timeout=60)
+    result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
+    assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)

@@ -17,7 +17,7 @@ from actors.clock import ManualClock
 from actors.names import OFFSETS_TOPIC
 from actors.protocol import TransactionResult, TransactionState
 from actors.transaction_coordinator.records import decode_key, decode_value, encode_value, transaction_key
-from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit
+from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit, completion_backoff_ms
 from actors.transaction_coordinator.transaction_metadata import MAX_EPOCH, TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition
 from storage.errors import (
@@ -282,6 +282,68 @@ def test_end_txn_in_the_wrong_state_is_invalid_txn_state(txns, setup, commit):
     with pytest.raises(InvalidTxnStateError) as info:
         txns.end_txn(TID, PID, 0, commit)
     assert error_name(info) == "INVALID_TXN_STATE" and not info.value.retriable
+
+
+def test_end_txn_is_decided_without_waiting_once_the_outcome_is(txns):
+    init(txns)
+    add(txns, [TP0])
+    # Ongoing: not decided yet, so the EndTxn takes its turn (and prepares).
+    assert not txns.end_txn_at_once(TID, PID, 0, True)
+    durable(txns, txns.end_txn(TID, PID, 0, True).prepare)
+    # PrepareCommit is durable: a retried commit is answered at once (Kafka: a retry in
+    # PrepareCommit succeeds) while its completion is still owed; the other outcome and a
+    # stale producer are refused at once, as they would be in turn.
+    assert txns.end_txn_at_once(TID, PID, 0, True) and txns.completion_owed(TID)
+    with pytest.raises(InvalidTxnStateError):
+        txns.end_txn_at_once(TID, PID, 0, False)
+    with pytest.raises(ProducerFencedError):
+        txns.end_txn_at_once(TID, PID, 1, True)
+    with pytest.raises(InvalidProducerIdMappingError):
+        txns.end_txn_at_once(TID, PID + 1, 0, True)
+    assert not txns.end_txn_at_once("unknown", PID, 0, True)
+    durable(txns, txns.prepare_complete(TID))
+    # CompleteCommit: the retry still succeeds at once; anything else takes its turn.
+    assert txns.end_txn_at_once(TID, PID, 0, True) and not txns.completion_owed(TID)
+    assert not txns.end_txn_at_once(TID, PID, 0, False)
+    assert not txns.end_txn_at_once(TID, PID, 1, True)
+
+
+def test_one_completion_is_claimed_per_prepare_state(txns):
+    init(txns)
+    assert not txns.claim_completion(TID)  # Empty: nothing owed
+    add(txns, [TP0])
+    assert not txns.claim_completion(TID)  # Ongoing: nothing owed yet
+    durable(txns, txns.end_txn(TID, PID, 0, False).prepare)
+    assert txns.completion_owed(TID)
+    assert txns.claim_completion(TID) and txns.completing(TID)
+    assert not txns.claim_completion(TID)  # never two at once for one id
+    # The claimed one stopped before completing (it failed, or the actor closes): the next
+    # call that finds the id in PrepareAbort claims it again, so none is lost.
+    txns.release_completion(TID)
+    assert not txns.completing(TID) and txns.claim_completion(TID)
+    durable(txns, txns.prepare_complete(TID))
+    txns.release_completion(TID)
+    assert not txns.completion_owed(TID) and not txns.claim_completion(TID)
+    assert not txns.claim_completion("unknown")
+
+
+def test_a_loaded_prepare_state_is_owed_a_completion(txns, clock):
+    init(txns)
+    add(txns, [TP0])
+    prepare = txns.end_txn(TID, PID, 0, True).prepare
+    durable(txns, prepare)
+    loaded = TransactionStateManager(clock, MAX_TIMEOUT_MS, EXPIRATION_MS)
+    for transit in (txns.prepare_new("other", PID + 1, TIMEOUT_MS), prepare):
+        loaded.replay(*transit.record)
+    assert loaded.pending_completions() == [TID]
+    assert loaded.claim_completion(TID) and not loaded.claim_completion("other")
+
+
+def test_a_failed_completion_backs_off_exponentially_up_to_a_cap():
+    waits = [completion_backoff_ms(attempt) for attempt in range(1, 12)]
+    assert waits[:4] == [100, 200, 400, 800]
+    assert waits == sorted(waits) and max(waits) == 5000 == waits[-1]
+    assert completion_backoff_ms(10**6) == 5000  # no overflow however long it fails
 
 
 def test_no_markers_are_owed_outside_a_prepare_state(txns):

@@ -184,7 +184,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    """EndTxn v0-v3: returns once every marker is written."""
+    """EndTxn v0-v3: answered once PrepareCommit/PrepareAbort is durable (the markers follow)."""
     view: BrokerView = ctx.state
     code = NONE
     try:
