@@ -217,6 +217,8 @@ def test_garbage_in_internal_topics_and_the_metadata_log_does_not_stop_a_restart
     producer.send(topic, b"in a transaction")
     producer.commit_transaction()
     producer.close()
+    # Its markers follow the commit's answer: wait for them before the restarts below.
+    wait_for(lambda: cluster.admin().describe_transactions([TID])[TID].state == "CompleteCommit", 60)
     epoch_before = cluster.admin().describe_transactions([TID])[TID].producer_epoch
 
     offsets_partitions = len(cluster.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions)

@@ -157,7 +157,9 @@ def test_describe_transactions_start_time_is_minus_one_before_a_transaction(clus
             state, started = start_ms(wire)
             assert state == "Ongoing" and before - 1000 <= started <= int(time.time() * 1000)
             producer.commit_transaction()
-            assert start_ms(wire) == ("CompleteCommit", started)  # kept once it ends, as Kafka keeps it
+            # Kept once it ends, as Kafka keeps it (CompleteCommit follows the commit's answer).
+            assert wait_for(lambda: start_ms(wire)[0] == "CompleteCommit", 60, what="CompleteCommit")
+            assert start_ms(wire) == ("CompleteCommit", started)
     finally:
         producer.close()
 

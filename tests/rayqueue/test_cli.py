@@ -32,7 +32,7 @@ from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.cluster import metrics_on_loopback
 from rayqueue.partitioner import partition_for_key
-from tests.helpers import consume_all
+from tests.helpers import consume_all, wait_for
 from tests.rayqueue.processes import RAYQUEUE, Background, user_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -569,7 +569,8 @@ def test_transactions_list_and_describe(cluster, new_topic):
         assert "Ongoing" in ongoing and f"{topic}-0" in ongoing and f"{topic}-1" in ongoing
         assert txn_id in rq("transactions", "list", "--state", "Ongoing").output
         producer.commit_transaction()
-        assert "CompleteCommit" in rq("transactions", "describe", txn_id).output
+        # CompleteCommit once the markers are in (they follow the commit's answer).
+        wait_for(lambda: "CompleteCommit" in rq("transactions", "describe", txn_id).output, 60, what="CompleteCommit")
         assert txn_id not in rq("transactions", "list", "--state", "Ongoing").output
         assert txn_id in rq("transactions", "list").output
     finally:

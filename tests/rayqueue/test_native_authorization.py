@@ -410,7 +410,8 @@ def test_transactions(secured, root):
         producer.commit_transaction()
     finally:
         producer.close()
-    assert root.list_group_offsets(group)[tp].offset == 1
+    # The offset is the group's once the commit's marker is in (it follows the commit's answer).
+    assert wait_for(lambda: root.list_group_offsets(group).get(tp), 60, what="the committed offset").offset == 1
     assert refused_group not in {g.group_id for g in root.list_groups()}
 
     # Describing: DESCRIBE on the transactional id (WRITE implies it); listing leaves out

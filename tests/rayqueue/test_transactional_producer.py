@@ -204,7 +204,10 @@ def test_send_offsets_with_a_consumers_group_metadata(cluster, admin, new_topic,
     producer.send_offsets_to_transaction({tp: consumer.position(tp)}, consumer.group_metadata())
     producer.commit_transaction()
     consumer.close()
-    assert admin.list_group_offsets(group, [tp])[tp].offset == records[-1].offset + 1
+    # The offset is the group's once the commit's marker reached __consumer_offsets (right after
+    # commit_transaction returns, as in Kafka, it may still be on its way).
+    committed = wait_for(lambda: admin.list_group_offsets(group, [tp]).get(tp), timeout=60, what="the committed offset")
+    assert committed.offset == records[-1].offset + 1
 
 
 def test_transactional_calls_out_of_order_raise(cluster, new_topic, txn_producer):
