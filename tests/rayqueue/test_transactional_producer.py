@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import ray
@@ -16,6 +17,7 @@ from rayqueue.errors import (
     KafkaTimeoutError,
     ProducerFencedError,
 )
+from rayqueue.producer import transaction_manager
 from rayqueue.producer.transaction_manager import TransactionAbortedError, coordinator_call
 from tests.helpers import wait_for
 from tests.rayqueue.test_idempotent_producer import raw_batches
@@ -345,6 +347,56 @@ def test_coordinator_calls_ride_through_retriable_errors(ray_session):
         coordinator_call(
             lambda: actor, "call", "ConcurrentTransactionsError", 10**6, timeout_s=0.3, backoff_s=0.01, what="t"
         )
+
+
+def test_concurrent_transactions_is_retried_sooner_than_retry_backoff(ray_session, monkeypatch):
+    """CONCURRENT_TRANSACTIONS (the id's previous transaction is still completing, its EndTxn
+    answered already) is retried after 20 ms, as Kafka's client does, not after
+    retry.backoff.ms doubling; other retriable errors keep the doubling backoff."""
+    waits: list[float] = []
+
+    class Clock:
+        """The module's clock, recording the pauses instead of sleeping."""
+
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            waits.append(seconds)
+
+    monkeypatch.setattr(transaction_manager, "time", Clock)
+
+    @ray.remote(num_cpus=0)
+    class Refusing:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def call(self, fail_with: str, times: int) -> int:
+            self.calls += 1
+            if self.calls <= times:
+                from rayqueue import errors
+
+                raise getattr(errors, fail_with)("injected")
+            return self.calls
+
+    actor = Refusing.remote()
+    assert (
+        coordinator_call(lambda: actor, "call", "ConcurrentTransactionsError", 3, timeout_s=30, backoff_s=0.1, what="t")
+        == 4
+    )
+    assert waits == [0.02, 0.02, 0.02]
+    waits.clear()
+    actor = Refusing.remote()
+    assert (
+        coordinator_call(
+            lambda: actor, "call", "CoordinatorLoadInProgressError", 3, timeout_s=30, backoff_s=0.1, what="t"
+        )
+        == 4
+    )
+    assert waits == pytest.approx([0.1, 0.2, 0.4])
+    # A retry.backoff.ms shorter than 20 ms is kept; the sender's AddPartitions retry uses the same rule.
+    assert transaction_manager.retry_backoff(ConcurrentTransactionsError("x"), 0.005) == 0.005
+    assert transaction_manager.retry_backoff(KafkaError("x"), 0.1) == 0.1
 
 
 def test_coordinator_restart_is_ridden_through(cluster, new_topic, txn_producer):
