@@ -271,7 +271,9 @@ def test_transactional_consume_transform_produce(client_cp, cluster, bootstrap, 
     assert {r[3] for r in java_all} == committed_values | aborted_values and len(java_all) == 2 * n
     assert _read_native(cluster, sink) == java_all
 
-    # The offsets went in with the committed transaction only: the end of the input.
+    # The offsets went in with the committed transaction only: the end of the input (the group's
+    # once the commit's markers are in: they follow the commit's answer, as in Kafka).
+    wait_for(lambda: admin.describe_transactions([txn_id])[txn_id].state == "CompleteCommit", 60, what="CompleteCommit")
     tps = [TopicPartition(source, p) for p in range(3)]
     ends = {tp: o.offset for tp, o in admin.list_offsets({tp: -1 for tp in tps}).items()}
     assert {tp: om.offset for tp, om in admin.list_group_offsets(group).items()} == ends
@@ -299,6 +301,7 @@ def test_admin_client(client_cp, cluster, bootstrap, admin):
         producer.commit_transaction()
     finally:
         producer.close()
+    wait_for(lambda: admin.describe_transactions([txn_id])[txn_id].state == "CompleteCommit", 60, what="CompleteCommit")
     try:
         out = events(
             run_java(

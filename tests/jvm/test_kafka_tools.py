@@ -286,6 +286,8 @@ def test_kafka_transactions_list_and_describe(tool, bootstrap, admin, cluster, n
     finished.send(topic, b"committed")
     finished.commit_transaction()
     finished.close()
+    # CompleteCommit once its markers are in (they follow the commit's answer).
+    wait_for(lambda: admin.describe_transactions([done])[done].state == "CompleteCommit", 60, what="CompleteCommit")
     ongoing = cluster.producer(transactional_id=open_)
     try:
         ongoing.init_transactions()

@@ -287,8 +287,16 @@ def test_stream_resumes_after_stop_without_loss(spark, cluster, new_topic):
 
     # Records produced while the stream is down are picked up from the committed offsets.
     send(400, 700)
-    committed = rq_spark.load_offsets(group, [TopicPartition(source, 0), TopicPartition(source, 1)], cluster=cluster)
-    assert sum(committed.values()) == 400
+    # The last batch's offsets are the group's once its commit's markers are in (they follow
+    # the commit's answer, as in Kafka).
+    wait_for(
+        lambda: (
+            sum(rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster).values())
+            == 400
+        ),
+        60,
+        what="the committed offsets",
+    )
     # The progress is the group's committed offsets in __consumer_offsets, lag and all.
     assert sum(info.lag for info in cluster.admin().group_lag(group).values()) == 300
     handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
@@ -339,11 +347,18 @@ def test_stream_cut_off_before_its_commit_writes_each_record_once(spark, cluster
 
     handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
     assert handle.rows_written == 300
+    # The offsets are the group's once the commit's markers are in (the sink's marker too).
+    wait_for(
+        lambda: (
+            sum(rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster).values())
+            == 300
+        ),
+        60,
+        what="the committed offsets",
+    )
     expected = sorted(f"e{i}".encode() for i in range(300))
     assert sorted(sink_values("read_committed")) == expected
     assert sorted(sink_values("read_uncommitted")) == sorted(expected * 2)
-    committed = rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster)
-    assert sum(committed.values()) == 300
 
 
 # A process of its own: the session's Ray runs on the machine's address, and a process holds
