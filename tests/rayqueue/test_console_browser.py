@@ -197,7 +197,8 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     page.fill("#create-topic input[name=replication_factor]", "1")
     page.fill("#create-topic textarea[name=configs]", "retention.ms=3600000")
     page.click("#create-topic button[type=submit]")
-    expect(page.locator("#banner")).to_contain_text(f"Created topic {created} (4 partitions")
+    # The answer comes once the 4 leaders (a Ray worker process each) answer: slow under load.
+    expect(page.locator("#banner")).to_contain_text(f"Created topic {created} (4 partitions", timeout=120_000)
     expect(page.locator("#topics-table tr", has_text=created).locator("td").nth(5)).to_have_text("3,600,000")
     made = cluster.admin().describe_topics([created])[created]
     assert len(made.partitions) == 4 and made.configs == {"retention.ms": 3600000}
