@@ -336,7 +336,12 @@ _producer_ids = itertools.count(1 << 40)  # far from the ids the transaction coo
 
 
 class TxnWriter:
-    """Appends transactional batches (with their producer's sequences) and markers to a leader."""
+    """Appends transactional batches (with their producer's sequences) and markers to a leader.
+
+    The records carry timestamps from 2023 (TS) and the markers today's: the first marker rolls
+    the segment (segment.ms against its first timestamp), and retention would then delete the
+    closed one while the test reads, so the tests' topics keep everything (retention.ms=-1).
+    """
 
     def __init__(self, cluster, topic: str) -> None:
         meta = cluster.metadata([topic]).topics[topic].partitions[0]
@@ -372,7 +377,7 @@ def read_to(cluster, topic: str, end: int, **config) -> list:
 
 
 def test_broker_interleaved_producers_in_both_isolation_levels(cluster, new_topic):
-    topic = new_topic()
+    topic = new_topic(retention_ms=-1)  # records stamped TS (2023): kept, see TxnWriter
     log = TxnWriter(cluster, topic)
     a, b = next(_producer_ids), next(_producer_ids)
     aborted = log.send([b"a1", b"a2"], a)
@@ -396,7 +401,7 @@ def test_broker_interleaved_producers_in_both_isolation_levels(cluster, new_topi
 
 @pytest.mark.parametrize("iterate", [False, True], ids=["poll", "iterate"])
 def test_broker_open_transaction_holds_read_committed_at_the_lso(cluster, new_topic, iterate):
-    topic = new_topic()
+    topic = new_topic(retention_ms=-1)  # records stamped TS (2023): kept, see TxnWriter
     tp = TopicPartition(topic, 0)
     log = TxnWriter(cluster, topic)
     before = log.send([b"before"])
@@ -431,7 +436,7 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
     from actors.names import OFFSETS_TOPIC, offsets_partition_for
     from storage.errors import UnstableOffsetCommitError
 
-    topic = new_topic()
+    topic = new_topic(retention_ms=-1)  # records stamped TS (2023): kept, see TxnWriter
     tp = TopicPartition(topic, 0)
     group = f"rc-group-{topic}"
     coordinator = cluster.group_coordinator
