@@ -72,6 +72,16 @@ def produce(cluster, tp: TopicPartition, pid: int, epoch: int, seq: int, values:
     return ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch)))
 
 
+def open_transaction(cluster, tid: str, tp: TopicPartition, value: bytes) -> tuple[int, int]:
+    """A new producer for ``tid`` with a transaction holding ``value`` on ``tp``: (pid, epoch)."""
+    coordinator = cluster.transaction_coordinator
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+    pid, epoch = ident.producer_id, ident.epoch
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
+    produce(cluster, tp, pid, epoch, 0, [value])
+    return pid, epoch
+
+
 def read(cluster, tp: TopicPartition, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED):
     leader, _ = leader_of(cluster, tp.topic, tp.partition)
     return ray.get(leader.fetch.remote(FetchRequest(0, 1 << 22, 0, 1, isolation)))
@@ -526,10 +536,7 @@ def test_end_txn_answers_at_prepare_commit_and_the_next_transaction_waits_for_th
     topic = new_topic()
     tp = TopicPartition(topic, 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
-    pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"first"])
+    pid, epoch = open_transaction(cluster, tid, tp, b"first")
     consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=50)
     consumer.assign([tp])
     # The partition's leader cannot take an acks=all marker for now (one replica, two required).
@@ -564,10 +571,7 @@ def test_a_completion_that_fails_is_retried_until_it_completes(cluster, new_topi
     coordinator = cluster.transaction_coordinator
     tp = TopicPartition(new_topic(), 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
-    pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"committed"])
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
 
     def fail_complete_commit(actor, times: int) -> None:
         # The write of this id's CompleteCommit to __transaction_state fails ``times`` times.
@@ -609,10 +613,7 @@ def test_a_prepare_state_with_no_completion_running_gets_one(cluster, admin, new
     topic = new_topic()
     tp = TopicPartition(topic, 0)
     tid = new_tid(request)
-    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
-    pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"aborted"])
+    pid, epoch = open_transaction(cluster, tid, tp, b"aborted")
 
     def stop_completions(actor) -> int:
         # As if the completion had died: its task is cancelled (which releases the id's lock).

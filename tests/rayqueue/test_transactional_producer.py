@@ -322,20 +322,23 @@ def _failed_ref():
     raise ConcurrentTransactionsError("injected: the previous transaction is still completing")
 
 
+@ray.remote(num_cpus=0)
+class Flaky:
+    """An actor whose ``call`` raises ``fail_with`` (a rayqueue error's name) ``times`` times."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, fail_with: str, times: int) -> int:
+        self.calls += 1
+        if self.calls <= times:
+            from rayqueue import errors
+
+            raise getattr(errors, fail_with)("injected")
+        return self.calls
+
+
 def test_coordinator_calls_ride_through_retriable_errors(ray_session):
-    @ray.remote(num_cpus=0)
-    class Flaky:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        def call(self, fail_with: str, times: int) -> int:
-            self.calls += 1
-            if self.calls <= times:
-                from rayqueue import errors
-
-                raise getattr(errors, fail_with)("injected")
-            return self.calls
-
     for error in ("CoordinatorLoadInProgressError", "ConcurrentTransactionsError"):
         actor = Flaky.remote()
         assert coordinator_call(lambda a=actor: a, "call", error, 2, timeout_s=30, backoff_s=0.01, what="t") == 3
@@ -366,27 +369,14 @@ def test_concurrent_transactions_is_retried_sooner_than_retry_backoff(ray_sessio
 
     monkeypatch.setattr(transaction_manager, "time", Clock)
 
-    @ray.remote(num_cpus=0)
-    class Refusing:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        def call(self, fail_with: str, times: int) -> int:
-            self.calls += 1
-            if self.calls <= times:
-                from rayqueue import errors
-
-                raise getattr(errors, fail_with)("injected")
-            return self.calls
-
-    actor = Refusing.remote()
+    actor = Flaky.remote()
     assert (
         coordinator_call(lambda: actor, "call", "ConcurrentTransactionsError", 3, timeout_s=30, backoff_s=0.1, what="t")
         == 4
     )
     assert waits == [0.02, 0.02, 0.02]
     waits.clear()
-    actor = Refusing.remote()
+    actor = Flaky.remote()
     assert (
         coordinator_call(
             lambda: actor, "call", "CoordinatorLoadInProgressError", 3, timeout_s=30, backoff_s=0.1, what="t"
