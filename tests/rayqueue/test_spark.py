@@ -52,6 +52,17 @@ def rows_of(df) -> dict:
     return out
 
 
+def wait_for_committed(cluster, group: str, source: str, total: int) -> None:
+    """Until the group's committed offsets on ``source``'s two partitions sum to ``total``
+    (a transactional commit's offsets count once its markers are in, as in Kafka)."""
+    tps = [TopicPartition(source, p) for p in range(2)]
+    wait_for(
+        lambda: sum(rq_spark.load_offsets(group, tps, cluster=cluster).values()) == total,
+        60,
+        what="the committed offsets",
+    )
+
+
 def test_java_missing_gives_a_clear_error(monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(rq_spark.shutil, "which", lambda name: None)
@@ -289,14 +300,7 @@ def test_stream_resumes_after_stop_without_loss(spark, cluster, new_topic):
     send(400, 700)
     # The last batch's offsets are the group's once its commit's markers are in (they follow
     # the commit's answer, as in Kafka).
-    wait_for(
-        lambda: (
-            sum(rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster).values())
-            == 400
-        ),
-        60,
-        what="the committed offsets",
-    )
+    wait_for_committed(cluster, group, source, 400)
     # The progress is the group's committed offsets in __consumer_offsets, lag and all.
     assert sum(info.lag for info in cluster.admin().group_lag(group).values()) == 300
     handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
@@ -348,14 +352,7 @@ def test_stream_cut_off_before_its_commit_writes_each_record_once(spark, cluster
     handle = rq_spark.stream(spark, source, group, transform, sink, cluster=cluster, until_idle=True, background=False)
     assert handle.rows_written == 300
     # The offsets are the group's once the commit's markers are in (the sink's marker too).
-    wait_for(
-        lambda: (
-            sum(rq_spark.load_offsets(group, [TopicPartition(source, p) for p in range(2)], cluster=cluster).values())
-            == 300
-        ),
-        60,
-        what="the committed offsets",
-    )
+    wait_for_committed(cluster, group, source, 300)
     expected = sorted(f"e{i}".encode() for i in range(300))
     assert sorted(sink_values("read_committed")) == expected
     assert sorted(sink_values("read_uncommitted")) == sorted(expected * 2)
