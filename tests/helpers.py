@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -14,6 +17,29 @@ T = TypeVar("T")
 # (a worker process); at the default three partitions, RF 3, a 3-broker launch starts 18 of
 # them for the internal topics alone and takes twice as long (24 s against 11 s, quiet machine).
 SMALL_INTERNAL_TOPICS = {"offsets_topic_num_partitions": 1, "transaction_state_log_num_partitions": 1}
+
+
+@contextmanager
+def authorizer_cluster(namespace: str, **config: Any) -> Iterator[Any]:
+    """A one-broker cluster of its own with Kafka's StandardAuthorizer and no super user but
+    the driver (which holds the Ray token); ``config`` adds launch keys (listeners...)."""
+    import rayqueue  # not at the top: the storage tests import this module without Ray
+    from rayqueue.acl import STANDARD_AUTHORIZER
+
+    root = tempfile.mkdtemp(prefix=f"{namespace}-")
+    cluster = rayqueue.launch(
+        log_dirs=root,
+        rayqueue_namespace=namespace,
+        rayqueue_num_brokers=1,
+        authorizer_class_name=STANDARD_AUTHORIZER,
+        **SMALL_INTERNAL_TOPICS,
+        **config,
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown(delete_data=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:

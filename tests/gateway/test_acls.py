@@ -14,20 +14,16 @@ restart.
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 
 import pytest
 import ray
 
-import rayqueue
 from actors import launch as actor_launch
 from actors.gateway.broker_view import topic_uuid
 from actors.names import CONTROLLER_NAME, gateway_actor_name
 from rayqueue import TopicPartition
 from rayqueue.acl import (
     ANY_ACL,
-    STANDARD_AUTHORIZER,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -36,7 +32,7 @@ from rayqueue.acl import (
     ResourceType,
 )
 from tests.gateway.wire import Wire, build_request, parse_bootstrap
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import authorizer_cluster, wait_for
 
 NAMESPACE = "rayqueue-acl-test"
 ANON = "User:ANONYMOUS"
@@ -56,18 +52,8 @@ def allow(rtype: ResourceType, resource: str, *ops: AclOperation, pattern=Patter
 
 @pytest.fixture(scope="module")
 def secured(ray_session):
-    root = tempfile.mkdtemp(prefix="rayqueue-acl-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=NAMESPACE,
-        rayqueue_num_brokers=1,
-        listeners="PLAINTEXT://127.0.0.1:0",
-        authorizer_class_name=STANDARD_AUTHORIZER,
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield cluster
-    cluster.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    with authorizer_cluster(NAMESPACE, listeners="PLAINTEXT://127.0.0.1:0") as cluster:
+        yield cluster
 
 
 def settle(cluster) -> None:

@@ -4,38 +4,15 @@ is set up here once, with rayqueue's own Admin (no principal: a super user)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import rayqueue
 from rayqueue import TopicPartition
-from rayqueue.acl import STANDARD_AUTHORIZER, AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from tests.helpers import SMALL_INTERNAL_TOPICS
+from rayqueue.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 
 USER = "alice"
 PASSWORD = "alice-console-secret"
 PRINCIPAL = f"User:{USER}"
-
-
-@contextmanager
-def secured_cluster(namespace: str) -> Iterator[rayqueue.Cluster]:
-    """One broker, an authorizer and no super user but the driver (which holds the Ray token)."""
-    root = tempfile.mkdtemp(prefix="rayqueue-console-auth-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=namespace,
-        rayqueue_num_brokers=1,
-        authorizer_class_name=STANDARD_AUTHORIZER,
-        **SMALL_INTERNAL_TOPICS,
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown(delete_data=True)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass(frozen=True, slots=True)

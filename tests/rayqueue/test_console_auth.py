@@ -18,8 +18,8 @@ from rayqueue import TopicPartition
 from rayqueue.acl import AclOperation, ResourceType
 from rayqueue.console.app import create_app
 from rayqueue.console.sessions import CREDENTIAL_CHECK_S, authentication_required
-from tests.helpers import wait_for
-from tests.rayqueue.secured_console import PASSWORD, USER, allow, secured_cluster, set_up
+from tests.helpers import authorizer_cluster, wait_for
+from tests.rayqueue.secured_console import PASSWORD, USER, allow, set_up
 from tests.rayqueue.test_console_api import ok, refused
 
 OWN = "http://localhost"
@@ -27,7 +27,7 @@ OWN = "http://localhost"
 
 @pytest.fixture(scope="module")
 def secured(ray_session):
-    with secured_cluster("rayqueue-console-auth") as cluster:
+    with authorizer_cluster("rayqueue-console-auth") as cluster:
         yield cluster
 
 

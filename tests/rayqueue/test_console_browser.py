@@ -21,7 +21,7 @@ import pytest
 
 from rayqueue import TopicPartition
 from rayqueue.console.app import ConsoleServer
-from tests.helpers import consume_all
+from tests.helpers import authorizer_cluster, consume_all
 
 CHROMIUM = os.environ.get("RAYQUEUE_CHROMIUM", "/usr/bin/chromium")
 
@@ -360,9 +360,9 @@ def secure_console(ray_session, pki):
     PEM key (ssl.keystore.location), found to need a login by itself."""
     from actors.config import broker_config
     from rayqueue.console.app import console_ssl_context
-    from tests.rayqueue.secured_console import secured_cluster, set_up
+    from tests.rayqueue.secured_console import set_up
 
-    with secured_cluster("rayqueue-console-browser-auth") as cluster:
+    with authorizer_cluster("rayqueue-console-browser-auth") as cluster:
         grants = set_up(cluster, f"browser-auth-{os.getpid()}")
         context = console_ssl_context(broker_config({"ssl.keystore.location": str(pki.broker)}))
         console = ConsoleServer(cluster, "127.0.0.1", 0, sample_interval_s=0.5, ssl_context=context).start()

@@ -14,19 +14,15 @@ one controller round trip), so waits for a grant to arrive there have a deadline
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 import urllib.request
 
 import pytest
 import ray
 from prometheus_client.parser import text_string_to_metric_families
 
-import rayqueue
 from actors.protocol import DeleteRecordsRequest, FetchRequest, ListOffsetsRequest
 from rayqueue import OffsetAndMetadata, TopicPartition
 from rayqueue.acl import (
-    STANDARD_AUTHORIZER,
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -40,7 +36,7 @@ from rayqueue.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import authorizer_cluster, wait_for
 
 NAMESPACE = "rayqueue-native-acl-test"
 Op, Perm = AclOperation, AclPermissionType
@@ -62,17 +58,8 @@ def acl(rtype, name, principal, op, perm=Perm.ALLOW, pattern=PatternType.LITERAL
 
 @pytest.fixture(scope="module")
 def secured(ray_session):
-    root = tempfile.mkdtemp(prefix="rayqueue-native-acl-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=NAMESPACE,
-        rayqueue_num_brokers=1,
-        authorizer_class_name=STANDARD_AUTHORIZER,
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield cluster
-    cluster.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    with authorizer_cluster(NAMESPACE) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
