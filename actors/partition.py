@@ -73,6 +73,7 @@ from actors.protocol import (
 from actors.replica_metrics import ReplicaMetrics
 from actors.replica_state import ReplicaState
 from actors.types import OffsetAndTimestamp
+from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
 from storage.checkpoint import read_offset, write_offset
@@ -159,7 +160,8 @@ class PartitionReplica:
         self._replication = dict(DEFAULT_REPLICATION)
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
-        self._data_arrived: asyncio.Condition | None = None
+        # Long-polling fetches, acks=all produces and reordered calls wait here.
+        self._waiters = Waiters()
         self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
         self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
@@ -192,8 +194,8 @@ class PartitionReplica:
             # Same term: the controller changed the ISR or the replica set.
             if partition_epoch >= self._state.partition_epoch:
                 self._state.set_membership(replicas, isr, partition_epoch)
-            await self._advance_hw()
-            await self._notify()
+            self._advance_hw()
+            self._notify()
             return self._log.log_end_offset
         self._stop_fetcher()
         self._leader_handle = None
@@ -201,8 +203,8 @@ class PartitionReplica:
         # older epoch ended get this offset (Kafka assigns it on becoming leader, too).
         self._state.lead(leader_epoch, partition_epoch, replicas, isr, self._log.log_end_offset)
         self._epochs.assign(leader_epoch, self._state.epoch_start_offset)
-        await self._advance_hw()
-        await self._notify()
+        self._advance_hw()
+        self._notify()
         logger.info(
             "%s-%d: broker %d leads at epoch %d (LEO %d, HW %d, ISR %s)",
             self.topic,
@@ -249,7 +251,7 @@ class PartitionReplica:
         self._leader_handle = leader
         self._fetcher = asyncio.get_running_loop().create_task(self._follow(leader, leader_epoch))
         # Wake produce and fetch calls waiting here as leader: they now fail with NotLeader.
-        await self._notify()
+        self._notify()
         logger.info(
             "%s-%d: broker %d follows %d at epoch %d",
             self.topic,
@@ -318,7 +320,7 @@ class PartitionReplica:
         except (InvalidRequestError, InvalidRecordError, InvalidTopicError, TopicAuthorizationFailedError) as exc:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
-                await self._notify()
+                self._notify()
             self._metrics.produce_failed(request.acks, exc)
             raise
         if not self._metrics.enabled:
@@ -359,15 +361,15 @@ class PartitionReplica:
         except BaseException:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
-                await self._notify()
+                self._notify()
             raise
         if order is not None:
             self._end_turn(order)  # the notify below wakes the session's next call
         if count and not info.duplicate:
             self._metrics.appended(info, len(records))
         if not info.duplicate or order is not None:
-            await self._advance_hw()
-            await self._notify()
+            self._advance_hw()
+            self._notify()
         result = ProduceResponse(info.first_offset, info.log_append_time, info.log_start_offset, info.last_offset)
         if acks != -1:
             return result
@@ -496,7 +498,7 @@ class PartitionReplica:
         follower = replica_id >= 0
         committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
         if follower:
-            await self._on_follower_fetch(replica_id, offset)
+            self._on_follower_fetch(replica_id, offset)
         result = self._read(offset, max_bytes, follower, committed)
         if len(result.records) >= min_bytes or max_wait_ms <= 0:
             return result
@@ -588,17 +590,17 @@ class PartitionReplica:
 
     # -- leader side of replication -------------------------------------------------------
 
-    async def _on_follower_fetch(self, replica_id: int, offset: int) -> None:
+    def _on_follower_fetch(self, replica_id: int, offset: int) -> None:
         """A follower's fetch tells its LEO: update its lag, maybe the ISR and the HW."""
         expansion = self._state.follower_fetched(replica_id, offset, self._log.log_end_offset)
         if expansion is not None:
             self._propose_isr(expansion)
-        await self._advance_hw()
+        self._advance_hw()
 
-    async def _advance_hw(self) -> None:
+    def _advance_hw(self) -> None:
         if self._state.advance_hw(self._log.log_end_offset):
             self._log.update_high_watermark(self._state.hw)
-            await self._notify()
+            self._notify()
 
     def _maybe_shrink_isr(self) -> None:
         shrunk = self._state.isr_shrink()
@@ -632,8 +634,8 @@ class PartitionReplica:
             logger.warning("%s-%d: ISR change to %s failed", self.topic, self.partition, list(isr), exc_info=True)
         finally:
             self._state.pending_isr = None
-        await self._advance_hw()
-        await self._notify()
+        self._advance_hw()
+        self._notify()
 
     # -- follower side of replication -----------------------------------------------------
 
@@ -886,7 +888,7 @@ class PartitionReplica:
         self._acls.close()
         self._stop_fetcher()
         self._state.close()
-        await self._notify()
+        self._notify()
         await self._finish_cleaning()
         if not self._log.closed:
             self._checkpoint_hw()
@@ -953,26 +955,13 @@ class PartitionReplica:
     def _check_leader(self, leader_epoch: int) -> None:
         self._state.check_leader(leader_epoch)
 
-    def _condition(self) -> asyncio.Condition:
-        # Created lazily: it must belong to the actor's event loop, not __init__'s thread.
-        if self._data_arrived is None:
-            self._data_arrived = asyncio.Condition()
-        return self._data_arrived
-
     async def _wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
-        """Wait until ``predicate`` holds (re-checked on every notify); False on timeout."""
-        cond = self._condition()
-        async with cond:
-            try:
-                await asyncio.wait_for(cond.wait_for(predicate), max(0.0, timeout_s))
-                return True
-            except TimeoutError:
-                return False
+        """Wait until ``predicate`` holds (checked now and on every notify); False on timeout."""
+        return await self._waiters.wait(predicate, timeout_s)
 
-    async def _notify(self) -> None:
-        cond = self._condition()
-        async with cond:
-            cond.notify_all()
+    def _notify(self) -> None:
+        """The log, the high watermark or the role changed: wake the waits that can go on."""
+        self._waiters.notify()
 
 
 def _has_control_batch(records: Any) -> bool:

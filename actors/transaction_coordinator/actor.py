@@ -115,6 +115,9 @@ class TransactionCoordinator(Coordinator):
         self._closing = False
         self._group_coordinator: Any = None
         self._leaders: dict[TopicPartition, Any] = {}  # data partitions, for markers
+        # Topic -> partition count, as the controller last answered (Kafka's coordinator checks
+        # AddPartitionsToTxn against its broker's metadata cache, not the controller).
+        self._partition_counts: dict[str, int] = {}
         self._pid_lock: asyncio.Lock | None = None
         self._next_pid = 0
         self._pid_end = 0  # the current block is [_next_pid, _pid_end)
@@ -544,18 +547,36 @@ class TransactionCoordinator(Coordinator):
         return part
 
     async def _check_partitions_exist(self, wanted: set[TopicPartition]) -> None:
-        md = await self._controller_handle().get_metadata.remote(
-            MetadataRequest(tuple(sorted({tp.topic for tp in wanted})))
-        )
+        """UnknownTopicOrPartitionError unless every partition exists. Answered from the
+        partition counts seen before when they cover every one (a producer adds the same
+        partitions transaction after transaction); otherwise the controller is asked. A
+        partition of a topic deleted since is caught later: its marker is skipped."""
+        counts = self._partition_counts
+        if all(0 <= tp.partition < counts.get(tp.topic, 0) for tp in wanted):
+            return
+        topics = tuple(sorted({tp.topic for tp in wanted}))
+        md = await self._controller_handle().get_metadata.remote(MetadataRequest(topics))
+        for name in topics:
+            topic = md.topics.get(name)
+            if topic is None:
+                counts.pop(name, None)
+            else:
+                counts[name] = len(topic.partitions)
         for tp in wanted:
-            topic = md.topics.get(tp.topic)
-            if topic is None or not 0 <= tp.partition < len(topic.partitions):
+            if not 0 <= tp.partition < counts.get(tp.topic, 0):
                 raise UnknownTopicOrPartitionError(f"unknown partition {tp}")
 
     async def _offsets_partitions(self) -> int:
+        """``__consumer_offsets``' partition count (it never changes once the topic exists)."""
+        count = self._partition_counts.get(OFFSETS_TOPIC)
+        if count is not None:
+            return count
         md = await self._controller_handle().get_metadata.remote(MetadataRequest((OFFSETS_TOPIC,)))
         meta = md.topics.get(OFFSETS_TOPIC)
-        return len(meta.partitions) if meta is not None else self._config["offsets.topic.num.partitions"]
+        if meta is None:
+            return self._config["offsets.topic.num.partitions"]
+        self._partition_counts[OFFSETS_TOPIC] = len(meta.partitions)
+        return len(meta.partitions)
 
     # -- background -----------------------------------------------------------------------
 

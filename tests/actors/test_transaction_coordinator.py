@@ -336,6 +336,29 @@ def test_bad_requests_are_refused(cluster, new_topic, request):
         )
 
 
+def test_a_partition_added_to_a_grown_topic_is_found(cluster, admin, new_topic, request):
+    """The coordinator remembers partition counts; a partition past the remembered count
+    makes it ask the controller again, so a topic that grew is not refused."""
+    coordinator = cluster.transaction_coordinator
+    tid = new_tid(request)
+    topic = new_topic()
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+
+    def add(partition: int) -> None:
+        ray.get(
+            coordinator.add_partitions_to_txn.remote(
+                AddPartitionsToTxnRequest(tid, ident.producer_id, ident.epoch, [TopicPartition(topic, partition)])
+            )
+        )
+
+    add(0)  # the topic's count (1) is remembered now
+    with pytest.raises(UnknownTopicOrPartitionError):
+        add(1)
+    admin.create_partitions(topic, 2)
+    add(1)
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, ident.producer_id, ident.epoch, False)))
+
+
 def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_topic, request):
     coordinator = cluster.transaction_coordinator
     tp = TopicPartition(new_topic(), 0)
