@@ -160,6 +160,7 @@ class PartitionReplica:
         self._replication = dict(DEFAULT_REPLICATION)
         self._fetcher: asyncio.Task | None = None
         self._fetch_paused = False
+        self._fetch_delay_s = 0.0  # fault injection: a slow network to the leader
         # Long-polling fetches, acks=all produces and reordered calls wait here.
         self._waiters = Waiters()
         self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
@@ -659,6 +660,8 @@ class PartitionReplica:
                         replica_id=self.broker_id,
                     )
                 )
+                if self._fetch_delay_s:
+                    await asyncio.sleep(self._fetch_delay_s)
                 if self._state.closed or self._state.role != ReplicaRole.FOLLOWER or self._state.leader_epoch != epoch:
                     return
                 if self._fetch_paused:  # an answer that arrives after the cut is lost with it
@@ -878,6 +881,12 @@ class PartitionReplica:
         """Fault injection for tests: a paused follower stops fetching, as if cut off from its
         leader, while staying alive (and in the ISR until replica.lag.time.max.ms passes)."""
         self._fetch_paused = paused
+
+    async def delay_fetching(self, delay_ms: float) -> None:
+        """Fault injection for tests: every answer of the leader reaches this follower
+        ``delay_ms`` late, as over a slow network (0: no delay). A follower slower than
+        replica.lag.time.max.ms falls out of the ISR while it keeps fetching."""
+        self._fetch_delay_s = max(0.0, float(delay_ms)) / 1000
 
     async def ping(self) -> int:
         """Liveness probe; returns the broker id."""

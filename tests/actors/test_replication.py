@@ -79,6 +79,24 @@ def wait_in_sync(admin, topic: str, partition: int = 0, timeout: float = 60.0) -
         raise AssertionError(f"{exc}; last seen {last}") from None
 
 
+def set_lag_limit(meta, ms: int) -> None:
+    """Give the leader of ``meta`` replica.lag.time.max.ms = ``ms``: the controller's own
+    LeaderAndIsr call at the same term, with only that setting changed."""
+    ray.get(
+        meta.leader_handle.become_leader.remote(
+            LeaderAndIsrRequest(
+                meta.leader,
+                meta.leader_epoch,
+                tuple(meta.replicas),
+                tuple(meta.isr),
+                meta.partition_epoch,
+                retention_check_ms=1000,
+                replication={"replica.lag.time.max.ms": ms},
+            )
+        )
+    )
+
+
 def test_rf3_topic_replicates_to_every_replica(admin, cluster, new_topic):
     topic = new_topic(1, 3)
     meta = partition_meta(admin, topic)
@@ -501,20 +519,7 @@ def test_acks_all_append_then_isr_below_min_insync_is_not_enough_replicas_after_
     followers = [h for b, h in admin.replica_handles(TopicPartition(topic, 0)).items() if b != meta.leader]
 
     def lag_limit(ms: int) -> None:
-        # The controller's own call at the same term, with only replica.lag.time.max.ms changed.
-        ray.get(
-            leader.become_leader.remote(
-                LeaderAndIsrRequest(
-                    meta.leader,
-                    meta.leader_epoch,
-                    tuple(meta.replicas),
-                    tuple(meta.isr),
-                    meta.partition_epoch,
-                    retention_check_ms=1000,
-                    replication={"replica.lag.time.max.ms": ms},
-                )
-            )
-        )
+        set_lag_limit(meta, ms)
 
     ray.get([f.pause_fetching.remote(True) for f in followers])
     try:
@@ -561,3 +566,65 @@ def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_t
     # max_wait ends the wait with what is readable.
     short = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 300, 10**6)), timeout=30)
     assert len(short.records) == len(small) + len(large)
+
+
+def test_follower_killed_while_the_leader_waits_for_it(admin, cluster, new_topic):
+    """An acks=all produce waiting for a follower that dies is answered once that follower
+    leaves the ISR (after replica.lag.time.max.ms), not held until its request times out;
+    what it acknowledged is on every ISR replica, and the follower catches up when back."""
+    topic = new_topic(1, 3, min_insync_replicas=2)
+    tp = TopicPartition(topic, 0)
+    meta = partition_meta(admin, topic)
+    victim = next(b for b in meta.replicas if b != meta.leader)
+    handles = admin.replica_handles(tp)
+    set_lag_limit(meta, 1000)
+    try:
+        ray.get(handles[victim].pause_fetching.remote(True))  # it must not have the record
+        pending = meta.leader_handle.produce.remote(ProduceRequest(batch([b"x"]), -1, 20000, meta.leader_epoch))
+        wait_for(lambda: ray.get(meta.leader_handle.describe.remote())["log_end_offset"] == 1, 30, what="the append")
+        ray.kill(handles[victim], no_restart=True)
+        # Answered once the ISR shrank to the leader and the live follower: well before 20 s.
+        # (Or once a restarted replica caught up, if the controller brought it back that soon.)
+        assert ray.get(pending, timeout=60).base_offset == 0
+        survivor = next(b for b in meta.replicas if b not in (meta.leader, victim))
+        assert list(log_values(replica_log(handles[survivor])).values()) == [b"x"]
+    finally:
+        set_lag_limit(partition_meta(admin, topic), 30000)
+    logs = wait_in_sync(admin, topic)  # the restarted replica caught up and rejoined
+    assert [list(log_values(v).values()) for v in logs.values()] == [[b"x"]] * 3
+
+
+def test_slow_follower_leaves_the_isr_without_holding_acks_all_producers(admin, cluster, new_topic):
+    """A follower whose fetches answer later than replica.lag.time.max.ms (a slow network)
+    falls out of the ISR while it keeps fetching; acks=all producers go on with the others,
+    none held until its request times out; with the delay gone it rejoins, logs equal."""
+    topic = new_topic(1, 3, min_insync_replicas=2)
+    tp = TopicPartition(topic, 0)
+    meta = partition_meta(admin, topic)
+    slow = next(b for b in meta.replicas if b != meta.leader)
+    handle = admin.replica_handles(tp)[slow]
+    set_lag_limit(meta, 1000)
+    # No retries: a send held past its request timeout fails instead of being sent again.
+    producer = cluster.producer(acks="all", linger_ms=1, enable_idempotence=False, retries=0, request_timeout_ms=10000)
+    try:
+        ray.get(handle.delay_fetching.remote(3000))
+        sent = []
+        # Records keep coming, so the slow follower is behind whenever the leader checks.
+        deadline = time.monotonic() + 60
+        while slow in partition_meta(admin, topic).isr:
+            assert time.monotonic() < deadline, "the slow follower never left the ISR"
+            sent.append(producer.send(topic, b"%d" % len(sent), partition=0))
+            producer.flush(30)
+        for _ in range(20):
+            sent.append(producer.send(topic, b"%d" % len(sent), partition=0))
+        producer.flush(30)
+        # Every send was acknowledged (none timed out waiting for the slow follower).
+        offsets = [f.get(0).offset for f in sent]
+        assert offsets == list(range(len(sent)))
+        assert slow not in partition_meta(admin, topic).isr
+    finally:
+        ray.get(handle.delay_fetching.remote(0))
+        set_lag_limit(partition_meta(admin, topic), 30000)
+        producer.close(10)
+    logs = wait_in_sync(admin, topic)
+    assert [list(log_values(v).values()) for v in logs.values()] == [[b"%d" % i for i in range(len(sent))]] * 3
