@@ -174,6 +174,13 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower this far behind leaves the ISR.", min=1),
         ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time.", min=0),
         ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Follower fetch size per partition.", min=0),
+        ConfigKey(
+            "replica.high.watermark.checkpoint.interval.ms",
+            "long",
+            5000,
+            "How often a replica writes its high watermark to disk.",
+            min=1,
+        ),
         ConfigKey("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
         ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often to rebalance leaders.", min=1),
         # Kafka's default is 50 partitions; here every partition is a replica actor (~60 MB,

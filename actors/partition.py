@@ -116,6 +116,7 @@ DEFAULT_REPLICATION = {
     "replica.lag.time.max.ms": 30000,
     "replica.fetch.wait.max.ms": 500,
     "replica.fetch.max.bytes": 1048576,
+    "replica.high.watermark.checkpoint.interval.ms": 5000,
 }
 
 
@@ -154,6 +155,7 @@ class PartitionReplica:
         # Role, epochs, ISR, follower lag and the HW: the rules live in ReplicaState.
         self._state = ReplicaState(f"{topic}-{partition}", broker_id, hw, clock)
         self._hw_checkpointed = hw
+        self._checkpointing: asyncio.Future | None = None  # the periodic write in its thread
         self._log.update_high_watermark(hw)
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
@@ -775,7 +777,7 @@ class PartitionReplica:
 
     async def _background_loop(self) -> None:
         # The interval is read on every turn: become_leader may change it after the loop starts.
-        last_retention = last_clean_check = last_metrics = self._clock.monotonic()
+        last_retention = last_clean_check = last_metrics = last_checkpoint = self._clock.monotonic()
         while not self._state.closed:
             await asyncio.sleep(0.1)
             try:
@@ -786,7 +788,10 @@ class PartitionReplica:
                     last_clean_check = self._clock.monotonic()
                     self._maybe_start_cleaning()
                 self._maybe_shrink_isr()
-                self._checkpoint_hw()
+                checkpoint_s = self._replication["replica.high.watermark.checkpoint.interval.ms"] / 1000
+                if self._clock.monotonic() - last_checkpoint >= checkpoint_s:
+                    last_checkpoint = self._clock.monotonic()
+                    await self._checkpoint_hw_in_background()
                 self._log.maybe_flush()
                 if self._clock.monotonic() - last_retention >= self._retention_check_ms / 1000:
                     last_retention = self._clock.monotonic()
@@ -836,6 +841,23 @@ class PartitionReplica:
         if self._state.hw != self._hw_checkpointed and not self._log.closed:
             write_offset(self._dir / HIGH_WATERMARK_FILE, self._state.hw)
             self._hw_checkpointed = self._state.hw
+
+    async def _checkpoint_hw_in_background(self) -> None:
+        """The periodic checkpoint (Kafka's replica.high.watermark.checkpoint.interval.ms,
+        written by its scheduler thread): the file is written and fsynced in a worker thread,
+        so requests are not held while the disk syncs. A checkpoint behind the log is safe:
+        a restarted replica starts from a lower high watermark, which only grows."""
+        hw = self._state.hw
+        if hw == self._hw_checkpointed or self._log.closed:
+            return
+        self._checkpointing = asyncio.ensure_future(
+            asyncio.to_thread(write_offset, self._dir / HIGH_WATERMARK_FILE, hw)
+        )
+        try:
+            await self._checkpointing
+        finally:
+            self._checkpointing = None
+        self._hw_checkpointed = hw
 
     def _tick_metrics(self) -> None:
         leader_hw = self._state.hw if self._state.role == ReplicaRole.LEADER else None
@@ -899,6 +921,8 @@ class PartitionReplica:
         self._state.close()
         self._notify()
         await self._finish_cleaning()
+        if self._checkpointing is not None:  # the periodic write ends before the last one
+            await asyncio.wait([self._checkpointing])
         if not self._log.closed:
             self._checkpoint_hw()
             self._tick_metrics()  # the last counts; the log's gauges while it can still be read

@@ -20,6 +20,7 @@ from actors.protocol import FetchRequest, LeaderAndIsrRequest, ListOffsetsReques
 from rayqueue import TopicPartition
 from rayqueue.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
+from storage.checkpoint import read_offset
 from tests.helpers import wait_for
 
 
@@ -80,8 +81,13 @@ def wait_in_sync(admin, topic: str, partition: int = 0, timeout: float = 60.0) -
 
 
 def set_lag_limit(meta, ms: int) -> None:
-    """Give the leader of ``meta`` replica.lag.time.max.ms = ``ms``: the controller's own
-    LeaderAndIsr call at the same term, with only that setting changed."""
+    """Give the leader of ``meta`` replica.lag.time.max.ms = ``ms``."""
+    set_replication(meta, {"replica.lag.time.max.ms": ms})
+
+
+def set_replication(meta, settings: dict) -> None:
+    """Give the leader of ``meta`` these replication settings: the controller's own
+    LeaderAndIsr call at the same term, with only those settings changed."""
     ray.get(
         meta.leader_handle.become_leader.remote(
             LeaderAndIsrRequest(
@@ -91,7 +97,7 @@ def set_lag_limit(meta, ms: int) -> None:
                 tuple(meta.isr),
                 meta.partition_epoch,
                 retention_check_ms=1000,
-                replication={"replica.lag.time.max.ms": ms},
+                replication=settings,
             )
         )
     )
@@ -628,3 +634,18 @@ def test_slow_follower_leaves_the_isr_without_holding_acks_all_producers(admin, 
         producer.close(10)
     logs = wait_in_sync(admin, topic)
     assert [list(log_values(v).values()) for v in logs.values()] == [[b"%d" % i for i in range(len(sent))]] * 3
+
+
+def test_the_high_watermark_is_checkpointed_every_interval(admin, cluster, new_topic):
+    """replica.high.watermark.checkpoint.interval.ms: the HW reaches its file on disk while
+    the replica runs (written off the request path), not only when it closes."""
+    topic = new_topic(1, 1)
+    meta = partition_meta(admin, topic)
+    checkpoint = _replica_data_dir(cluster, meta.leader) / f"{topic}-0" / "high-watermark-checkpoint"
+    set_replication(meta, {"replica.high.watermark.checkpoint.interval.ms": 100})
+    try:
+        for i in range(3):
+            ray.get(meta.leader_handle.produce.remote(ProduceRequest(batch([b"%d" % i]), 1, 30000, meta.leader_epoch)))
+        wait_for(lambda: read_offset(checkpoint) == 3, 30, what="the checkpoint at the high watermark")
+    finally:
+        set_replication(meta, {"replica.high.watermark.checkpoint.interval.ms": 5000})
