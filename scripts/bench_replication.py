@@ -4,6 +4,9 @@ One producer, one partition, 100-byte values, on the embedded 3-broker cluster:
 - RF=1 acks=1 (the baseline), RF=3 acks=1 and RF=3 acks=all, each with the bulk
   ``send_many()`` and with per-record ``send()``; the RF=3 figures are printed as a ratio
   to the baseline (Kafka's published ratio for 3x synchronous replication is about 0.51);
+- latency: one ``send().get()`` at a time (nothing else in flight), p50 and p99 of RF=1
+  acks=1 (the baseline) and RF=3 acks=all with ``min.insync.replicas=2``; the target is an
+  acks=all p50 within 2x the acks=1 p50;
 - failover: the leader of an RF=3 partition is killed (``ray.kill``) while a producer
   sends with acks=all; the time from the kill to the first record acknowledged by the
   new leader, over a few kills.
@@ -56,6 +59,29 @@ def throughput(cluster, admin, name: str, rf: int, acks: str, records: int, bulk
     finally:
         producer.close(30)
         admin.delete_topic(name)
+
+
+def send_latencies(cluster, admin, name: str, rf: int, acks: str, records: int) -> list[float]:
+    """Seconds of each ``send().get()`` of one producer, one record at a time, into a fresh
+    one-partition topic (the first tenth, the warm-up, left out)."""
+    configs = {"min.insync.replicas": 2} if rf >= 2 else {}
+    admin.create_topic(name, 1, rf, configs=configs)
+    producer = cluster.producer(acks=acks, linger_ms=0)
+    try:
+        times = []
+        for _ in range(records):
+            start = time.perf_counter()
+            producer.send(name, VALUE, partition=0).get(60)
+            times.append(time.perf_counter() - start)
+        return times[records // 10 :]
+    finally:
+        producer.close(30)
+        admin.delete_topic(name)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -129,6 +155,7 @@ def main() -> None:
         "--records", type=int, default=200000, help="records per bulk run (per-record runs use a tenth)"
     )
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--latency-records", type=int, default=2000, help="sends per latency run")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-replication-")
     start_ray()
@@ -153,6 +180,16 @@ def main() -> None:
                 f"{label:<28}{row[True]:>14,.0f}{row[True] / base[True]:>8.2f}"
                 f"{row[False]:>14,.0f}{row[False] / base[False]:>8.2f}"
             )
+        cases = [("RF=1 acks=1 (baseline)", 1, "1"), ("RF=3 acks=all, min ISR 2", 3, "all")]
+        latency: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+        for r in range(2):  # alternated, so a noisy moment on the machine hits both alike
+            for label, rf, acks in cases:
+                latency[label] += send_latencies(cluster, admin, f"bench-lat-{rf}-{r}", rf, acks, args.latency_records)
+        base_p50 = _percentile(latency["RF=1 acks=1 (baseline)"], 0.5)
+        print(f"{'one send().get() at a time':<28}{'p50 ms':>10}{'p99 ms':>10}{'p50 ratio':>11}")
+        for label, times in latency.items():
+            p50 = _percentile(times, 0.5)
+            print(f"{label:<28}{p50 * 1000:>10.2f}{_percentile(times, 0.99) * 1000:>10.2f}{p50 / base_p50:>10.2f}x")
         times = failover_times(cluster, admin, args.kills)
         print(
             f"failover (leader killed -> first acks=all produce on the new leader), {len(times)} kills: "
