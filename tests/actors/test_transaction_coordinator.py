@@ -834,39 +834,63 @@ def test_an_add_that_stops_waiting_leaves_the_complete_commit_to_the_completion(
     assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
 
 
+def stand_in_add(actor, tid: str, count: int) -> None:
+    """A stand-in for an add waiting for the id's lock (``count`` 1), then giving up (0): what
+    _IdLock does for a real one, which cannot be timed to give up at that very moment."""
+
+    def run() -> None:
+        if count:
+            actor._adds_waiting[tid] = count
+        else:
+            actor._adds_waiting.pop(tid, None)
+            actor._resume_completion(tid)
+
+    # __ray_call__ runs beside the actor's event loop: do it there, as the actor would.
+    actor._load_task.get_loop().call_soon_threadsafe(run)
+
+
+def left_to_a_stand_in_add(cluster, admin, topic: str, tid: str, pid: int, epoch: int) -> None:
+    """EndTxn (commit) whose completion writes the markers and leaves the CompleteCommit to
+    a stand-in add that never comes: PrepareCommit, markers done, no completion running."""
+    coordinator = cluster.transaction_coordinator
+    admin.alter_configs(topic, {"min.insync.replicas": 2})
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 1))
+        wait_for(lambda: adds_waiting(coordinator, tid) == 1, 30, what="the stand-in add counted")
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    wait_for(lambda: markers_done(coordinator, tid) and not completing(coordinator, tid), 60, what="left to the add")
+    assert state_of(coordinator, tid).state == "PrepareCommit"
+
+
 def test_a_completion_left_to_an_add_that_gave_up_is_resumed(cluster, admin, new_topic, request):
     coordinator = cluster.transaction_coordinator
     topic = new_topic()
     tp = TopicPartition(topic, 0)
     tid = new_tid(request)
     pid, epoch = open_transaction(cluster, tid, tp, b"committed")
-
-    def stand_in(actor, count: int) -> None:
-        # A stand-in for an add waiting for the id's lock (count 1), then giving up (count 0):
-        # what _IdLock does for a real one, which cannot be timed to give up at that moment.
-        def run() -> None:
-            if count:
-                actor._adds_waiting[tid] = count
-            else:
-                actor._adds_waiting.pop(tid, None)
-                actor._resume_completion(tid)
-
-        # __ray_call__ runs beside the actor's event loop: do it there, as the actor would.
-        actor._load_task.get_loop().call_soon_threadsafe(run)
-
-    admin.alter_configs(topic, {"min.insync.replicas": 2})
-    try:
-        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
-        ray.get(coordinator.__ray_call__.remote(stand_in, 1))
-        wait_for(lambda: adds_waiting(coordinator, tid) == 1, 30, what="the stand-in add counted")
-    finally:
-        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
-    # The completion wrote the markers and left the CompleteCommit to the (stand-in) add.
-    wait_for(lambda: markers_done(coordinator, tid) and not completing(coordinator, tid), 60, what="left to the add")
-    assert state_of(coordinator, tid).state == "PrepareCommit"
+    left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
     # A retried EndTxn is answered at once meanwhile, as in any PrepareCommit.
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=30)
-    ray.get(coordinator.__ray_call__.remote(stand_in, 0))
+    ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 0))
     completed(coordinator, tid)
     assert state_log(cluster, tid)[-1] == ["CompleteCommit"]
     assert markers(read(cluster, tp).records) == [(pid, True)]
+
+
+def test_init_producer_id_completes_a_prepare_commit_whose_markers_are_done(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
+    # A new instance: the CompleteCommit first (the markers are not written again), then the bump.
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)), timeout=60)
+    assert (ident.producer_id, ident.epoch) == (pid, epoch + 1)
+    assert state_log(cluster, tid)[-3:] == [["PrepareCommit"], ["CompleteCommit"], ["Empty"]]
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    assert read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 2
+    ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 0))  # nothing owed: a no-op
+    assert state_of(coordinator, tid).state == "Empty" and not completing(coordinator, tid)
