@@ -20,10 +20,10 @@ CompleteX. Calls for one transactional id run one at a time (a per-id lock, wait
 _LOCK_WAIT_S, then CONCURRENT_TRANSACTIONS, which clients retry); EndTxn hands its lock over
 to the completion, so the id's next call (the next transaction's AddPartitionsToTxn, an
 InitProducerId) waits until the markers are in. When that next call is an AddPartitionsToTxn
-or AddOffsetsToTxn already waiting once the markers are in, the completion leaves its CompleteX
-to it, and the add appends CompleteX and its Ongoing as one batch: one replicated write where
-there were two in a row (a back-to-back producer's common case). A completion that fails is tried again with
-backoff until it succeeds or the actor closes; a call that finds an id in a Prepare state
+or AddOffsetsToTxn already waiting once the markers are in (a producer that starts its next
+transaction at once), the completion leaves its CompleteX to it, and the add appends CompleteX
+and its Ongoing as one batch: one replicated write where there were two in a row. A
+completion that fails is tried again with backoff until it succeeds or the actor closes; a call that finds an id in a Prepare state
 with no completion running starts one. An EndTxn in a Prepare state is answered at once (a
 retry of the decided outcome succeeds, the other is INVALID_TXN_STATE). A restarted coordinator replays the topic before serving (until then:
 CoordinatorLoadInProgressError) and completes every PrepareCommit/PrepareAbort it finds, so
