@@ -19,8 +19,11 @@ to every partition, the group coordinator told for ``__consumer_offsets`` partit
 CompleteX. Calls for one transactional id run one at a time (a per-id lock, waited for up to
 _LOCK_WAIT_S, then CONCURRENT_TRANSACTIONS, which clients retry); EndTxn hands its lock over
 to the completion, so the id's next call (the next transaction's AddPartitionsToTxn, an
-InitProducerId) waits until the markers are in. A completion that fails is tried again with
-backoff until it succeeds or the actor closes; a call that finds an id in a Prepare state
+InitProducerId) waits until the markers are in. When that next call is an AddPartitionsToTxn
+or AddOffsetsToTxn already waiting once the markers are in (a producer that starts its next
+transaction at once), the completion leaves its CompleteX to it, and the add appends CompleteX
+and its Ongoing as one batch: one replicated write where there were two in a row. A
+completion that fails is tried again with backoff until it succeeds or the actor closes; a call that finds an id in a Prepare state
 with no completion running starts one. An EndTxn in a Prepare state is answered at once (a
 retry of the decided outcome succeeds, the other is INVALID_TXN_STATE). A restarted coordinator replays the topic before serving (until then:
 CoordinatorLoadInProgressError) and completes every PrepareCommit/PrepareAbort it finds, so
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -111,6 +115,9 @@ class TransactionCoordinator(Coordinator):
         )
         self._abort_interval_s = self._config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
         self._locks: dict[str, asyncio.Lock] = {}
+        # Per id, the AddPartitionsToTxn/AddOffsetsToTxn calls waiting for its lock: a
+        # completion that finds one leaves its CompleteX to it (see _complete).
+        self._adds_waiting: dict[str, int] = {}
         self._completions: set[asyncio.Task] = set()  # background tasks, cancelled by close()
         self._closing = False
         self._group_coordinator: Any = None
@@ -288,13 +295,26 @@ class TransactionCoordinator(Coordinator):
         await self._add(request.transactional_id, request.producer_id, request.producer_epoch, {tp})
 
     async def _add(self, tid: str, producer_id: int, producer_epoch: int, wanted: set[TopicPartition]) -> None:
-        async with self._locked(tid):
-            # Still in a Prepare state although the lock is ours: no completion runs (the last
-            # one stopped); start one. The state manager answers CONCURRENT_TRANSACTIONS.
-            self._start_completion(tid)
-            transit = self.state.prepare_add_partitions(tid, producer_id, producer_epoch, wanted)
-            if transit is not None:
-                await self._transition(transit)
+        # Counted while it waits for the id's turn, so that the completion holding it leaves
+        # its CompleteX to this call; if the wait fails, the CompleteX is not left behind.
+        waiting = _IdLock(self._lock(tid), tid, waiting=self._adds_waiting, gave_up=self._resume_completion)
+        async with waiting as held:
+            if not self.state.markers_done(tid):
+                # Still in a Prepare state with markers owed although the lock is ours: no
+                # completion runs (the last one stopped); start one. The state manager answers
+                # CONCURRENT_TRANSACTIONS.
+                self._start_completion(tid)
+            plan = self.state.plan_add(tid, producer_id, producer_epoch, wanted)
+            if plan.transits:
+                try:
+                    await self._transitions(plan.transits)
+                except BaseException:
+                    if plan.complete is not None:
+                        # Still PrepareX with its markers done: a completion writes the CompleteX.
+                        self._start_completion(tid, held, fold=False)
+                    raise
+            if plan.refused is not None:
+                raise plan.refused
 
     async def end_txn(self, request: EndTxnRequest) -> None:
         """EndTxn: commit (``committed``) or abort. Returns once PrepareCommit/PrepareAbort is
@@ -385,14 +405,20 @@ class TransactionCoordinator(Coordinator):
 
     async def _transition(self, transit: TxnTransit) -> TransactionMetadata:
         """Make the transit's metadata the id's state: durable (acks=all) first, then in memory."""
-        await self._topic.append(self._partition_for(transit.transactional_id), [transit.record])
-        return self.state.complete_transition(transit)
+        return (await self._transitions((transit,)))[-1]
 
-    def _start_completion(self, tid: str, held: _IdLock | None = None) -> bool:
+    async def _transitions(self, transits: tuple[TxnTransit, ...]) -> list[TransactionMetadata]:
+        """Transits of one id, decided each from the one before: their records in one batch
+        (one replicated write to the id's partition), then applied in order."""
+        await self._topic.append(self._partition_for(transits[0].transactional_id), [t.record for t in transits])
+        return [self.state.complete_transition(t) for t in transits]
+
+    def _start_completion(self, tid: str, held: _IdLock | None = None, fold: bool = True) -> bool:
         """Complete the id's PrepareCommit/PrepareAbort in a background task, unless none is
         owed or one is claimed already (True when one started). ``held``: the caller holds the
         id's lock and hands it over; the task releases it when it ends, so the id's next call
-        waits for the completion. Without, the task waits for the lock like any call."""
+        waits for the completion. Without, the task waits for the lock like any call.
+        ``fold``: the completion may leave its CompleteX to an add waiting for the lock."""
         if self._closing or not self.state.claim_completion(tid):
             return False
         lock = held.hand_over() if held is not None else None
@@ -401,28 +427,38 @@ class TransactionCoordinator(Coordinator):
             self.state.release_completion(tid)
             if lock is not None:
                 lock.release()
+            self._resume_completion(tid)
 
-        self._spawn(self._run_completion(tid, lock is not None)).add_done_callback(ended)
+        self._spawn(self._run_completion(tid, lock is not None, fold)).add_done_callback(ended)
         return True
 
-    async def _run_completion(self, tid: str, locked: bool) -> None:
+    def _resume_completion(self, tid: str) -> None:
+        """A completion left the id's CompleteX to an add that is no longer waiting (it gave
+        up, or it was cancelled): start one that writes it, so that no id stays in a Prepare
+        state with nothing to complete it. A no-op when an add still waits (it writes the
+        CompleteX, or starts a completion if it cannot) or a completion is claimed."""
+        if self.state.markers_done(tid) and not self._adds_waiting.get(tid):
+            self._start_completion(tid)
+
+    async def _run_completion(self, tid: str, locked: bool, fold: bool) -> None:
         if locked:
-            await self._complete_retrying(tid)
+            await self._complete_retrying(tid, fold)
             return
         async with self._lock(tid):
-            await self._complete_retrying(tid)
+            await self._complete_retrying(tid, fold)
 
-    async def _complete_retrying(self, tid: str) -> None:
+    async def _complete_retrying(self, tid: str, fold: bool = False) -> None:
         """Complete the id's Prepare state (the caller holds its lock), trying again with
-        backoff after a failure until it is complete; it stops only when the actor closes
-        (the next coordinator's load completes it then)."""
+        backoff after a failure until it is complete, or (``fold``) left to a waiting add;
+        it stops only when the actor closes (the next coordinator's load completes it then)."""
         progress = _Progress()
         attempt = 0
         while self.state.completion_owed(tid):
             if self._closing:
                 raise CoordinatorNotAvailableError("the transaction coordinator is closing")
             try:
-                await self._complete(tid, progress)
+                if await self._complete(tid, progress, fold) is None:
+                    return
             except Exception as exc:  # noqa: BLE001 - retried: a completion is never dropped
                 attempt += 1
                 delay_ms = completion_backoff_ms(attempt)
@@ -436,9 +472,25 @@ class TransactionCoordinator(Coordinator):
                 )
                 await asyncio.sleep(delay_ms / 1000)
 
-    async def _complete(self, tid: str, progress: _Progress) -> TransactionMetadata:
+    async def _complete(self, tid: str, progress: _Progress, fold: bool) -> TransactionMetadata | None:
         """PrepareX -> markers everywhere -> group coordinator told -> CompleteX, durable.
-        ``progress`` keeps what an earlier attempt did, so that a retry does not repeat it."""
+        ``progress`` keeps what an earlier attempt did, so that a retry does not repeat it.
+        Markers done earlier (the state manager knows) are not written again. With ``fold``
+        and an add waiting for the id's lock, the CompleteX is left to that add (None)."""
+        if not self.state.markers_done(tid):
+            await self._write_markers(tid, progress)
+            self.state.record_markers_done(tid)
+        if fold and self._adds_waiting.get(tid):
+            # The next transaction's add is waiting for this lock: it appends the CompleteX
+            # with its own Ongoing, one replicated write instead of two in a row.
+            logger.debug("%r: markers written; the CompleteX goes with the next add", tid)
+            return None
+        done = await self._transition(self.state.prepare_complete(tid))
+        logger.debug("%r: %s", tid, done.state)
+        return done
+
+    async def _write_markers(self, tid: str, progress: _Progress) -> None:
+        """Every marker of the id's Prepare state, then the group coordinator told."""
         markers = self.state.markers(tid)
         commit = markers.result == TransactionResult.COMMIT
         state_partition = self._partition_for(tid)
@@ -457,9 +509,6 @@ class TransactionCoordinator(Coordinator):
         if markers.touches_offsets and not progress.told:
             await self._tell_group_coordinator(markers.producer_id, commit)
             progress.told = True
-        done = await self._transition(self.state.prepare_complete(tid))
-        logger.debug("%r: %s", tid, done.state)
-        return done
 
     async def _write_marker(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, state_partition: int, commit: bool
@@ -639,19 +688,44 @@ class _Progress:
 
 class _IdLock:
     """A transactional id's lock, waited for at most ``wait_s`` (then: retry later; None: no
-    limit). Held for the ``async with`` block, unless handed over to a completion."""
+    limit). Held for the ``async with`` block, unless handed over to a completion.
 
-    def __init__(self, lock: asyncio.Lock, tid: str, wait_s: float | None = _LOCK_WAIT_S) -> None:
+    ``waiting`` counts, per id, the callers waiting for the lock (from before the wait until
+    the lock is theirs); ``gave_up`` is called with the id when the wait ends without it."""
+
+    def __init__(
+        self,
+        lock: asyncio.Lock,
+        tid: str,
+        wait_s: float | None = _LOCK_WAIT_S,
+        waiting: dict[str, int] | None = None,
+        gave_up: Callable[[str], None] | None = None,
+    ) -> None:
         self._lock = lock
         self._tid = tid
         self._wait_s = wait_s
+        self._waiting = waiting
+        self._gave_up = gave_up
         self._handed = False
 
     async def __aenter__(self) -> _IdLock:
+        waiting, tid = self._waiting, self._tid
+        if waiting is not None:
+            waiting[tid] = waiting.get(tid, 0) + 1
+        acquired = False
         try:
             await asyncio.wait_for(self._lock.acquire(), self._wait_s)
+            acquired = True
         except TimeoutError:
-            raise ConcurrentTransactionsError(f"{self._tid!r}: another call on this id is still running") from None
+            raise ConcurrentTransactionsError(f"{tid!r}: another call on this id is still running") from None
+        finally:
+            if waiting is not None:
+                if waiting[tid] > 1:
+                    waiting[tid] -= 1
+                else:
+                    del waiting[tid]
+            if not acquired and self._gave_up is not None:
+                self._gave_up(tid)
         return self
 
     def hand_over(self) -> asyncio.Lock:

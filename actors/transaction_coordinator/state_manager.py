@@ -17,6 +17,14 @@ completion (markers, CompleteCommit/CompleteAbort) runs after the answer. The ma
 which ids have a completion claimed (:meth:`TransactionStateManager.claim_completion`), so
 that the shell starts one per id and never loses one: a call that finds an id in a Prepare
 state with none claimed starts it.
+
+A completion whose markers are written while the id's next AddPartitionsToTxn or
+AddOffsetsToTxn waits for its turn need not write CompleteCommit/CompleteAbort itself: it
+records that the markers are done (:meth:`TransactionStateManager.record_markers_done`, in
+memory only) and the add writes the CompleteX and its own Ongoing in one append
+(:meth:`TransactionStateManager.plan_add`), the log keeping Kafka's shape. Until then the id
+is in its Prepare state, with the CompleteX still owed: every other call sees what it sees
+today, and a completion claimed then writes only the CompleteX.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    KafkaError,
     ProducerFencedError,
 )
 
@@ -96,6 +105,23 @@ class EndTxnPlan:
     complete: bool
 
 
+@dataclass(frozen=True, slots=True)
+class AddPlan:
+    """What an AddPartitionsToTxn/AddOffsetsToTxn takes, written in one append in this order:
+    ``complete``, the CompleteX the previous transaction still owes (its markers are done),
+    then ``add``, the transaction with the partitions (None: nothing changes). ``refused``:
+    the add's error, answered once ``complete`` is durable (the add itself is not written)."""
+
+    complete: TxnTransit | None
+    add: TxnTransit | None
+    refused: KafkaError | None = None
+
+    @property
+    def transits(self) -> tuple[TxnTransit, ...]:
+        """The transits to write (their records in one append) and apply, in order."""
+        return tuple(t for t in (self.complete, self.add) if t is not None)
+
+
 # A completion that failed (the state partition's append, say) is tried again after
 # _COMPLETION_BACKOFF_MS doubling per attempt up to _COMPLETION_BACKOFF_MAX_MS (Kafka retries
 # its markers every retry.backoff.ms; the cap keeps a long outage from being hammered).
@@ -121,6 +147,10 @@ class TransactionStateManager:
         self._id_expiration_ms = id_expiration_ms
         self.txns: dict[str, TransactionMetadata] = {}
         self._completing: set[str] = set()  # ids whose completion is claimed (running or about to)
+        # Ids in a Prepare state whose markers are all written (and the group coordinator
+        # told): only the CompleteX is owed. In memory only: after a restart the markers are
+        # written again, which the partitions take as a duplicate.
+        self._markers_done: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.txns)
@@ -139,6 +169,7 @@ class TransactionStateManager:
             self.txns.pop(tid, None)
         else:
             self.txns[tid] = decode_value(tid, value, self._clock.wall_ms())
+        self._markers_done.discard(tid)
 
     def complete_transition(self, transit: TxnTransit) -> TransactionMetadata:
         """The transit's record is durable: its metadata is the id's state (a Dead id is
@@ -150,6 +181,7 @@ class TransactionStateManager:
             self.txns.pop(tid, None)
         else:
             self.txns[tid] = transit.target
+        self._markers_done.discard(tid)  # they were the previous state's
         return transit.target
 
     def pending_completions(self) -> list[str]:
@@ -180,6 +212,20 @@ class TransactionStateManager:
         """The id is in PrepareCommit/PrepareAbort: its markers and CompleteX are still owed."""
         txn = self.txns.get(transactional_id)
         return txn is not None and txn.state in PREPARE_STATES
+
+    def record_markers_done(self, transactional_id: str) -> bool:
+        """Every marker of the id's PrepareCommit/PrepareAbort is written (and the group
+        coordinator told): only its CompleteX is owed, which the id's next add may write with
+        its own record. False (nothing recorded) outside a Prepare state. Cleared by the id's
+        next transition."""
+        if not self.completion_owed(transactional_id):
+            return False
+        self._markers_done.add(transactional_id)
+        return True
+
+    def markers_done(self, transactional_id: str) -> bool:
+        """The id is in a Prepare state whose markers are all written: only the CompleteX is owed."""
+        return transactional_id in self._markers_done
 
     # -- InitProducerId -------------------------------------------------------------------
 
@@ -247,14 +293,22 @@ class TransactionStateManager:
     def owned(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
         """The id's metadata, if ``producer_id``/``producer_epoch`` are its current ones."""
         txn = self.txns.get(transactional_id)
-        if txn is None or txn.producer_id != producer_id:
+        if txn is None:
             raise InvalidProducerIdMappingError(f"producer {producer_id} is not the producer of {transactional_id!r}")
+        self._check_owner(txn, producer_id, producer_epoch)
+        return txn
+
+    @staticmethod
+    def _check_owner(txn: TransactionMetadata, producer_id: int, producer_epoch: int) -> None:
+        if txn.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"producer {producer_id} is not the producer of {txn.transactional_id!r}"
+            )
         if producer_epoch != txn.producer_epoch:
             raise ProducerFencedError(
-                f"{transactional_id!r}: epoch {producer_epoch} is not the current {txn.producer_epoch}; a newer "
+                f"{txn.transactional_id!r}: epoch {producer_epoch} is not the current {txn.producer_epoch}; a newer "
                 "producer took over or the transaction timed out"
             )
-        return txn
 
     def prepare_add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
@@ -262,14 +316,36 @@ class TransactionStateManager:
         """AddPartitionsToTxn (and AddOffsetsToTxn): the partitions join the transaction,
         which starts if none is open. None when they are in it already."""
         txn = self.owned(transactional_id, producer_id, producer_epoch)
+        return self._add_to(txn, partitions)
+
+    def _add_to(self, txn: TransactionMetadata, partitions: Iterable[TopicPartition]) -> TxnTransit | None:
         wanted = frozenset(partitions)
         if txn.state in PREPARE_STATES:
-            raise ConcurrentTransactionsError(f"{transactional_id!r}: the previous transaction is still completing")
+            raise ConcurrentTransactionsError(f"{txn.transactional_id!r}: the previous transaction is still completing")
         if txn.state == TransactionState.DEAD:
-            raise InvalidTxnStateError(f"{transactional_id!r} is dead")
+            raise InvalidTxnStateError(f"{txn.transactional_id!r} is dead")
         if txn.state == TransactionState.ONGOING and wanted <= txn.partitions:
             return None
         return TxnTransit(txn, txn.prepare_add_partitions(wanted, self._clock.wall_ms()))
+
+    def plan_add(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> AddPlan:
+        """AddPartitionsToTxn/AddOffsetsToTxn, folding in the CompleteX the previous
+        transaction owes when its markers are done: the add is decided against that CompleteX
+        (as if it were durable), and both go in one append. Refused (fenced, a wrong producer
+        id...), the CompleteX is still to write, and the error comes back in the plan; with
+        nothing to fold in, a refusal raises as :meth:`prepare_add_partitions` does."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or not self.markers_done(transactional_id):
+            return AddPlan(None, self.prepare_add_partitions(transactional_id, producer_id, producer_epoch, partitions))
+        complete = TxnTransit(txn, txn.prepare_complete(self._clock.wall_ms()))
+        try:
+            self._check_owner(complete.target, producer_id, producer_epoch)
+            add = self._add_to(complete.target, partitions)
+        except KafkaError as exc:
+            return AddPlan(complete, None, exc)
+        return AddPlan(complete, add)
 
     def end_txn_at_once(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> bool:
         """EndTxn decided without waiting for the id's other calls (its completion may hold the
@@ -372,4 +448,4 @@ class TransactionStateManager:
         return [t.start_ms for t in self.txns.values() if t.state in OPEN_STATES]
 
 
-__all__ = ["EndTxnPlan", "TransactionStateManager", "TxnMarkers", "TxnTransit", "completion_backoff_ms"]
+__all__ = ["AddPlan", "EndTxnPlan", "TransactionStateManager", "TxnMarkers", "TxnTransit", "completion_backoff_ms"]

@@ -15,7 +15,8 @@ import time
 import pytest
 import ray
 
-from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
+from actors.clock import SYSTEM
+from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for, transaction_partition_for
 from actors.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -32,6 +33,7 @@ from actors.protocol import (
     TxnOffsetCommitRequest,
 )
 from actors.transaction_coordinator import transaction_key
+from actors.transaction_coordinator.state_manager import TransactionStateManager
 from actors.types import OffsetAndMetadata, TopicPartition
 from rayqueue.errors import (
     ConcurrentTransactionsError,
@@ -664,3 +666,254 @@ def test_a_prepare_state_with_no_completion_running_gets_one(cluster, admin, new
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])), timeout=60)
     result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
+
+
+# -- CompleteX folded into the next transaction's first record -------------------------------------
+
+
+def state_records(cluster, tid: str) -> list[list[tuple[bytes, bytes | None]]]:
+    """The id's ``__transaction_state`` records as written, batch by batch."""
+    partitions = len(cluster.metadata([TRANSACTION_STATE_TOPIC]).topics[TRANSACTION_STATE_TOPIC].partitions)
+    tp = TopicPartition(TRANSACTION_STATE_TOPIC, transaction_partition_for(tid, partitions))
+    key = transaction_key(tid)
+    batches = ([(r.key, r.value) for r in batch if r.key == key] for batch in iter_batches(read(cluster, tp).records))
+    return [b for b in batches if b]
+
+
+def state_log(cluster, tid: str) -> list[list[str]]:
+    """The states the id's records write, batch by batch."""
+    return [[json.loads(v)["state"] if v is not None else "Dead" for _, v in b] for b in state_records(cluster, tid)]
+
+
+def adds_waiting(coordinator, tid: str) -> int:
+    return ray.get(coordinator.__ray_call__.remote(lambda self: self._adds_waiting.get(tid, 0)))
+
+
+def markers_done(coordinator, tid: str) -> bool:
+    return ray.get(coordinator.__ray_call__.remote(lambda self: self.state.markers_done(tid)))
+
+
+def add_waiting_for_the_markers(cluster, admin, topic: str, tid: str, pid: int, epoch: int, add_epoch: int):
+    """EndTxn (commit) of the open transaction while its markers cannot be written (the
+    topic wants two in-sync replicas and has one), an AddPartitionsToTxn (with ``add_epoch``)
+    waiting for the id's lock behind the completion; then the markers are let through."""
+    coordinator = cluster.transaction_coordinator
+    tp = TopicPartition(topic, 0)
+    admin.alter_configs(topic, {"min.insync.replicas": 2})
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        following = coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, add_epoch, [tp]))
+        wait_for(lambda: adds_waiting(coordinator, tid) == 1, 30, what="the next add waits for the lock")
+        assert state_of(coordinator, tid).state == "PrepareCommit" and not markers_done(coordinator, tid)
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    return following
+
+
+def test_the_next_add_writes_complete_commit_and_its_ongoing_in_one_batch(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"first")
+    following = add_waiting_for_the_markers(cluster, admin, topic, tid, pid, epoch, epoch)
+    ray.get(following, timeout=60)
+    desc = state_of(coordinator, tid)
+    assert desc.state == "Ongoing" and desc.partitions == (tp,) and not completing(coordinator, tid)
+    # Kafka's log shape, the last two records in one batch: one replicated write.
+    assert state_log(cluster, tid) == [["Empty"], ["Ongoing"], ["PrepareCommit"], ["CompleteCommit", "Ongoing"]]
+    # A load of that log (the coordinator's replay) comes out in the same state, nothing owed.
+    loaded = TransactionStateManager(SYSTEM)
+    for batch in state_records(cluster, tid):
+        for key, value in batch:
+            loaded.replay(key, value)
+    assert loaded.get(tid).state == "Ongoing" and loaded.get(tid).partitions == {tp}
+    assert tid not in loaded.pending_completions()
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+
+    # The second transaction commits with no add waiting: its completion writes CompleteCommit.
+    produce(cluster, tp, pid, epoch, 1, [b"second"])
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    completed(coordinator, tid)
+    assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
+    consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=50)
+    try:
+        consumer.assign([tp])
+        assert [r.value for r in consume_all(consumer, 2)] == [b"first", b"second"]
+    finally:
+        consumer.close()
+
+
+def test_back_to_back_transactions_of_a_producer_are_all_read_committed(cluster, new_topic, request):
+    topic = new_topic(2)
+    tid = new_tid(request)
+    producer = cluster.producer(transactional_id=tid, acks="all", linger_ms=5)
+    try:
+        producer.init_transactions()
+        for t in range(6):
+            producer.begin_transaction()
+            for i in range(4):
+                producer.send(topic, b"%d-%d" % (t, i), key=b"%d" % i)
+            producer.commit_transaction()
+    finally:
+        producer.close(30)
+    completed(cluster.transaction_coordinator, tid)
+    log = state_log(cluster, tid)
+    # Every CompleteCommit went alone or with the next transaction's Ongoing; each of the six
+    # transactions was prepared and completed once.
+    assert all(len(b) == 1 or b == ["CompleteCommit", "Ongoing"] for b in log), log
+    states = [s for b in log for s in b]
+    assert states.count("PrepareCommit") == 6 and states.count("CompleteCommit") == 6
+    assert states[-2:] == ["PrepareCommit", "CompleteCommit"]
+    consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=50)
+    try:
+        consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        got = sorted(r.value for r in consume_all(consumer, 24))
+    finally:
+        consumer.close()
+    assert got == sorted(b"%d-%d" % (t, i) for t in range(6) for i in range(4))
+
+
+def test_an_add_refused_after_the_markers_still_leaves_the_id_in_complete_commit(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    fenced = add_waiting_for_the_markers(cluster, admin, topic, tid, pid, epoch, epoch + 1)
+    with pytest.raises(ProducerFencedError):
+        ray.get(fenced, timeout=60)
+    # Written before the error was answered, alone.
+    assert state_of(coordinator, tid).state == "CompleteCommit" and not completing(coordinator, tid)
+    assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    assert read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 2
+
+
+def test_a_folded_append_that_fails_leaves_a_completion_that_writes_only_complete_commit(
+    cluster, admin, new_topic, request
+):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+
+    def fail_folded_append(actor) -> None:
+        # The first append of two records of this id (CompleteCommit + Ongoing) fails.
+        topic_ = actor._topic
+        original = topic_.append
+        topic_.injected_failures = 0
+
+        async def append(p, records, *args, **kwargs):
+            if topic_.injected_failures < 1 and len(records) == 2 and records[0][0] == transaction_key(tid):
+                topic_.injected_failures += 1
+                raise CoordinatorNotAvailableError("injected: __transaction_state is not writable")
+            return await original(p, records, *args, **kwargs)
+
+        topic_.append = append
+
+    def restore(actor) -> int:
+        failures = actor._topic.injected_failures
+        del actor._topic.append, actor._topic.injected_failures
+        return failures
+
+    ray.get(coordinator.__ray_call__.remote(fail_folded_append))
+    try:
+        following = add_waiting_for_the_markers(cluster, admin, topic, tid, pid, epoch, epoch)
+        with pytest.raises(CoordinatorNotAvailableError):
+            ray.get(following, timeout=60)
+        completed(coordinator, tid)  # the completion the failed add started
+    finally:
+        assert ray.get(coordinator.__ray_call__.remote(restore)) == 1
+    assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
+    assert markers(read(cluster, tp).records) == [(pid, True)]  # not written again
+    wait_for(lambda: not completing(coordinator, tid), 30, what="the completion ended")
+    # The client's retry starts the next transaction.
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])), timeout=60)
+    assert state_of(coordinator, tid).state == "Ongoing"
+
+
+def test_an_add_that_stops_waiting_leaves_the_complete_commit_to_the_completion(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    admin.alter_configs(topic, {"min.insync.replicas": 2})  # the markers wait
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        following = coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp]))
+        wait_for(lambda: adds_waiting(coordinator, tid) == 1, 30, what="the next add waits for the lock")
+        ray.cancel(following)  # its client went away
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(following, timeout=30)
+        wait_for(lambda: adds_waiting(coordinator, tid) == 0, 30, what="the cancelled add no longer counted")
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    completed(coordinator, tid)  # nobody waits: the completion wrote it
+    wait_for(lambda: not completing(coordinator, tid), 30, what="the completion ended")
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
+
+
+def stand_in_add(actor, tid: str, count: int) -> None:
+    """A stand-in for an add waiting for the id's lock (``count`` 1), then giving up (0): what
+    _IdLock does for a real one, which cannot be timed to give up at that very moment."""
+
+    def run() -> None:
+        if count:
+            actor._adds_waiting[tid] = count
+        else:
+            actor._adds_waiting.pop(tid, None)
+            actor._resume_completion(tid)
+
+    # __ray_call__ runs beside the actor's event loop: do it there, as the actor would.
+    actor._load_task.get_loop().call_soon_threadsafe(run)
+
+
+def left_to_a_stand_in_add(cluster, admin, topic: str, tid: str, pid: int, epoch: int) -> None:
+    """EndTxn (commit) whose completion writes the markers and leaves the CompleteCommit to
+    a stand-in add that never comes: PrepareCommit, markers done, no completion running."""
+    coordinator = cluster.transaction_coordinator
+    admin.alter_configs(topic, {"min.insync.replicas": 2})
+    try:
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
+        ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 1))
+        wait_for(lambda: adds_waiting(coordinator, tid) == 1, 30, what="the stand-in add counted")
+    finally:
+        admin.alter_configs(topic, delete_configs=["min.insync.replicas"])
+    wait_for(lambda: markers_done(coordinator, tid) and not completing(coordinator, tid), 60, what="left to the add")
+    assert state_of(coordinator, tid).state == "PrepareCommit"
+
+
+def test_a_completion_left_to_an_add_that_gave_up_is_resumed(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
+    # A retried EndTxn is answered at once meanwhile, as in any PrepareCommit.
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=30)
+    ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 0))
+    completed(coordinator, tid)
+    assert state_log(cluster, tid)[-1] == ["CompleteCommit"]
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+
+
+def test_init_producer_id_completes_a_prepare_commit_whose_markers_are_done(cluster, admin, new_topic, request):
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
+    # A new instance: the CompleteCommit first (the markers are not written again), then the bump.
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)), timeout=60)
+    assert (ident.producer_id, ident.epoch) == (pid, epoch + 1)
+    assert state_log(cluster, tid)[-3:] == [["PrepareCommit"], ["CompleteCommit"], ["Empty"]]
+    assert markers(read(cluster, tp).records) == [(pid, True)]
+    assert read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 2
+    ray.get(coordinator.__ray_call__.remote(stand_in_add, tid, 0))  # nothing owed: a no-op
+    assert state_of(coordinator, tid).state == "Empty" and not completing(coordinator, tid)

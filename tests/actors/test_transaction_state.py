@@ -339,6 +339,109 @@ def test_a_loaded_prepare_state_is_owed_a_completion(txns, clock):
     assert loaded.claim_completion(TID) and not loaded.claim_completion("other")
 
 
+# -- CompleteX folded into the next transaction's first record ------------------------------------
+
+
+def prepared(txns: TransactionStateManager, commit: bool, partitions=(TP0,)) -> TransactionMetadata:
+    """A transaction on ``partitions`` ended: its PrepareX durable, its markers not yet written."""
+    add(txns, partitions)
+    return durable(txns, txns.end_txn(TID, PID, 0, commit).prepare)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_once_the_markers_are_done_the_next_add_writes_complete_x_and_ongoing_together(txns, clock, commit):
+    init(txns)
+    before = prepared(txns, commit, (TP0, OFFSETS_TP))
+    assert not txns.markers_done(TID)
+    assert txns.record_markers_done(TID) and txns.markers_done(TID)
+    assert txns.completion_owed(TID)  # in memory only: the CompleteX is still owed
+    clock.advance(25)
+    plan = txns.plan_add(TID, PID, 0, [TP1])
+    assert plan.refused is None and plan.transits == (plan.complete, plan.add)
+    # The CompleteX is decided from the PrepareX, the add from that CompleteX (not yet applied).
+    done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+    assert plan.complete.previous is before and plan.complete.target.state == done
+    assert plan.add.previous is plan.complete.target
+    assert plan.add.target.state == TransactionState.ONGOING and plan.add.target.partitions == {TP1}
+    assert plan.add.target.start_ms == clock.wall_ms() and plan.add.target.producer_epoch == 0
+    assert txns.get(TID) is before  # nothing applied before the append is durable
+    # Applied in order once the one append is durable; a replay of the two records agrees.
+    records = [t.record for t in plan.transits]
+    assert [json.loads(v)["state"] for _, v in records] == [done, TransactionState.ONGOING]
+    for transit in plan.transits:
+        durable(txns, transit)
+    assert txns.get(TID) == plan.add.target and not txns.markers_done(TID)
+    replayed = TransactionStateManager(ManualClock(), MAX_TIMEOUT_MS, EXPIRATION_MS)
+    for key, value in [(transaction_key(TID), encode_value(before)), *records]:
+        replayed.replay(key, value)
+    assert replayed.get(TID) == txns.get(TID) and replayed.pending_completions() == []
+
+
+def test_without_the_markers_done_an_add_in_a_prepare_state_is_concurrent_transactions(txns):
+    init(txns)
+    assert not txns.record_markers_done(TID)  # Empty: no markers owed
+    add(txns, [TP0])
+    assert not txns.record_markers_done(TID) and not txns.markers_done(TID)  # Ongoing
+    assert not txns.record_markers_done("unknown")
+    durable(txns, txns.end_txn(TID, PID, 0, True).prepare)
+    with pytest.raises(ConcurrentTransactionsError):
+        txns.plan_add(TID, PID, 0, [TP1])
+    # Nothing to fold in: the add alone, as prepare_add_partitions decides it.
+    durable(txns, txns.prepare_complete(TID))
+    plan = txns.plan_add(TID, PID, 0, [TP1])
+    assert plan.complete is None and plan.refused is None and plan.transits == (plan.add,)
+    assert plan.add.target.state == TransactionState.ONGOING
+
+
+@pytest.mark.parametrize(
+    "pid, epoch, error",
+    [(PID, 1, ProducerFencedError), (PID, -1, ProducerFencedError), (PID + 1, 0, InvalidProducerIdMappingError)],
+)
+def test_a_refused_add_still_yields_the_complete_x(txns, pid, epoch, error):
+    init(txns)
+    prepared(txns, True)
+    txns.record_markers_done(TID)
+    plan = txns.plan_add(TID, pid, epoch, [TP1])
+    assert isinstance(plan.refused, error) and plan.add is None
+    assert plan.transits == (plan.complete,) and plan.complete.target.state == TransactionState.COMPLETE_COMMIT
+    assert durable(txns, plan.complete).state == TransactionState.COMPLETE_COMMIT
+    assert not txns.markers_done(TID) and not txns.completion_owed(TID)
+
+
+def test_markers_done_is_cleared_by_every_transition_and_by_replay(txns, clock):
+    init(txns)
+    prepared(txns, True)
+    # The completion wrote the CompleteX itself (no add was waiting).
+    txns.record_markers_done(TID)
+    durable(txns, txns.prepare_complete(TID))
+    assert not txns.markers_done(TID)
+    # The next transaction's PrepareX owes its markers again.
+    prepared(txns, False)
+    assert not txns.markers_done(TID)
+    # InitProducerId in PrepareX: the completion writes only the CompleteX, then the bump.
+    txns.record_markers_done(TID)
+    durable(txns, txns.prepare_complete(TID))
+    durable(txns, txns.prepare_init(TID, TIMEOUT_MS))
+    assert not txns.markers_done(TID)
+    # A replayed record (a reload) owes the markers again: they are written again.
+    txns.complete_transition(txns.plan_add(TID, PID, 1, [TP0]).add)
+    txns.complete_transition(txns.end_txn(TID, PID, 1, True).prepare)
+    txns.record_markers_done(TID)
+    txns.replay(*TxnTransit(None, txns.get(TID)).record)
+    assert not txns.markers_done(TID) and txns.pending_completions() == [TID]
+
+
+def test_a_folded_plan_decided_from_a_state_that_moved_on_is_refused(txns):
+    init(txns)
+    prepared(txns, True)
+    txns.record_markers_done(TID)
+    plan = txns.plan_add(TID, PID, 0, [TP1])
+    durable(txns, txns.prepare_complete(TID))  # something else wrote the CompleteX meanwhile
+    with pytest.raises(ConcurrentTransactionsError):
+        txns.complete_transition(plan.complete)
+    assert txns.get(TID).state == TransactionState.COMPLETE_COMMIT
+
+
 def test_a_failed_completion_backs_off_exponentially_up_to_a_cap():
     waits = [completion_backoff_ms(attempt) for attempt in range(1, 12)]
     assert waits[:4] == [100, 200, 400, 800]
