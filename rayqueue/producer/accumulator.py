@@ -488,7 +488,26 @@ class RecordAccumulator:
                     weight = 1
                 self._in_flight[tp] += weight
                 drained.append((tp, batches, weight))
+        if partitions is not None and not adding_partitions:
+            # Kafka's client adds a partition to the transaction at its first send(), so the
+            # add runs while the batch lingers rather than after it.
+            for tp in self._unadded_open(partitions):
+                if tp not in new_partitions:
+                    new_partitions.append(tp)
         return drained, new_partitions
+
+    def _unadded_open(self, partitions: Any) -> list[TopicPartition]:
+        return [b.tp for b in self._open.values() if b.records and b.tp not in partitions]
+
+    def has_partitions_to_add(self, adding_partitions: bool) -> bool:
+        """Whether a transaction has records for a partition it has not added (nor is adding):
+        the sender adds it at once (with the lock held)."""
+        if not self._transactional or adding_partitions:
+            return False
+        txn = self._txn
+        if not txn.has_producer_id or txn.failed is not None:
+            return False
+        return bool(self._unadded_open(txn.partitions))
 
     def request_done(self, tp: TopicPartition, weight: int) -> None:
         """A produce call of ``tp`` has its outcome; the last one unmutes the partition."""

@@ -209,7 +209,7 @@ class Sender:
                 return not self._transactional and acc.has_queued()
             if txn.epoch_bump_needed and not self._transactional:
                 return not self._requests_in_flight and not self._unresolved
-        return acc.has_sendable(now, self._adding_partitions)
+        return acc.has_sendable(now, self._adding_partitions) or acc.has_partitions_to_add(self._adding_partitions)
 
     def _next_wait(self) -> float:
         now = time.monotonic()
