@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from storage import extensions
 from storage.batch_header import HEADER_SIZE, BatchHeader
 from storage.errors import CorruptRecordError, RecordTooLargeError
-from storage.records.reader import Record
 from tests import twins
 
 pytestmark = pytest.mark.skipif(
@@ -142,8 +141,8 @@ def check_all(region: bytes, count: int, **fields) -> None:
     start, end = len(prefix), len(data)
     same_results("_decode_records", data, start, end, h)
     pure_iter, compiled_iter = pair("_iter_records")
-    expected = outcome(lambda: list(pure_iter(Record, data, start, end, h)))
-    got = outcome(lambda: list(compiled_iter(Record, data, start, end, h)))
+    expected = outcome(lambda: list(pure_iter(data, start, end, h)))
+    got = outcome(lambda: list(compiled_iter(data, start, end, h)))
     assert got == expected
     if count:
         same_results("_walk_records", data, start, end, h)
