@@ -1,7 +1,8 @@
 """Record batch codec benchmark: the compiled and pure-Python twins side by side, 100-byte records.
 
 Measures rayqueue's per-record paths (``RecordBatchBuilder.append``, iterating
-``RecordBatch``) and its bulk paths (``append_many``/``from_columns``, ``decode_columns``)
+``RecordBatch``, the Consumer's records of a fetch) and its bulk paths
+(``append_many``/``from_columns``, ``decode_columns``)
 with each twin of the codec (``storage.extensions.using``), and in the same process the
 baselines: aiokafka's compiled record builder and reader (the targets: the compiled
 ``append`` and iteration at 1.0x or more) and kafka-python's pure-Python codec. Batches
@@ -20,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -28,7 +30,7 @@ import pyarrow as pa  # noqa: E402
 
 from storage import extensions  # noqa: E402
 from storage.records.builder import RecordBatchBuilder  # noqa: E402
-from storage.records.columns import decode_columns  # noqa: E402
+from storage.records.columns import decode_columns, decode_rows, iter_rows  # noqa: E402
 from storage.records.reader import RecordBatch  # noqa: E402
 
 VALUE_SIZE = 100
@@ -40,6 +42,20 @@ AIOKAFKA_ROWS = {
     "RecordBatchBuilder.append, one at a time": "aiokafka_encode",
     "RecordBatch iteration": "aiokafka_decode",
 }
+
+
+class _ConsumerShaped(NamedTuple):
+    """The fields of rayqueue.ConsumerRecord (whose module imports Ray)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    leader_epoch: int
 
 
 def _rate(fn: Callable[[], object], records: int, min_seconds: float = 0.6) -> float:
@@ -109,6 +125,13 @@ def _bench_twin(kind: str, records_per_batch: int, min_seconds: float) -> dict[s
     def decode_iter_varied() -> int:
         return sum(1 for _ in RecordBatch(batch_varied))
 
+    def consumer_records() -> int:
+        # What the Consumer does with a fetch answer: the rows in one pass, then one
+        # ConsumerRecord-shaped named tuple built per record as it is taken.
+        rows = decode_rows(fetch, min_offset=0)
+        records, _ = iter_rows(rows, _ConsumerShaped, ("topic", 0), (0,), rows.offset.tolist())
+        return sum(1 for _ in records)
+
     return {
         "RecordBatchBuilder.append, one at a time": _rate(encode_append, n, min_seconds),
         "append_many (list of bytes)": _rate(encode_many, n, min_seconds),
@@ -117,6 +140,7 @@ def _bench_twin(kind: str, records_per_batch: int, min_seconds: float) -> dict[s
         "RecordBatch iteration": _rate(decode_iter, n, min_seconds),
         "RecordBatch iteration, 50-150 bytes": _rate(decode_iter_varied, n, min_seconds),
         "decode_columns (4 batches)": _rate(lambda: len(decode_columns(fetch)), 4 * n, min_seconds),
+        "decode_rows + iter_rows (Consumer, 4)": _rate(consumer_records, 4 * n, min_seconds),
         "decode_columns, 50-150 bytes": _rate(lambda: len(decode_columns(batch_varied)), n, min_seconds),
     }
 

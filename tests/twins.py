@@ -17,7 +17,6 @@ from types import ModuleType
 # Every module that has a twin, imported now so that its twins are registered before a
 # fixture switches them.
 import actors.internal_topic
-import rayqueue.consumer.fetcher
 import rayqueue.producer.accumulator
 import storage.cleaner
 import storage.legacy
@@ -30,7 +29,6 @@ from storage import extensions
 # The modules that build batches with the builder class they imported by name.
 BUILDER_IMPORTERS: tuple[ModuleType, ...] = (
     actors.internal_topic,
-    rayqueue.consumer.fetcher,
     rayqueue.producer.accumulator,
     storage.cleaner,
     storage.legacy,

@@ -15,8 +15,8 @@ Each partition keeps one fetch in flight to its leader (a long-poll actor call),
 of several partitions proceed in parallel and the next fetch is already under way while the
 application works through the previous one. Fetched batches are decoded on the client (the
 broker hands out the stored bytes as they are) into columns; the records themselves are
-built one at a time as the application takes them (``_Chunk``). A Ray Data read decodes into
-Arrow tables instead (its own ``decode``).
+built one at a time, in C, as the application takes them (``_Chunk``). A Ray Data read
+decodes into Arrow tables instead (its own ``decode``).
 
 With ``isolation.level=read_committed`` the batches of aborted transactions are dropped as
 Kafka's Fetcher does, from the aborted transactions each fetch answer lists (per batch, never
@@ -32,13 +32,12 @@ elsewhere. Other partitions go on.
 from __future__ import annotations
 
 import collections
-import functools
 import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice, repeat
+from itertools import islice
 from operator import length_hint
 from typing import Any, NamedTuple
 
@@ -53,8 +52,7 @@ from rayqueue.metadata import MetadataCache
 from rayqueue.metrics import ClientMetrics
 from storage.errors import CorruptRecordError, KafkaError, OffsetOutOfRangeError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.records.builder import RecordBatchBuilder
-from storage.records.columns import decode_columns
+from storage.records.columns import RecordRows, decode_rows, iter_rows
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +75,6 @@ class ConsumerRecord(NamedTuple):
     leader_epoch: int
 
 
-# map(tuple.__new__, repeat(ConsumerRecord), rows) builds records in C, skipping NamedTuple's
-# Python-level __new__ (measured: about 90 ns a record, against 110 with functools.partial).
-_tuple_new = tuple.__new__
-_RECORD_TYPE = repeat(ConsumerRecord)
-
 # Fetches per partition, answers buffered plus under way (bounds the client's memory), and
 # how many of them may be under way at once by default (the second at a predicted offset).
 _MAX_FETCHES = 3
@@ -94,47 +87,45 @@ _GC_PAUSE_MIN = 1000
 class _Chunk:
     """The decoded records of one fetch answer, built one by one as they are taken.
 
-    The columns are Python lists made by a few vectorized calls per fetch; ``records`` is
-    a lazy ``map`` over their ``zip``, so a record tuple exists only from the moment the
-    application takes it. Iterating the consumer therefore costs one C-level step per record
-    and leaves the cyclic GC nothing to scan (records taken and dropped one at a time keep
-    its allocation count flat); a whole fetch's worth of young tuples built at once made the
-    GC rescan them on every collection.
+    The fetch is decoded into row columns over its bytes (``decode_rows``: one pass in C
+    per fetch); ``records`` builds each ConsumerRecord from them in C at the moment the
+    application takes it (``iter_rows``): its offset from ``offsets``, its key and value
+    copied out of the fetched bytes. Iterating the consumer therefore costs one C-level
+    step per record and leaves the cyclic GC nothing to scan (records taken and dropped one
+    at a time keep its allocation count flat); a whole fetch's worth of young tuples built
+    at once made the GC rescan them on every collection.
 
-    ``cursor`` is the iterator over ``offsets`` inside the zip: its length hint tells how
-    many records are left, so the exact position is known at any moment, and clearing
-    ``offsets`` stops the chunk (seek, revocation) even while the application iterates it.
+    ``cursor`` counts the records left (its ``length_hint``), so the exact position is known
+    at any moment; clearing ``offsets`` stops the chunk (seek, revocation) even while the
+    application iterates it.
     """
 
-    __slots__ = ("offsets", "columns", "cursor", "records", "end_offset", "_meta")
+    __slots__ = ("offsets", "rows", "start", "keys", "values", "cursor", "records", "end_offset", "_meta")
 
     def __init__(
         self,
         tp: TopicPartition,
         leader_epoch: int,
+        rows: RecordRows | None,
+        start: int,
         offsets: list[int],
-        columns: tuple[Any, Any, Any, Any, Any],
+        keys: list[Any] | None,
+        values: list[Any] | None,
         end_offset: int,
     ) -> None:
-        # Each column is a list, or a repeat() when every record has the same value.
-        timestamps, types, keys, values, headers = columns
         self.offsets = offsets
-        self.columns = columns
-        self.cursor = iter(offsets)
+        self.rows = rows
+        self.start = start  # the row of rows that offsets[0] is
+        self.keys = keys  # deserialized, aligned with offsets (None: the raw bytes)
+        self.values = values
         self.end_offset = end_offset  # the position once every record is taken
         self._meta = (tp, leader_epoch)
-        rows = zip(
-            repeat(tp.topic),
-            repeat(tp.partition),
-            self.cursor,
-            timestamps,
-            types,
-            keys,
-            values,
-            headers,
-            repeat(leader_epoch),
-        )
-        self.records: Iterator[ConsumerRecord] = map(_tuple_new, _RECORD_TYPE, rows)
+        if rows is None:
+            self.records, self.cursor = iter(()), iter(())
+        else:
+            self.records, self.cursor = iter_rows(
+                rows, ConsumerRecord, (tp.topic, tp.partition), (leader_epoch,), offsets, start, keys, values
+            )
 
     def remaining(self) -> int:
         """Records not taken yet."""
@@ -168,31 +159,19 @@ class _Chunk:
         """A new chunk of the records not taken yet; this one stops."""
         left = length_hint(self.cursor)
         i = len(self.offsets) - left
-        columns = tuple(c[i:] if type(c) is list else c for c in self.columns)
-        rest = _Chunk(*self._meta, self.offsets[i:], columns, self.end_offset)  # type: ignore[arg-type]
+        keys = None if self.keys is None else self.keys[i:]
+        values = None if self.values is None else self.values[i:]
+        rest = _Chunk(*self._meta, self.rows, self.start + i, self.offsets[i:], keys, values, self.end_offset)
         self.stop()
         return rest
-
-
-@functools.cache
-def _warm_decoder() -> None:
-    """Decode one tiny batch, once per process.
-
-    pyarrow imports pandas lazily the first time the decoder builds its columns (about
-    0.2 s here); paying that when a consumer is created keeps it off the first fetch.
-    """
-    builder = RecordBatchBuilder()
-    builder.append(b"v", key=b"k", timestamp=0, headers=[("h", b"")])
-    cols = decode_columns(builder.build(), headers=True)
-    cols.value.to_pylist()
-    cols.headers.to_pylist()
 
 
 class RecordDecoder:
     """Decodes fetched batches into chunks of ConsumerRecords (the Consumer's decoder).
 
-    Columns are decoded vectorized; the only per-record work is building the tuple when the
-    application takes it (and the user's deserializers, if any).
+    One pass in C per fetch finds every record's fields; the only per-record work is
+    building the ConsumerRecord when the application takes it (and the user's
+    deserializers, if any, applied to the whole fetch).
     """
 
     def __init__(
@@ -204,35 +183,23 @@ class RecordDecoder:
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._check_crcs = check_crcs
-        _warm_decoder()
 
     def __call__(self, tp: TopicPartition, fetched: CompletedFetch, end_offset: int) -> _Chunk:
         """The records ``fetched`` holds from its position on, as a chunk whose position ends
         at ``end_offset``; CorruptRecordError when a batch cannot be read."""
         data = fetched.visible_records()
         leader_epoch = fetched.response.leader_epoch
-        cols = decode_columns(data, headers=True, check_crc=self._check_crcs, min_offset=fetched.position)
-        if len(cols) == 0:
-            return _Chunk(tp, leader_epoch, [], ([], [], [], [], []), end_offset)
-        keys: Any = repeat(None) if cols.key.null_count == len(cols) else cols.key.to_pylist()
-        values = cols.value.to_pylist()
-        if self._key_deserializer is not None and type(keys) is list:
-            keys = [None if k is None else self._key_deserializer(k) for k in keys]
+        rows = decode_rows(data, check_crc=self._check_crcs, min_offset=fetched.position)
+        if len(rows) == 0:
+            return _Chunk(tp, leader_epoch, None, 0, [], None, None, end_offset)
+        keys = values = None
+        if self._key_deserializer is not None:
+            deserialize = self._key_deserializer
+            keys = [None if k is None else deserialize(k) for k in rows.keys()]
         if self._value_deserializer is not None:
-            values = [None if v is None else self._value_deserializer(v) for v in values]
-        headers: Any = repeat(())
-        if cols.headers is not None and len(cols.headers.values):
-            headers = [tuple((h["key"], h["value"]) for h in hs) for hs in cols.headers.to_pylist()]
-        types = cols.timestamp_type
-        same_type = types[0] == types[-1] and (types == types[0]).all()
-        columns = (
-            cols.timestamp.tolist(),
-            repeat(int(types[0])) if same_type else types.tolist(),
-            keys,
-            values,
-            headers,
-        )
-        return _Chunk(tp, leader_epoch, cols.offset.tolist(), columns, end_offset)
+            deserialize = self._value_deserializer
+            values = [None if v is None else deserialize(v) for v in rows.values()]
+        return _Chunk(tp, leader_epoch, rows, 0, rows.offset.tolist(), keys, values, end_offset)
 
 
 Decoder = Callable[[TopicPartition, CompletedFetch, int], Any]

@@ -1,8 +1,10 @@
 """Decoding many record batches into columns at once: what the consumer and Ray Data use.
 
 ``decode_columns`` turns a buffer of consecutive batches (a fetch answer) into numpy/Arrow
-columns with the names and types of Spark's Kafka source. Its pass over every record,
-``_parse_columns``, is a kernel with a compiled twin
+columns with the names and types of Spark's Kafka source (Ray Data and Spark read these);
+``decode_rows`` into row columns over the buffer, of which ``iter_rows`` builds records one
+at a time (the Consumer). The pass over every record, ``_parse_columns``, and the building
+of records, ``_iter_rows``, are kernels with a compiled twin
 (``storage/records/_compiled/columns.pyx``, picked at import: :mod:`storage.extensions`);
 the pure one decodes varints a column at a time with numpy, and keys/values are cut out of
 the buffer by Arrow's ``take``.
@@ -10,7 +12,9 @@ the buffer by Arrow's ``take``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -21,7 +25,7 @@ from storage.batch_header import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader
 from storage.errors import CorruptRecordError
 from storage.extensions import load, pick
 from storage.records import Buffer
-from storage.records.reader import _locate, _parse_np, iter_batches
+from storage.records.reader import _locate, _parse_np, _slices, iter_batches
 
 _MAX_INT32 = 2**31 - 1
 
@@ -88,10 +92,43 @@ def _binary_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     return column
 
 
-def decode_columns(
-    buf: Buffer, *, headers: bool = False, check_crc: bool = True, min_offset: int | None = None
-) -> RecordColumns:
-    """Decode every record of a buffer of consecutive batches into columns.
+@dataclass(frozen=True, slots=True)
+class RecordRows:
+    """Records of many batches as row columns pointing into one buffer (control batches left out).
+
+    ``data`` holds the records' bytes (``arr`` is its uint8 view): the fetch answer itself,
+    or, when a batch was compressed, one buffer of every batch's records. ``offset``,
+    ``timestamp`` (int64), ``timestamp_type`` (int32) and the key and value starts and
+    lengths (int64; length -1 for null) are numpy arrays, one row per record; ``headers``
+    maps the rows that have headers to them. :func:`decode_columns` makes Arrow columns of
+    them; :func:`iter_rows` builds records of them one at a time (the Consumer).
+    """
+
+    data: Buffer
+    arr: np.ndarray
+    offset: np.ndarray
+    timestamp: np.ndarray
+    timestamp_type: np.ndarray
+    kstart: np.ndarray
+    klen: np.ndarray
+    vstart: np.ndarray
+    vlen: np.ndarray
+    headers: dict[int, tuple]
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def keys(self, start: int = 0) -> list[bytes | None]:
+        """The keys of the rows from ``start`` as bytes (None for a null key)."""
+        return _slices(bytes(self.data), self.kstart[start:].tolist(), self.klen[start:].tolist())
+
+    def values(self, start: int = 0) -> list[bytes | None]:
+        """The values of the rows from ``start`` as bytes (None for a null value)."""
+        return _slices(bytes(self.data), self.vstart[start:].tolist(), self.vlen[start:].tolist())
+
+
+def decode_rows(buf: Buffer, *, check_crc: bool = True, min_offset: int | None = None) -> RecordRows:
+    """Decode every record of a buffer of consecutive batches into row columns.
 
     Control batches are skipped; a partial batch at the end is ignored. With
     ``min_offset`` the records before it (a fetch returns whole batches) are left out.
@@ -125,30 +162,34 @@ def decode_columns(
     else:
         data_all = buf
         spans = [(start, end, h) for _, start, end, h in segments]
+    arr = np.frombuffer(data_all, np.uint8)
     if not spans:
         empty = np.zeros(0, np.int64)
-        return RecordColumns(
-            empty,
-            empty.copy(),
-            np.zeros(0, np.int32),
-            pa.nulls(0, pa.binary()),
-            pa.nulls(0, pa.binary()),
-            pa.nulls(0, HEADERS_TYPE) if headers else None,
-        )
-    arr = np.frombuffer(data_all, np.uint8)
-    offsets, timestamps, ts_type_rows, kstart, klen, vstart, vlen, row_headers = _parse_columns(data_all, arr, spans)
-
-    keep: np.ndarray | None = None
+        return RecordRows(data_all, arr, empty, empty, np.zeros(0, np.int32), empty, empty, empty, empty, {})
+    offsets, timestamps, types, kstart, klen, vstart, vlen, headers = _parse_columns(data_all, arr, spans)
     if min_offset is not None and len(offsets) and offsets[0] < min_offset:
         keep = np.flatnonzero(offsets >= min_offset)
-    rows = np.arange(len(offsets))
-    if keep is not None:
-        offsets, timestamps, ts_type_rows = offsets[keep], timestamps[keep], ts_type_rows[keep]
-        kstart, klen, vstart, vlen, rows = kstart[keep], klen[keep], vstart[keep], vlen[keep], keep
+        offsets, timestamps, types = offsets[keep], timestamps[keep], types[keep]
+        kstart, klen, vstart, vlen = kstart[keep], klen[keep], vstart[keep], vlen[keep]
+        if headers:
+            headers = {row: headers[old] for row, old in enumerate(keep.tolist()) if old in headers}
+    return RecordRows(data_all, arr, offsets, timestamps, types, kstart, klen, vstart, vlen, headers)
+
+
+def decode_columns(
+    buf: Buffer, *, headers: bool = False, check_crc: bool = True, min_offset: int | None = None
+) -> RecordColumns:
+    """Decode every record of a buffer of consecutive batches into columns.
+
+    Control batches are skipped; a partial batch at the end is ignored. With
+    ``min_offset`` the records before it (a fetch returns whole batches) are left out.
+    Raises CorruptRecordError (or a subclass) for a malformed batch, with no partial result.
+    """
+    rows = decode_rows(buf, check_crc=check_crc, min_offset=min_offset)
     header_column = None
     if headers:
-        if row_headers:
-            lists = [[{"key": k, "value": v} for k, v in row_headers.get(r, ())] for r in rows.tolist()]
+        if rows.headers:
+            lists = [[{"key": k, "value": v} for k, v in rows.headers.get(r, ())] for r in range(len(rows))]
             header_column = pa.array(lists, HEADERS_TYPE)
         else:
             # Every list empty: all offsets 0, no struct values.
@@ -156,13 +197,70 @@ def decode_columns(
                 pa.array(np.zeros(len(rows) + 1, np.int32)), pa.array([], HEADERS_TYPE.value_type)
             )
     return RecordColumns(
-        offsets,
-        timestamps,
-        ts_type_rows,
-        _binary_column(arr, kstart, klen),
-        _binary_column(arr, vstart, vlen),
+        rows.offset,
+        rows.timestamp,
+        rows.timestamp_type,
+        _binary_column(rows.arr, rows.kstart, rows.klen),
+        _binary_column(rows.arr, rows.vstart, rows.vlen),
         header_column,
     )
+
+
+def iter_rows(
+    rows: RecordRows,
+    record_type: type[tuple],
+    prefix: tuple,
+    suffix: tuple,
+    offsets: list[int],
+    start: int = 0,
+    keys: list | None = None,
+    values: list | None = None,
+) -> tuple[Iterator[Any], Iterator[int]]:
+    """The records of ``rows`` from row ``start``, built one at a time as they are taken.
+
+    Each is the ``record_type`` tuple ``(*prefix, offset, timestamp, timestamp_type, key,
+    value, headers, *suffix)``, a named tuple's fields set in C. ``offsets`` is the list of
+    the rows' offsets from ``start`` on: a record is built for each of its items while it
+    holds them, so clearing it stops the iteration at once. ``keys`` and ``values`` replace
+    the rows' bytes (deserialized, aligned with ``offsets``). Returns the records and a
+    cursor whose ``length_hint`` is how many are left.
+    """
+    if not offsets:
+        return iter(()), iter(())
+    return _iter_rows(rows, record_type, prefix, suffix, offsets, start, keys, values)
+
+
+def _iter_rows_py(
+    rows: RecordRows,
+    record_type: type[tuple],
+    prefix: tuple,
+    suffix: tuple,
+    offsets: list[int],
+    start: int,
+    keys: list | None,
+    values: list | None,
+) -> tuple[Iterator[Any], Iterator[int]]:
+    """``iter_rows``' records: a lazy ``map`` of ``tuple.__new__`` over a ``zip`` of the
+    columns as lists (or ``repeat`` where one value serves all), the cursor inside it."""
+    stop = start + len(offsets)
+    cursor = iter(offsets)
+    types = rows.timestamp_type[start:stop]
+    same_type = types[0] == types[-1] and (types == types[0]).all()
+    headers: Any = repeat(())
+    if rows.headers:
+        headers = [rows.headers.get(row, ()) for row in range(start, stop)]
+    columns = zip(
+        *map(repeat, prefix),
+        cursor,
+        rows.timestamp[start:stop].tolist(),
+        repeat(int(types[0])) if same_type else types.tolist(),
+        rows.keys(start)[: stop - start] if keys is None else keys,
+        rows.values(start)[: stop - start] if values is None else values,
+        headers,
+        *map(repeat, suffix),
+        strict=False,  # the repeat()s never end: the cursor does
+    )
+    return map(tuple.__new__, repeat(record_type), columns), cursor
 
 
 def _parse_columns_py(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int, BatchHeader]]) -> tuple:
@@ -205,10 +303,10 @@ def _parse_columns_py(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int,
     return offsets, timestamps, ts_type_rows, f.kstart, f.klen, f.vstart, f.vlen, f.headers
 
 
-# The pass over every record: the compiled kernel (storage/records/_compiled/columns.pyx)
-# when built, else the pure one above; chosen here, once.
-_parse_columns = pick(
-    __name__, "_parse_columns", _parse_columns_py, load(__name__, "storage.records._compiled.columns"), "parse_columns"
-)
+# The passes over every record: the compiled kernels (storage/records/_compiled/columns.pyx)
+# when built, else the pure ones above; chosen here, once.
+_compiled = load(__name__, "storage.records._compiled.columns")
+_parse_columns = pick(__name__, "_parse_columns", _parse_columns_py, _compiled, "parse_columns")
+_iter_rows = pick(__name__, "_iter_rows", _iter_rows_py, _compiled, "iter_rows")
 
-__all__ = ["HEADERS_TYPE", "RecordColumns", "decode_columns"]
+__all__ = ["HEADERS_TYPE", "RecordColumns", "RecordRows", "decode_columns", "decode_rows", "iter_rows"]

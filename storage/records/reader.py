@@ -58,9 +58,10 @@ _DEC1: list[int] = [(_b >> 1) ^ -(_b & 1) for _b in range(128)]
 class Record(NamedTuple):
     """One record of a batch: absolute offset and timestamp, key, value and headers.
 
-    A named tuple (immutable, fields by name): the lazy reader builds one per record in C
-    (``tuple.__new__`` mapped over the decoded columns), several times cheaper than a
-    frozen dataclass's per-field setattr.
+    A named tuple (immutable, fields by name), built in C by ``tuple.__new__`` mapped over
+    the decoded columns. Its compiled twin (``_compiled/reader.pyx``) is a C class that
+    reads the same (fields, indexing, unpacking, equality with tuples, hash, repr) and is
+    built as aiokafka builds its records: from a free list, its ints made only when read.
     """
 
     offset: int
@@ -71,6 +72,7 @@ class Record(NamedTuple):
 
 
 _tuple_new = tuple.__new__
+_PURE_RECORD = repeat(Record)
 
 
 def _read_headers(data: Buffer, pos: int, count: int) -> tuple[tuple[Header, ...], int]:
@@ -495,7 +497,7 @@ class RecordBatch:
 
     def records(self) -> Iterator[Record]:
         """The batch's records (decompressing once); the whole batch is checked before the first."""
-        return _iter_records(Record, *self._region(), self.header)
+        return _iter_records(*self._region(), self.header)
 
     def __iter__(self) -> Iterator[Record]:
         return self.records()
@@ -537,10 +539,10 @@ def _decode_records_py(data: bytes, pos: int, end: int, h: BatchHeader) -> tuple
     return offsets, timestamps, keys, values, headers
 
 
-def _iter_records_py(record_type: type[Record], data: bytes, pos: int, end: int, h: BatchHeader) -> Iterator[Record]:
-    """The records of ``_decode_records`` (checked, all of them, now) as ``record_type``
-    tuples (Record), one built per step."""
-    return map(_tuple_new, repeat(record_type), zip(*_decode_records_py(data, pos, end, h), strict=True))
+def _iter_records_py(data: bytes, pos: int, end: int, h: BatchHeader) -> Iterator[Record]:
+    """The records of ``_decode_records`` (checked, all of them, now) as Records, one
+    built per step."""
+    return map(_tuple_new, _PURE_RECORD, zip(*_decode_records_py(data, pos, end, h), strict=True))
 
 
 def _slices(data: bytes, starts: list[int], lengths: list[int]) -> list[bytes | None]:
@@ -612,6 +614,7 @@ def committed_batches(
 # The per-record loops: the compiled kernels (storage/records/_compiled/reader.pyx) when
 # built, else the pure ones above; chosen here, once.
 _compiled = load(__name__, "storage.records._compiled.reader")
+Record = pick(__name__, "Record", Record, _compiled, "Record")  # type: ignore[misc]
 _decode_records = pick(__name__, "_decode_records", _decode_records_py, _compiled, "decode_records")
 _iter_records = pick(__name__, "_iter_records", _iter_records_py, _compiled, "iter_records")
 _walk_records = pick(__name__, "_walk_records", _walk_records_py, _compiled, "walk_records")

@@ -117,3 +117,62 @@ def test_revoked_partition_stops_an_iteration_at_once(cluster, new_topic):
         assert [r.offset for r in rest] == list(range(3000))
     finally:
         consumer.close()
+
+
+def _fetch_answer(min_offset: int):
+    """A fetch answer of two batches and a transaction marker, read from ``min_offset`` (inside the first)."""
+    from actors.fetch import FetchCursor
+    from actors.protocol import FetchResponse
+    from storage.records.builder import RecordBatchBuilder
+    from storage.records.control import build_control_batch
+
+    first = RecordBatchBuilder(base_offset=10)
+    for i in range(5):
+        first.append(b"v%d" % i, key=None if i % 2 else b"k%d" % i, timestamp=1000 + i, headers=[("h", b"%d" % i)])
+    second = RecordBatchBuilder(base_offset=15, compression="gzip", timestamp_type=1)
+    second.append_many([b"w"] * 3, timestamps=5)
+    marker = build_control_batch(True, 7, 0, timestamp=9, base_offset=18)
+    data = first.build() + second.build() + marker
+    return FetchCursor(min_offset).complete(FetchResponse(data, 19, 19, 0, 19, 4))
+
+
+def test_a_fetch_decodes_to_the_records_of_the_public_type_over_both_twins():
+    """The consumer's decoder, over both twins of its kernels: position, keys, headers,
+    LogAppendTime, a marker skipped, deserializers, and a chunk cut and resumed mid-way."""
+    from rayqueue.consumer.fetcher import RecordDecoder
+    from tests import twins
+
+    tp = TopicPartition("t", 2)
+    expected = [
+        ConsumerRecord("t", 2, 10 + i, 1000 + i, 0, None if i % 2 else b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),), 4)
+        for i in range(2, 5)
+    ] + [ConsumerRecord("t", 2, 15 + i, None, 1, None, b"w", (), 4) for i in range(3)]
+    for kind in twins.KINDS if twins.compiled_available() else ("pure",):
+        with twins.use(kind):
+            fetched = _fetch_answer(12)
+            chunk = RecordDecoder()(tp, fetched, fetched.next_offset)
+            assert chunk.remaining() == 6 and chunk.next_offset() == 12 and chunk.end_offset == 19
+            first = chunk.take(2)
+            assert chunk.next_offset() == 14 and chunk.remaining() == 4
+            rest = chunk.rest()  # a pause: the records not taken go back to the buffer
+            assert chunk.remaining() == 0 and list(chunk.records) == []
+            got = first + list(rest.records)
+            assert all(type(r) is ConsumerRecord for r in got)
+            # LogAppendTime: the batch's maxTimestamp, whatever the records say.
+            max_ts = got[3].timestamp
+            assert got == [r._replace(timestamp=max_ts) if r.timestamp is None else r for r in expected], kind
+            assert rest.next_offset() == 19
+
+            decoder = RecordDecoder(key_deserializer=bytes.upper, value_deserializer=len)
+            chunk = decoder(tp, _fetch_answer(0), 19)
+            taken = list(itertools.islice(chunk.records, 4))
+            chunk.stop()  # a seek: nothing more comes out of an iteration under way
+            assert list(chunk.records) == [] and chunk.remaining() == 0
+            assert [(r.offset, r.key, r.value) for r in taken] == [
+                (10, b"K0", 2),
+                (11, None, 2),
+                (12, b"K2", 2),
+                (13, None, 2),
+            ]
+            empty = RecordDecoder()(tp, _fetch_answer(19), 19)
+            assert empty.remaining() == 0 and list(empty.records) == [] and empty.next_offset() == 19

@@ -9,6 +9,10 @@ same bytes and refuse the same input.
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import length_hint
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -34,6 +38,7 @@ MODULES = {
     "_iter_records": "storage.records.reader",
     "_walk_records": "storage.records.reader",
     "_parse_columns": "storage.records.columns",
+    "_iter_rows": "storage.records.columns",
     "RecordBatchBuilder": "storage.records.builder",
 }
 
@@ -142,8 +147,8 @@ def check_all(region: bytes, count: int, **fields) -> None:
     start, end = len(prefix), len(data)
     same_results("_decode_records", data, start, end, h)
     pure_iter, compiled_iter = pair("_iter_records")
-    expected = outcome(lambda: list(pure_iter(Record, data, start, end, h)))
-    got = outcome(lambda: list(compiled_iter(Record, data, start, end, h)))
+    expected = outcome(lambda: list(pure_iter(data, start, end, h)))
+    got = outcome(lambda: list(compiled_iter(data, start, end, h)))
     assert got == expected
     if count:
         same_results("_walk_records", data, start, end, h)
@@ -288,3 +293,83 @@ def test_both_bulk_builders_refuse_the_same_columns(values, keys, timestamps) ->
             cls().append_many(values, keys, timestamps)
         errors.append(type(caught.value))
     assert errors[0] is errors[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Records built of row columns (the Consumer's)
+# ---------------------------------------------------------------------------------------
+
+
+class Row(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: object
+    value: object
+    headers: tuple
+    leader_epoch: int
+
+
+def fetch_of(batches) -> bytes:
+    """Batches of ``record`` tuples back to back, as a fetch answer holds them."""
+    builder_class = twins.pair("storage.records.builder", "RecordBatchBuilder")[0]
+    out, offset = [], 100
+    for recs, codec, append_time in batches:
+        builder = builder_class(compression=codec, base_offset=offset, timestamp_type=int(append_time))
+        for value, key, ts, headers in recs:
+            builder.append(value, key, ts, headers)
+        out.append(builder.build() if recs else b"")
+        offset += len(recs) + 3  # a hole between batches, as compaction leaves
+    return b"".join(out)
+
+
+@FUZZ
+@given(
+    st.lists(st.tuples(st.lists(record, max_size=12), st.sampled_from([0, 1, 4]), st.booleans()), max_size=4),
+    st.integers(0, 60),
+    st.integers(0, 20),
+    st.booleans(),
+    st.integers(0, 30),
+)
+def test_both_twins_build_the_same_records_of_rows(batches, min_offset, start, deserialized, stop_after) -> None:
+    from storage.records.columns import decode_rows
+
+    rows = decode_rows(fetch_of(batches), min_offset=100 + min_offset)
+    start = min(start, len(rows))
+    pure, compiled = pair("_iter_rows")
+    got = []
+    for twin in (pure, compiled):
+        offsets = rows.offset[start:].tolist()
+        keys = [("k", k) for k in rows.keys(start)] if deserialized else None
+        records, cursor = (
+            twin(rows, Row, ("t", 3), (9,), offsets, start, keys, None) if offsets else (iter(()), iter(()))
+        )
+        taken = list(islice(records, stop_after))
+        left = length_hint(cursor)
+        assert left == len(offsets) - len(taken)
+        offsets.clear()  # a seek: whatever is left is never handed out
+        assert list(records) == [] and length_hint(cursor) == 0
+        got.append((taken, left))
+    assert got[0] == got[1]
+    taken = got[0][0]
+    assert all(type(r) is Row and r.topic == "t" and r.partition == 3 and r.leader_epoch == 9 for r in taken)
+    assert [r.offset for r in taken] == rows.offset[start : start + len(taken)].tolist()
+    if deserialized:
+        assert all(r.key == ("k", k) for r, k in zip(taken, rows.keys(start), strict=False))
+
+
+def test_records_of_rows_refuse_a_record_type_that_does_not_fit() -> None:
+    from storage.records.columns import decode_rows
+
+    rows = decode_rows(fetch_of([([(b"v", None, 5, [])], 0, False)]))
+    pure, compiled = pair("_iter_rows")
+    for wrong in (Record, tuple, Row):  # not a tuple class, no fields, 9 fields for 8
+        with pytest.raises(TypeError):
+            compiled(rows, wrong, ("t",), (9,), [100], 0, None, None)
+    with pytest.raises(ValueError):
+        compiled(rows, Row, ("t", 3), (9,), [100, 101], 0, None, None)  # more offsets than rows
+    assert list(compiled(rows, Row, ("t", 3), (9,), [100], 0, None, None)[0]) == [
+        Row("t", 3, 100, 5, 0, None, b"v", (), 9)
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import struct
 
 import numpy as np
@@ -418,3 +419,38 @@ def test_a_compressed_batch_of_no_records_decodes_to_nothing(codec: int) -> None
         assert cols.offset.tolist() == [r.offset for r in expected]
         assert cols.value.to_pylist() == [r.value for r in expected]
     assert list(RecordBatch(compressed_empty_batch(codec, 0))) == []
+
+
+def test_records_read_as_named_tuples() -> None:
+    """Either twin's Record (a named tuple, or the compiled C class) reads the same way."""
+    data = build([(b"v", b"k", 7, [("h", b"x"), ("n", None)]), (None, None, 9, [])], base_offset=5)
+    first, second = RecordBatch(data)
+    assert (first.offset, first.timestamp, first.key, first.value, first.headers) == (
+        5, 7, b"k", b"v", (("h", b"x"), ("n", None))
+    )  # fmt: skip
+    assert (second.offset, second.key, second.value, second.headers) == (6, None, None, ())
+    offset, timestamp, key, value, headers = first
+    assert (offset, timestamp, key, value, headers) == tuple(first) == first
+    assert len(first) == 5 and first[0] == 5 and first[-1] == headers and first[1:3] == (7, b"k")
+    assert first == Record(5, 7, b"k", b"v", (("h", b"x"), ("n", None))) == (5, 7, b"k", b"v", headers)
+    assert second == Record(6, 9, None, None) and first != second and first < second
+    assert hash(first) == hash((5, 7, b"k", b"v", headers)) and len({first, Record(*first)}) == 1
+    assert repr(second) == "Record(offset=6, timestamp=9, key=None, value=None, headers=())"
+    assert Record._fields == ("offset", "timestamp", "key", "value", "headers")
+    assert first._asdict() == {"offset": 5, "timestamp": 7, "key": b"k", "value": b"v", "headers": headers}
+    assert first._replace(value=b"w") == (5, 7, b"k", b"w", headers) and first.value == b"v"
+    assert pickle.loads(pickle.dumps(first)) == first
+    with pytest.raises(AttributeError):
+        first.value = b"w"  # type: ignore[misc]
+
+
+def test_records_keep_offsets_and_timestamps_past_int64() -> None:
+    """A base offset or timestamp near 2**63 plus the deltas: exact Python ints, as the reference's."""
+    records = [(b"a", None, 2**63 - 2, []), (b"b", None, 2**63 - 1, []), (b"c", None, 2**63 - 1, [])]
+    got = list(RecordBatch(build(records, base_offset=2**63 - 2)))
+    assert [(r.offset, r.timestamp) for r in got] == [
+        (2**63 - 2, 2**63 - 2),
+        (2**63 - 1, 2**63 - 1),
+        (2**63, 2**63 - 1),
+    ]
+    assert got[2] == (2**63, 2**63 - 1, None, b"c", ())

@@ -3,16 +3,18 @@
 """Compiled twin of the per-record loops of ``storage/records/reader.py`` (the reference:
 read it first): kernels over a batch's bytes, with the same results and the same errors.
 
-``decode_records`` and ``iter_records`` (RecordBatch iteration) and ``walk_records`` (the
+``decode_records`` and ``iter_records`` (RecordBatch iteration, building ``Record``, the
+twin of the reader's named tuple) and ``walk_records`` (the
 leader's LogValidator walk). The reader module picks these at import when this extension is
 built (``storage.extensions``). Every read is bounded by the record it belongs to, so hostile
 bytes end in CorruptRecordError, never in a read past a buffer.
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromLongLong
-from cpython.object cimport PyTypeObject
+from cpython.object cimport PyObject_RichCompare, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -220,6 +222,92 @@ cdef inline void set_item(object record, Py_ssize_t i, object item) noexcept:
     PyTuple_SET_ITEM(record, i, item)
 
 
+_RECORD_FIELDS = ("offset", "timestamp", "key", "value", "headers")
+
+
+@cython.final
+@cython.freelist(256)  # records alive at once that skip the allocator
+cdef class Record:
+    """Twin of reader.Record (a named tuple there): one record of a batch, its absolute
+    offset and timestamp, key, value and headers.
+
+    Built in C by the iterator, as aiokafka's DefaultRecord is: taken from a free list,
+    its offset and timestamp kept as C integers (a Python int is made only when read),
+    its other fields set directly. It reads as the named tuple does: fields by name,
+    ``len``, indexing, unpacking, equality and ordering against tuples and records,
+    ``hash``, ``repr``, ``_fields``, ``_asdict`` and ``_replace``.
+    """
+
+    cdef int64_t _offset, _timestamp
+    # The offset and timestamp as Python objects instead, when built from Python or past int64.
+    cdef object _offset_obj, _timestamp_obj
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly object headers
+
+    _fields = _RECORD_FIELDS
+
+    def __init__(self, offset, timestamp, key, value, headers=()):
+        self._offset_obj = offset
+        self._timestamp_obj = timestamp
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    @property
+    def offset(self):
+        """Absolute offset of the record."""
+        return PyLong_FromLongLong(self._offset) if self._offset_obj is None else self._offset_obj
+
+    @property
+    def timestamp(self):
+        """Timestamp in ms (the batch's maxTimestamp for LogAppendTime)."""
+        return PyLong_FromLongLong(self._timestamp) if self._timestamp_obj is None else self._timestamp_obj
+
+    cpdef tuple _astuple(self):
+        """The five fields as a plain tuple."""
+        return (self.offset, self.timestamp, self.key, self.value, self.headers)
+
+    def __len__(self):
+        return 5
+
+    def __getitem__(self, index):
+        return self._astuple()[index]
+
+    def __iter__(self):
+        return iter(self._astuple())
+
+    def __richcmp__(self, other, int op):
+        if isinstance(other, Record):
+            return PyObject_RichCompare(self._astuple(), (<Record>other)._astuple(), op)
+        if isinstance(other, tuple):
+            return PyObject_RichCompare(self._astuple(), tuple(other), op)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self._astuple())
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset!r}, timestamp={self.timestamp!r}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r})")
+
+    def __reduce__(self):
+        return Record, self._astuple()
+
+    def _asdict(self):
+        """The fields as a dict, as a named tuple's ``_asdict``."""
+        return dict(zip(_RECORD_FIELDS, self._astuple()))
+
+    def _replace(self, **changes):
+        """A copy with some fields changed, as a named tuple's ``_replace``."""
+        fields = self._asdict()
+        for name in changes:
+            if name not in fields:
+                raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+        fields.update(changes)
+        return Record(**fields)
+
+
 cdef struct Slot:
     int64_t od
     int64_t tsd
@@ -231,16 +319,14 @@ cdef struct Slot:
 
 cdef class _RecordIterator:
     """Twin of reader._iter_records_py: the batch is parsed and checked whole up front into
-    a C array of field positions; each step then builds one ``record_type`` tuple (its ints
-    and bytes) in C, so records nobody keeps are never all alive at once."""
+    a C array of field positions; each step then builds one Record in C (from the free list,
+    its ints kept as C ints, its key and value copied out), so records nobody keeps are
+    never all alive at once."""
 
-    cdef object record_type
     cdef _Buffer data
     cdef Slot* slots
     cdef list headers             # per record, or None when no record has headers
-    cdef int64_t base, base_ts
-    cdef object timestamp         # the last timestamp built (records mostly share one)
-    cdef int64_t last_tsd
+    cdef int64_t base, base_ts, max_ts
     cdef bint append_time
     cdef Py_ssize_t i, n
 
@@ -256,28 +342,37 @@ cdef class _RecordIterator:
     def __next__(self):
         cdef Py_ssize_t i = self.i
         cdef Slot* s
+        cdef Record record
+        cdef long long r
         if i >= self.n:
             raise StopIteration
         self.i = i + 1
         s = &self.slots[i]
-        if s.tsd != self.last_tsd and not self.append_time:
-            self.last_tsd = s.tsd
-            self.timestamp = sum_int(self.base_ts, s.tsd)
-        # As tuple.__new__(record_type, row) does, without building the row first: the
-        # subtype's own allocation, then the five items.
-        record = PyType_GenericAlloc(<PyTypeObject*>self.record_type, 5)
-        set_item(record, 0, sum_int(self.base, s.od))
-        set_item(record, 1, self.timestamp)
-        set_item(record, 2, None if s.klen < 0 else
-                 PyBytes_FromStringAndSize(<const char*>self.data.ptr + s.kpos, s.klen))
-        set_item(record, 3, None if s.vlen < 0 else
-                 PyBytes_FromStringAndSize(<const char*>self.data.ptr + s.vpos, s.vlen))
-        set_item(record, 4, () if self.headers is None else self.headers[i])
+        record = Record.__new__(Record)
+        if rq_add_overflow(self.base, s.od, &r):
+            record._offset_obj = sum_int(self.base, s.od)
+        else:
+            record._offset = r
+            record._offset_obj = None
+        if self.append_time:
+            # Kafka gives every record of a LogAppendTime batch the batch's maxTimestamp.
+            record._timestamp = self.max_ts
+            record._timestamp_obj = None
+        elif rq_add_overflow(self.base_ts, s.tsd, &r):
+            record._timestamp_obj = sum_int(self.base_ts, s.tsd)
+        else:
+            record._timestamp = r
+            record._timestamp_obj = None
+        if s.klen >= 0:
+            record.key = PyBytes_FromStringAndSize(<const char*>self.data.ptr + s.kpos, s.klen)
+        if s.vlen >= 0:
+            record.value = PyBytes_FromStringAndSize(<const char*>self.data.ptr + s.vpos, s.vlen)
+        record.headers = () if self.headers is None else self.headers[i]
         return record
 
 
-def iter_records(record_type, data, Py_ssize_t pos, Py_ssize_t end, header):
-    """Twin of reader._iter_records_py: the records as ``record_type`` tuples, checked whole up front."""
+def iter_records(data, Py_ssize_t pos, Py_ssize_t end, header):
+    """Twin of reader._iter_records_py: the records as Records, checked whole up front."""
     cdef tuple h = header_tuple(header)
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
     cdef Py_ssize_t count = h[H_RECORDS_COUNT]
@@ -286,10 +381,6 @@ def iter_records(record_type, data, Py_ssize_t pos, Py_ssize_t end, header):
     cdef Py_ssize_t i
     cdef RecordFields f
     cdef Slot* s
-    if not (isinstance(record_type, type) and issubclass(record_type, tuple)
-            and record_type.__basicsize__ == tuple.__basicsize__ and len(record_type._fields) == 5):
-        raise TypeError(f"{record_type!r} is not a five-field named tuple")
-    it.record_type = record_type
     it.data = _Buffer(data)
     if pos < 0 or end > it.data.size or pos > end:
         raise CorruptRecordError(f"records span {pos}..{end} is outside the buffer")
@@ -314,10 +405,8 @@ def iter_records(record_type, data, Py_ssize_t pos, Py_ssize_t end, header):
         raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records")
     it.base = h[H_BASE_OFFSET]
     it.base_ts = h[H_BASE_TIMESTAMP]
+    it.max_ts = h[H_MAX_TIMESTAMP]
     it.append_time = h[H_ATTRIBUTES] & LOG_APPEND_TIME_BIT
-    # Kafka gives every record of a LogAppendTime batch the batch's maxTimestamp.
-    it.timestamp = h[H_MAX_TIMESTAMP] if it.append_time else sum_int(it.base_ts, 0)
-    it.last_tsd = 0
     it.n = count
     it.i = 0
     return it
