@@ -57,6 +57,29 @@ def new_tid(request) -> str:
     return f"{request.node.name}-{next(_ids)}"
 
 
+def fail_appends(actor, times: int, matches) -> None:
+    """Run in the coordinator: its next ``times`` appends to ``__transaction_state`` whose
+    ``(key, value)`` records ``matches`` fail as an unwritable partition would."""
+    topic = actor._topic
+    original = topic.append
+    topic.injected_failures = 0
+
+    async def append(p, records, *args, **kwargs):
+        if topic.injected_failures < times and matches(records):
+            topic.injected_failures += 1
+            raise CoordinatorNotAvailableError("injected: __transaction_state is not writable")
+        return await original(p, records, *args, **kwargs)
+
+    topic.append = append
+
+
+def restore_appends(actor) -> int:
+    """Run in the coordinator: undo :func:`fail_appends`; how many appends it failed."""
+    failures = actor._topic.injected_failures
+    del actor._topic.append, actor._topic.injected_failures
+    return failures
+
+
 def txn_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
     builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
     for v in values:
@@ -598,34 +621,18 @@ def test_a_completion_that_fails_is_retried_until_it_completes(cluster, new_topi
     tid = new_tid(request)
     pid, epoch = open_transaction(cluster, tid, tp, b"committed")
 
-    def fail_complete_commit(actor, times: int) -> None:
-        # The write of this id's CompleteCommit to __transaction_state fails ``times`` times.
-        topic = actor._topic
-        original = topic.append
-        topic.injected_failures = 0
+    def complete_commit(records) -> bool:  # this id's CompleteCommit
+        return any(
+            key == transaction_key(tid) and value is not None and json.loads(value)["state"] == "CompleteCommit"
+            for key, value in records
+        )
 
-        async def append(p, records, *args, **kwargs):
-            if topic.injected_failures < times and any(
-                key == transaction_key(tid) and value is not None and json.loads(value)["state"] == "CompleteCommit"
-                for key, value in records
-            ):
-                topic.injected_failures += 1
-                raise CoordinatorNotAvailableError("injected: __transaction_state is not writable")
-            return await original(p, records, *args, **kwargs)
-
-        topic.append = append
-
-    def restore(actor) -> int:
-        failures = actor._topic.injected_failures
-        del actor._topic.append, actor._topic.injected_failures
-        return failures
-
-    ray.get(coordinator.__ray_call__.remote(fail_complete_commit, 2))
+    ray.get(coordinator.__ray_call__.remote(fail_appends, 2, complete_commit))
     try:
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
         completed(coordinator, tid)
     finally:
-        failures = ray.get(coordinator.__ray_call__.remote(restore))
+        failures = ray.get(coordinator.__ray_call__.remote(restore_appends))
     assert failures == 2
     assert not completing(coordinator, tid)
     # The retries did not write the marker again: it was in before the first failure.
@@ -799,33 +806,17 @@ def test_a_folded_append_that_fails_leaves_a_completion_that_writes_only_complet
     tid = new_tid(request)
     pid, epoch = open_transaction(cluster, tid, tp, b"committed")
 
-    def fail_folded_append(actor) -> None:
-        # The first append of two records of this id (CompleteCommit + Ongoing) fails.
-        topic_ = actor._topic
-        original = topic_.append
-        topic_.injected_failures = 0
+    def folded(records) -> bool:  # this id's CompleteCommit + Ongoing
+        return len(records) == 2 and records[0][0] == transaction_key(tid)
 
-        async def append(p, records, *args, **kwargs):
-            if topic_.injected_failures < 1 and len(records) == 2 and records[0][0] == transaction_key(tid):
-                topic_.injected_failures += 1
-                raise CoordinatorNotAvailableError("injected: __transaction_state is not writable")
-            return await original(p, records, *args, **kwargs)
-
-        topic_.append = append
-
-    def restore(actor) -> int:
-        failures = actor._topic.injected_failures
-        del actor._topic.append, actor._topic.injected_failures
-        return failures
-
-    ray.get(coordinator.__ray_call__.remote(fail_folded_append))
+    ray.get(coordinator.__ray_call__.remote(fail_appends, 1, folded))
     try:
         following = add_waiting_for_the_markers(cluster, admin, topic, tid, pid, epoch, epoch)
         with pytest.raises(CoordinatorNotAvailableError):
             ray.get(following, timeout=60)
         completed(coordinator, tid)  # the completion the failed add started
     finally:
-        assert ray.get(coordinator.__ray_call__.remote(restore)) == 1
+        assert ray.get(coordinator.__ray_call__.remote(restore_appends)) == 1
     assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]
     assert markers(read(cluster, tp).records) == [(pid, True)]  # not written again
     wait_for(lambda: not completing(coordinator, tid), 30, what="the completion ended")
