@@ -75,7 +75,7 @@ from actors.replica_state import ReplicaState
 from actors.types import OffsetAndTimestamp
 from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
-from storage.batch_header import ATTRIBUTES_OFFSET, CONTROL_MASK, BatchHeader, batch_boundaries
+from storage.batch_header import BatchHeader, has_control_batch
 from storage.checkpoint import read_offset, write_offset
 from storage.cleaner import clean, cleanable
 from storage.errors import (
@@ -317,7 +317,7 @@ class PartitionReplica:
                 # Only the coordinators write their state: one client record there could
                 # stop the next start (Kafka: InvalidTopicException, internalTopicsAllowed).
                 raise InvalidTopicError(f"cannot append to internal topic {self.topic}")
-            if request.origin is AppendOrigin.COORDINATOR and _has_control_batch(request.records):
+            if request.origin is AppendOrigin.COORDINATOR and has_control_batch(request.records):
                 # The coordinators' markers go through write_txn_marker, which builds them itself.
                 raise InvalidRecordError("control batches are written by write_txn_marker only")
         except (InvalidRequestError, InvalidRecordError, InvalidTopicError, TopicAuthorizationFailedError) as exc:
@@ -995,10 +995,3 @@ class PartitionReplica:
     def _notify(self) -> None:
         """The log, the high watermark or the role changed: wake the waits that can go on."""
         self._waiters.notify()
-
-
-def _has_control_batch(records: Any) -> bool:
-    """Whether any whole batch in ``records`` has the control attribute (headers only)."""
-    if not isinstance(records, bytes | bytearray | memoryview):
-        return False  # refused as it is by the append
-    return any(records[p + ATTRIBUTES_OFFSET + 1] & CONTROL_MASK for p, _ in batch_boundaries(records))

@@ -246,6 +246,14 @@ def batch_boundaries(buf: bytes | bytearray | memoryview) -> list[tuple[int, int
     return out
 
 
+def has_control_batch(records: object) -> bool:
+    """Whether any whole batch in ``records`` has the control attribute (headers only; not
+    bytes: False, the append refuses it as it is)."""
+    if not isinstance(records, bytes | bytearray | memoryview):
+        return False
+    return any(records[p + ATTRIBUTES_OFFSET + 1] & CONTROL_MASK for p, _ in batch_boundaries(records))
+
+
 def assign_offsets(buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int) -> int:
     """Patch baseOffset and partitionLeaderEpoch of each batch in place; return the next offset.
 
