@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import time
+from typing import NamedTuple
 
 import pytest
 import ray
@@ -55,6 +56,25 @@ _ids = itertools.count()
 
 def new_tid(request) -> str:
     return f"{request.node.name}-{next(_ids)}"
+
+
+class OpenTxn(NamedTuple):
+    topic: str
+    tp: TopicPartition
+    tid: str
+    pid: int
+    epoch: int
+
+
+@pytest.fixture
+def open_txn(cluster, new_topic, request) -> OpenTxn:
+    """A new topic and transactional id, with a transaction holding b"committed" open on the
+    topic's partition 0."""
+    topic = new_topic()
+    tp = TopicPartition(topic, 0)
+    tid = new_tid(request)
+    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    return OpenTxn(topic, tp, tid, pid, epoch)
 
 
 def fail_appends(actor, times: int, matches) -> None:
@@ -781,12 +801,9 @@ def test_back_to_back_transactions_of_a_producer_are_all_read_committed(cluster,
     assert got == sorted(b"%d-%d" % (t, i) for t in range(6) for i in range(4))
 
 
-def test_an_add_refused_after_the_markers_still_leaves_the_id_in_complete_commit(cluster, admin, new_topic, request):
+def test_an_add_refused_after_the_markers_still_leaves_the_id_in_complete_commit(cluster, admin, open_txn):
     coordinator = cluster.transaction_coordinator
-    topic = new_topic()
-    tp = TopicPartition(topic, 0)
-    tid = new_tid(request)
-    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    topic, tp, tid, pid, epoch = open_txn
     fenced = add_waiting_for_the_markers(cluster, admin, topic, tid, pid, epoch, epoch + 1)
     with pytest.raises(ProducerFencedError):
         ray.get(fenced, timeout=60)
@@ -797,14 +814,9 @@ def test_an_add_refused_after_the_markers_still_leaves_the_id_in_complete_commit
     assert read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 2
 
 
-def test_a_folded_append_that_fails_leaves_a_completion_that_writes_only_complete_commit(
-    cluster, admin, new_topic, request
-):
+def test_a_folded_append_that_fails_leaves_a_completion_that_writes_only_complete_commit(cluster, admin, open_txn):
     coordinator = cluster.transaction_coordinator
-    topic = new_topic()
-    tp = TopicPartition(topic, 0)
-    tid = new_tid(request)
-    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    topic, tp, tid, pid, epoch = open_txn
 
     def folded(records) -> bool:  # this id's CompleteCommit + Ongoing
         return len(records) == 2 and records[0][0] == transaction_key(tid)
@@ -825,12 +837,9 @@ def test_a_folded_append_that_fails_leaves_a_completion_that_writes_only_complet
     assert state_of(coordinator, tid).state == "Ongoing"
 
 
-def test_an_add_that_stops_waiting_leaves_the_complete_commit_to_the_completion(cluster, admin, new_topic, request):
+def test_an_add_that_stops_waiting_leaves_the_complete_commit_to_the_completion(cluster, admin, open_txn):
     coordinator = cluster.transaction_coordinator
-    topic = new_topic()
-    tp = TopicPartition(topic, 0)
-    tid = new_tid(request)
-    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    topic, tp, tid, pid, epoch = open_txn
     admin.alter_configs(topic, {"min.insync.replicas": 2})  # the markers wait
     try:
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=60)
@@ -878,12 +887,9 @@ def left_to_a_stand_in_add(cluster, admin, topic: str, tid: str, pid: int, epoch
     assert state_of(coordinator, tid).state == "PrepareCommit"
 
 
-def test_a_completion_left_to_an_add_that_gave_up_is_resumed(cluster, admin, new_topic, request):
+def test_a_completion_left_to_an_add_that_gave_up_is_resumed(cluster, admin, open_txn):
     coordinator = cluster.transaction_coordinator
-    topic = new_topic()
-    tp = TopicPartition(topic, 0)
-    tid = new_tid(request)
-    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    topic, tp, tid, pid, epoch = open_txn
     left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
     # A retried EndTxn is answered at once meanwhile, as in any PrepareCommit.
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)), timeout=30)
@@ -893,12 +899,9 @@ def test_a_completion_left_to_an_add_that_gave_up_is_resumed(cluster, admin, new
     assert markers(read(cluster, tp).records) == [(pid, True)]
 
 
-def test_init_producer_id_completes_a_prepare_commit_whose_markers_are_done(cluster, admin, new_topic, request):
+def test_init_producer_id_completes_a_prepare_commit_whose_markers_are_done(cluster, admin, open_txn):
     coordinator = cluster.transaction_coordinator
-    topic = new_topic()
-    tp = TopicPartition(topic, 0)
-    tid = new_tid(request)
-    pid, epoch = open_transaction(cluster, tid, tp, b"committed")
+    topic, tp, tid, pid, epoch = open_txn
     left_to_a_stand_in_add(cluster, admin, topic, tid, pid, epoch)
     # A new instance: the CompleteCommit first (the markers are not written again), then the bump.
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)), timeout=60)
