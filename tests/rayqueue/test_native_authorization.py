@@ -403,7 +403,8 @@ def test_transactions(secured, root):
 
     # Describing: DESCRIBE on the transactional id (WRITE implies it); listing leaves out
     # the ids the principal may not describe.
-    assert admin.describe_transactions([tid])[tid].state == "CompleteCommit"
+    # CompleteCommit is written after the group coordinator hears of the commit: wait for it.
+    wait_for(lambda: admin.describe_transactions([tid])[tid].state == "CompleteCommit", 60, what="CompleteCommit")
     assert [t.transactional_id for t in admin.list_transactions()] == [tid]
     stranger = secured.admin(principal=user())
     with pytest.raises(TransactionalIdAuthorizationFailedError):
