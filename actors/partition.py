@@ -850,13 +850,12 @@ class PartitionReplica:
         hw = self._state.hw
         if hw == self._hw_checkpointed or self._log.closed:
             return
-        self._checkpointing = asyncio.ensure_future(
-            asyncio.to_thread(write_offset, self._dir / HIGH_WATERMARK_FILE, hw)
-        )
-        try:
-            await self._checkpointing
-        finally:
-            self._checkpointing = None
+        writing = asyncio.ensure_future(asyncio.to_thread(write_offset, self._dir / HIGH_WATERMARK_FILE, hw))
+        # Cleared when the thread is done, not when this wait ends: close() must not write the
+        # same file while the thread still does, even if this loop was cancelled meanwhile.
+        self._checkpointing = writing
+        writing.add_done_callback(lambda _: setattr(self, "_checkpointing", None))
+        await asyncio.shield(writing)
         self._hw_checkpointed = hw
 
     def _tick_metrics(self) -> None:
