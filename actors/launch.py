@@ -7,9 +7,10 @@ calls at once. What differs by role is written here once:
 - the cluster actors (controller, group and transaction coordinators) are restarted by Ray
   for ever (each rebuilds its state from its log) and placed on the launching node when
   it can be (soft affinity);
-- a partition replica is never restarted by Ray (the controller restarts it, as a follower,
-  once it has moved leadership away) and runs on its broker's node only (hard affinity:
-  its disk is there);
+- a broker (the actor hosting every partition replica of one broker) is never restarted by
+  Ray (the controller starts it again and reopens its replicas, as followers, once it has
+  moved leadership away) and runs on its broker's node only (hard affinity: its disk is
+  there);
 - a gateway is restarted by Ray and runs on its broker's node only (it listens there).
 
 Lookups, kills and the live nodes go through here as well. The actor classes are passed in
@@ -34,19 +35,22 @@ logger = logging.getLogger(__name__)
 
 # Concurrent calls an actor serves: long-poll fetches and acks=all produces wait inside it.
 MAX_CONCURRENCY = 1000
+# A broker serves them for every partition it hosts.
+BROKER_MAX_CONCURRENCY = 20000
 
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """How actors of one kind run: Ray restarts (-1: for ever) and whether their node is a
-    preference (soft) or a must (hard)."""
+    """How actors of one kind run: Ray restarts (-1: for ever), whether their node is a
+    preference (soft) or a must (hard), and the calls they serve at once."""
 
     max_restarts: int
     soft_placement: bool
+    max_concurrency: int = MAX_CONCURRENCY
 
 
 CLUSTER_ACTOR = Role(max_restarts=-1, soft_placement=True)
-REPLICA = Role(max_restarts=0, soft_placement=False)
+BROKER = Role(max_restarts=0, soft_placement=False, max_concurrency=BROKER_MAX_CONCURRENCY)
 GATEWAY = Role(max_restarts=-1, soft_placement=False)
 
 
@@ -57,7 +61,7 @@ def actor_options(role: Role, name: str, namespace: str, node_id: str) -> dict[s
         "namespace": namespace,
         "lifetime": "detached",
         "num_cpus": 0,
-        "max_concurrency": MAX_CONCURRENCY,
+        "max_concurrency": role.max_concurrency,
         "max_restarts": role.max_restarts,
         "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=role.soft_placement),
     }

@@ -15,9 +15,9 @@ GROUP_COORDINATOR_NAME = "group_coordinator"
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
 
 
-def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
-    """The Ray actor name of one replica of a partition."""
-    return f"replica|{topic}|{partition}|{broker_id}"
+def broker_actor_name(broker_id: int) -> str:
+    """The Ray actor name of a broker (the actor hosting its partition replicas)."""
+    return f"broker|{broker_id}"
 
 
 def gateway_actor_name(broker_id: int) -> str:

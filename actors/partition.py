@@ -1,4 +1,5 @@
-"""The PartitionReplica actor: one replica of one partition, owning its on-disk log.
+"""PartitionReplica: one replica of one partition, owning its on-disk log, hosted with the
+other replicas of its broker in the broker's actor (``actors.broker``).
 
 The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``, each
 taking its request of ``actors.protocol`` (ProduceRequest, FetchRequest, ...). Batches
@@ -9,10 +10,11 @@ bytes. Produce takes client batches (control batches only come from ``write_txn_
 every request field is checked (the request's ``checked()``), so bad input gets a Kafka
 error and never reaches the log.
 
-Replication follows Kafka's ISR design. A follower runs a fetch loop against the
-leader (``fetch`` with its ``replica_id`` and log end offset) and appends the leader's
-batches unchanged. The leader learns each follower's log end offset (LEO) from those
-fetches; the high watermark (HW) is the smallest LEO in the ISR, and consumers never see
+Replication follows Kafka's ISR design. A follower is fetched by its broker's fetcher for
+the leader's broker (``actors.replica_fetcher``), with every partition it follows from there,
+in one call per round (``fetch`` with its ``replica_id`` and log end offset, per partition)
+and appends the leader's batches unchanged. The leader learns each follower's log end
+offset (LEO) from those fetches; the high watermark (HW) is the smallest LEO in the ISR, and consumers never see
 past it. A follower that lags longer than replica.lag.time.max.ms leaves the ISR, one
 that reaches the HW rejoins; both changes go through the controller (``alter_partition``)
 with the partition epoch, so a stale leader cannot change the ISR. On a leader change a
@@ -70,6 +72,7 @@ from actors.protocol import (
     checked_request,
     require,
 )
+from actors.replica_fetcher import ReplicaFetchers
 from actors.replica_metrics import ReplicaMetrics
 from actors.replica_state import ReplicaState
 from actors.types import OffsetAndTimestamp
@@ -134,6 +137,8 @@ class PartitionReplica:
         metrics_enabled: bool = True,
         namespace: str = "",
         clock: Clock = SYSTEM,
+        fetchers: ReplicaFetchers | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -160,11 +165,15 @@ class PartitionReplica:
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
         self._replication = dict(DEFAULT_REPLICATION)
-        self._fetcher: asyncio.Task | None = None
-        self._fetch_paused = False
-        self._fetch_delay_s = 0.0  # fault injection: a slow network to the leader
-        # Long-polling fetches, acks=all produces and reordered calls wait here.
+        self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its broker's fetcher
+        # The broker's replica fetchers (one per leader broker); a replica alone has its own.
+        self._fetchers = fetchers if fetchers is not None else ReplicaFetchers(broker_id, clock)
+        self.fetch_paused = False
+        self.fetch_delay_s = 0.0  # fault injection: a slow network to the leader
+        # Long-polling fetches, acks=all produces and reordered calls wait here; the broker's
+        # waiting replica fetches are told of every change too.
         self._waiters = Waiters()
+        self._on_change = on_change
         self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
         self._cleaning: asyncio.Task | None = None
         self._background: asyncio.Task | None = None
@@ -209,15 +218,9 @@ class PartitionReplica:
         self._advance_hw()
         self._notify()
         logger.info(
-            "%s-%d: broker %d leads at epoch %d (LEO %d, HW %d, ISR %s)",
-            self.topic,
-            self.partition,
-            self.broker_id,
-            leader_epoch,
-            self._log.log_end_offset,
-            self._state.hw,
-            self._state.isr,
-        )
+            "%s-%d: broker %d leads at epoch %d (LEO %d, HW %d, ISR %s)", self.topic, self.partition,
+            self.broker_id, leader_epoch, self._log.log_end_offset, self._state.hw, self._state.isr,
+        )  # fmt: skip
         return self._log.log_end_offset
 
     async def become_follower(self, request: LeaderAndIsrRequest) -> bool:
@@ -256,13 +259,9 @@ class PartitionReplica:
         # Wake produce and fetch calls waiting here as leader: they now fail with NotLeader.
         self._notify()
         logger.info(
-            "%s-%d: broker %d follows %d at epoch %d",
-            self.topic,
-            self.partition,
-            self.broker_id,
-            leader_id,
-            leader_epoch,
-        )
+            "%s-%d: broker %d follows %d at epoch %d", self.topic, self.partition, self.broker_id,
+            leader_id, leader_epoch,
+        )  # fmt: skip
         return True
 
     def _take_replication(self, replication: dict[str, Any] | None) -> None:
@@ -643,51 +642,25 @@ class PartitionReplica:
     # -- follower side of replication -----------------------------------------------------
 
     async def _follow(self, leader: Any, epoch: int) -> None:
-        """Fetch from ``leader`` until the role or epoch changes (the controller cancels this task)."""
-        truncated = False
+        """Follow ``leader`` (a ReplicaRef) until the role or epoch changes (the controller
+        cancels this task): cut the divergent suffix, then let this broker's fetcher for the
+        leader's broker fetch, until it hands back an error only this replica can handle."""
         while not self._state.closed and self._state.role == ReplicaRole.FOLLOWER and self._state.leader_epoch == epoch:
             try:
-                if self._fetch_paused:
+                if self.fetch_paused:
                     await asyncio.sleep(0.02)
                     continue
-                if not truncated:
-                    await self._truncate_to_leader(leader, epoch)
-                    truncated = True
-                result = await leader.fetch.remote(
-                    FetchRequest(
-                        self._log.log_end_offset,
-                        self._replication["replica.fetch.max.bytes"],
-                        self._replication["replica.fetch.wait.max.ms"],
-                        current_leader_epoch=epoch,
-                        replica_id=self.broker_id,
-                    )
-                )
-                if self._fetch_delay_s:
-                    await asyncio.sleep(self._fetch_delay_s)
-                if self._state.closed or self._state.role != ReplicaRole.FOLLOWER or self._state.leader_epoch != epoch:
-                    return
-                if self._fetch_paused:  # an answer that arrives after the cut is lost with it
-                    continue
-                if result.records:
-                    info = self._log.append(result.records, assign_offsets=False)
-                    self._assign_epochs(info.headers)
-                leo = self._log.log_end_offset
-                hw = min(result.high_watermark, leo)
-                if hw > self._state.hw:
-                    self._set_hw(hw)
-                if result.log_start_offset > self._log.log_start_offset:
-                    self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
+                await self._truncate_to_leader(leader, epoch)
+                raise await self._fetchers.follow(self, leader, epoch)
             except asyncio.CancelledError:
                 raise
             except OffsetOutOfRangeError:
                 await self._reset_below_log_start(leader, epoch)
-                truncated = False
             except (InvalidRequestError, CorruptRecordError):
                 # Our log and the leader's disagree on batch boundaries: find the divergence again.
                 logger.warning(
                     "%s-%d: follower append refused; re-truncating", self.topic, self.partition, exc_info=True
                 )
-                truncated = False
                 await asyncio.sleep(0.05)
             except (
                 NotLeaderOrFollowerError,
@@ -700,6 +673,39 @@ class PartitionReplica:
             except Exception:
                 logger.exception("%s-%d: follower fetch failed", self.topic, self.partition)
                 await asyncio.sleep(0.2)
+
+    def apply_fetched(self, result: FetchResponse, epoch: int) -> None:
+        """Append what the fetcher got from the leader at ``epoch`` (the leader's bytes, its
+        offsets), then take the leader's HW and log start. An answer for an older term or a
+        closed replica is dropped. InvalidRequestError/CorruptRecordError when the log
+        refuses the batches (the logs disagree: the fetcher hands it back to ``_follow``)."""
+        state = self._state
+        if state.closed or state.role != ReplicaRole.FOLLOWER or state.leader_epoch != epoch:
+            return
+        if result.records:
+            info = self._log.append(result.records, assign_offsets=False)
+            self._assign_epochs(info.headers)
+        leo = self._log.log_end_offset
+        hw = min(result.high_watermark, leo)
+        if hw > state.hw:
+            self._set_hw(hw)
+        if result.log_start_offset > self._log.log_start_offset:
+            self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
+
+    def follower_fetch_ready(self, offset: int, leader_epoch: int) -> bool:
+        """Whether a follower's fetch waiting at ``offset`` should be answered: data past it,
+        or this replica closed or left the term the follower fetches in."""
+        state = self._state
+        return state.closed or state.leader_epoch != leader_epoch or self._log.log_end_offset > offset
+
+    @property
+    def replication(self) -> dict[str, Any]:
+        """The broker's replication settings this replica has (fetch sizes and waits)."""
+        return self._replication
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
 
     async def _truncate_to_leader(self, leader: Any, epoch: int) -> None:
         """Cut the suffix that differs from the leader's log (KIP-279's epoch walk)."""
@@ -730,13 +736,9 @@ class PartitionReplica:
     def _truncate(self, offset: int) -> None:
         if offset < self._log.log_end_offset:
             logger.info(
-                "%s-%d: broker %d truncates %d -> %d",
-                self.topic,
-                self.partition,
-                self.broker_id,
-                self._log.log_end_offset,
-                offset,
-            )
+                "%s-%d: broker %d truncates %d -> %d", self.topic, self.partition, self.broker_id,
+                self._log.log_end_offset, offset,
+            )  # fmt: skip
             self._log.truncate_to(offset)
         leo = self._log.log_end_offset
         self._epochs.truncate_from_end(leo)
@@ -901,13 +903,13 @@ class PartitionReplica:
     async def pause_fetching(self, paused: bool) -> None:
         """Fault injection for tests: a paused follower stops fetching, as if cut off from its
         leader, while staying alive (and in the ISR until replica.lag.time.max.ms passes)."""
-        self._fetch_paused = paused
+        self.fetch_paused = paused
 
     async def delay_fetching(self, delay_ms: float) -> None:
         """Fault injection for tests: every answer of the leader reaches this follower
         ``delay_ms`` late, as over a slow network (0: no delay). A follower slower than
         replica.lag.time.max.ms falls out of the ISR while it keeps fetching."""
-        self._fetch_delay_s = max(0.0, float(delay_ms)) / 1000
+        self.fetch_delay_s = max(0.0, float(delay_ms)) / 1000
 
     async def ping(self) -> int:
         """Liveness probe; returns the broker id."""
@@ -994,3 +996,5 @@ class PartitionReplica:
     def _notify(self) -> None:
         """The log, the high watermark or the role changed: wake the waits that can go on."""
         self._waiters.notify()
+        if self._on_change is not None:
+            self._on_change()

@@ -2,18 +2,20 @@
 
 Every decision (placement, elections, ISR changes, reassignment, configs) is made by the
 plain managers under :mod:`actors.controller.quorum_controller`, written to the metadata log
-before it takes effect. This shell does what needs Ray and an event loop: it creates,
-attaches to, watches, restarts and stops the replica actors (through ``actors.launch``),
+before it takes effect. This shell does what needs Ray and an event loop: it starts the
+broker actors (``actors.broker``, through ``actors.launch``), opens, watches, reopens and
+closes the replicas they host,
 tells replicas their roles (LeaderAndIsr), serves requests one change at a time (an
 asyncio lock), and runs the periodic work (preferred-leader rebalance, reassignment
 completion, metrics, listener probes).
 
-A controller restarted by Ray replays the metadata log and re-attaches to (or re-creates)
-the replica actors. It watches every replica through Ray: each replica's ``run`` call stays
-pending for the replica's life, so its failure tells the controller the replica died: the
-replica leaves the ISR, a new leader is elected if it led, and it is restarted as a
-follower. It never sits on the data path: clients ask it for metadata (leader actor handles
-and epochs) and talk to leaders directly.
+A controller restarted by Ray replays the metadata log and re-attaches to (or reopens)
+every replica. It watches every replica through Ray: each replica's ``run`` call stays
+pending for the replica's life, so its failure tells the controller the replica's broker
+died: the replica leaves the ISR, a new leader is elected if it led, and once every
+partition of the dead broker has a leader again the broker actor is started again and
+reopens its replicas as followers. It never sits on the data path: clients ask it for
+metadata (leaders' ReplicaRefs and epochs) and talk to leaders directly.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from actors import launch
 from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
 from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
+from actors.broker import Broker
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
@@ -36,8 +39,8 @@ from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
 from actors.gateway.probe import probe_listeners, probe_targets
 from actors.metrics import TICK_S, Recorder
-from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, replica_actor_name
-from actors.partition import DEFAULT_REPLICATION, PartitionReplica, remove_stray_partitions
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, broker_actor_name
+from actors.partition import DEFAULT_REPLICATION, remove_stray_partitions
 from actors.protocol import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -66,6 +69,7 @@ from actors.protocol_security import (
     ScramCredential,
     UserScramCredentialsResult,
 )
+from actors.replica_ref import ReplicaRef
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (
     ElectionNotNeededError,
@@ -85,8 +89,7 @@ SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
 LISTENER_PROBE_INTERVAL_S = 5.0
 STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
 REPLICA_CALL_TIMEOUT_S = 30.0  # a hung replica must not stall the controller
-REPLICA_START_TIMEOUT_S = 30.0  # waiting for a dead replica's name to be released
-REPLICA_STOP_TIMEOUT_S = 10.0  # waiting for a killed replica to be gone
+BROKER_START_TIMEOUT_S = 30.0  # waiting for a dead broker actor's name to be released
 REASSIGNMENT_CHECK_S = 0.1
 ACL_WATCH_S = 30.0  # the longest a gateway's watch_acls call waits for a change
 _ATTACHED, _STARTED = "attached", "started"
@@ -132,8 +135,11 @@ class Controller:
         self._replication = self._quorum.replication
         self._configuration = self._quorum.configuration
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
-        self._handles: dict[Replica, Any] = {}
+        self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
         self._watches: dict[Replica, asyncio.Task] = {}
+        self._brokers: dict[int, Any] = {}  # broker id -> its actor (started on its first replica)
+        self._broker_locks: dict[int, asyncio.Lock] = {}
+        self._reopening: dict[int, asyncio.Task] = {}  # broker id -> reopening its dead replicas
         self._lock: asyncio.Lock | None = None
         self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
         self._rebalancer: asyncio.Task | None = None
@@ -221,16 +227,17 @@ class Controller:
         for task in [*self._watches.values(), *self._reassignments.values(), *tasks]:
             if task is not None:
                 task.cancel()
-        closes = [asyncio.ensure_future(handle.close.remote(delete_data)) for handle in self._handles.values()]
+        closes = [asyncio.ensure_future(broker.shutdown.remote(delete_data)) for broker in self._brokers.values()]
         if closes:
-            # Bounded: a replica that cannot close cleanly is killed below all the same (its
-            # log recovers on the next open), so shutdown never hangs on one.
+            # Bounded: a broker that cannot close its replicas cleanly is killed below all the
+            # same (its logs recover on the next open), so shutdown never hangs on one.
             done, _ = await asyncio.wait(closes, timeout=SHUTDOWN_CLOSE_TIMEOUT_S)
             for future in done:
                 if future.exception() is not None and not isinstance(future.exception(), ray.exceptions.RayActorError):
-                    logger.warning("replica close failed: %s", future.exception())
-        for handle in self._handles.values():
-            launch.kill(handle)
+                    logger.warning("broker shutdown failed: %s", future.exception())
+        for broker in self._brokers.values():
+            launch.kill(broker)
+        self._brokers.clear()
         self._handles.clear()
         self._quorum.close()
 
@@ -488,7 +495,7 @@ class Controller:
             require(request, DescribeClusterRequest)
             await self._auth.check_cluster(request, Op.DESCRIBE)
         await self._ensure_started()
-        return {**self._quorum.describe(), "replica_actors": len(self._handles)}
+        return {**self._quorum.describe(), "replicas_open": len(self._handles), "broker_actors": len(self._brokers)}
 
     async def broker_config(self) -> dict[str, Any]:
         """The broker configuration the cluster was launched with (what a driver attaching
@@ -496,7 +503,7 @@ class Controller:
         return dict(self._config)
 
     async def replica_handles(self, tp: TopicPartition, principal: str | None = None) -> dict[int, Any]:
-        """Actor handles of every live replica of a partition, by broker id (for tests/tools).
+        """The ReplicaRefs of every live replica of a partition, by broker id (for tests/tools).
         A handle calls the replica without any principal, so a native caller's needs
         CLUSTER_ACTION on the cluster (Kafka's operation for what brokers do among themselves)."""
         await self._auth.check_cluster(Caller(principal, "ReplicaHandles"), Op.CLUSTER_ACTION)
@@ -519,60 +526,65 @@ class Controller:
     # -- replicas: start, watch, restart, stop --------------------------------------------
 
     async def _attach_or_start(self, topic: str, partition: int, broker_id: int) -> str | None:
-        """Attach to the replica's live actor or create it; returns _ATTACHED, _STARTED or
-        None (its broker is stopped or its node is down)."""
+        """Attach to the replica open in its broker's actor, or open it there (starting the
+        broker actor if needed); returns _ATTACHED, _STARTED or None (its broker is stopped
+        or its node is down)."""
+        opened = await self._open_replica(topic, partition, broker_id)
+        if opened is None:
+            return None
         key = (topic, partition, broker_id)
-        handle = launch.find_actor(replica_actor_name(topic, partition, broker_id), self._namespace)
-        outcome = _ATTACHED
-        if handle is not None:
-            try:
-                await handle.ping.remote()
-            except ray.exceptions.RayActorError:
-                handle = None
-        if handle is None:
-            handle = await self._start_replica(topic, partition, broker_id)
-            if handle is None:
-                return None
-            outcome = _STARTED
-        self._handles[key] = handle
-        self._watch(key, handle)
-        return outcome
+        self._handles[key], now = opened
+        self._watch(key, self._handles[key])
+        return _STARTED if now else _ATTACHED
 
-    async def _start_replica(self, topic: str, partition: int, broker_id: int) -> Any | None:
+    async def _open_replica(self, topic: str, partition: int, broker_id: int) -> tuple[ReplicaRef, bool] | None:
+        """Open the replica in its broker's actor; returns its ref and whether it was opened
+        now (False: it was open), or None when its broker is stopped or its node is down."""
         spec = self._quorum.replica_spec(topic, partition, broker_id)
         if spec is None:
             return None  # stopped with stop_broker
-        if spec.node_id not in launch.alive_nodes():
-            logger.warning(
-                "broker %d's node %s is down; replica %s-%d stays offline", broker_id, spec.node_id, topic, partition
-            )
+        broker = await self._broker_actor(broker_id, spec.node_id)
+        if broker is None:
             return None
-        name = replica_actor_name(topic, partition, broker_id)
-        deadline = self._clock.monotonic() + REPLICA_START_TIMEOUT_S
-        while True:
-            try:
-                handle = launch.launch(
-                    PartitionReplica,
-                    launch.REPLICA,
-                    name,
-                    self._namespace,
-                    spec.node_id,
-                    topic,
-                    partition,
-                    broker_id,
-                    spec.data_dir,
-                    spec.config,
-                    spec.topic_id,
-                    self._metrics_enabled,
-                    self._namespace,
-                )
-                await handle.ping.remote()
-                return handle
-            except ValueError:
-                # The dead actor's name is released asynchronously; try again shortly.
-                if self._clock.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+        try:
+            now = await broker.open_replica.remote(topic, partition, spec.data_dir, spec.config, spec.topic_id)
+        except ray.exceptions.RayActorError:
+            logger.warning("broker %d died while opening %s-%d", broker_id, topic, partition)
+            return None
+        return ReplicaRef(broker, topic, partition, broker_id), now
+
+    async def _broker_actor(self, broker_id: int, node_id: str) -> Any | None:
+        """Broker ``broker_id``'s live actor, started on ``node_id`` if there is none; None
+        when that node is down."""
+        async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
+            name = broker_actor_name(broker_id)
+            for actor in (self._brokers.get(broker_id), launch.find_actor(name, self._namespace)):
+                if actor is None:
+                    continue
+                try:
+                    await actor.ping.remote()
+                    self._brokers[broker_id] = actor
+                    return actor
+                except ray.exceptions.RayActorError:
+                    self._brokers.pop(broker_id, None)
+            if node_id not in launch.alive_nodes():
+                logger.warning("broker %d's node %s is down; its replicas stay offline", broker_id, node_id)
+                return None
+            deadline = self._clock.monotonic() + BROKER_START_TIMEOUT_S
+            while True:
+                try:
+                    actor = launch.launch(
+                        Broker, launch.BROKER, name, self._namespace, node_id, broker_id, self._namespace,
+                        self._metrics_enabled,
+                    )  # fmt: skip
+                    await actor.ping.remote()
+                    self._brokers[broker_id] = actor
+                    return actor
+                except ValueError:
+                    # The dead actor's name is released asynchronously; try again shortly.
+                    if self._clock.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
 
     async def _remove_strays(self, broker_ids: list[int]) -> None:
         """On each running broker's node, delete the partition directories it no longer hosts
@@ -615,20 +627,40 @@ class Controller:
                 logger.exception("handling the death of replica %s failed", key)
 
     async def _on_replica_death(self, topic: str, partition: int, broker_id: int) -> None:
-        """A replica actor died: drop it from the ISR, elect if it led, then restart it as a follower."""
+        """A replica's broker died: drop the replica from the ISR and elect if it led; then
+        (once for all of the broker's dead replicas) start the broker again and reopen them."""
         async with self._mutex():
             self._handles.pop((topic, partition, broker_id), None)
             if not self._replication.has_partition(topic, partition):
                 return
             self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
-            # Elect before restarting: the restart takes about a second, failover should not.
+            # Elect before reopening: starting a broker takes about a second, failover should not.
             await self._elect(topic, partition, bump=False)
-            handle = await self._start_replica(topic, partition, broker_id)
-            if handle is None:
-                return
-            self._handles[(topic, partition, broker_id)] = handle
-            self._watch((topic, partition, broker_id), handle)
-            await self._elect(topic, partition, bump=False)
+        reopening = self._reopening.get(broker_id)
+        if reopening is None or reopening.done():
+            self._reopening[broker_id] = asyncio.get_running_loop().create_task(self._reopen(broker_id))
+
+    async def _reopen(self, broker_id: int) -> None:
+        """Reopen the broker's replicas whose actor died (as followers: each one's partition
+        has elected without it), until none is left; the death handlers of replicas found
+        dead meanwhile leave them to this task's next pass."""
+        try:
+            await asyncio.sleep(0)  # let the other replicas' death handlers elect first
+            while not self._stopping:
+                async with self._mutex():
+                    missing = [
+                        (t, p)
+                        for t, p in self._replication.partitions_on(broker_id)
+                        if (t, p, broker_id) not in self._handles
+                    ]
+                    if not missing:
+                        return
+                    for topic, partition in missing:
+                        if await self._attach_or_start(topic, partition, broker_id) is None:
+                            return  # stopped, or its node is down: start_broker brings it back
+                        await self._elect(topic, partition, bump=False)
+        except Exception:  # a task's exception would otherwise vanish silently
+            logger.exception("reopening broker %d's replicas failed", broker_id)
 
     async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
         key = (topic, partition, broker_id)
@@ -639,19 +671,20 @@ class Controller:
         if handle is None:
             return
         try:
-            await handle.close.remote(delete)
+            # Closed and forgotten by its broker before this returns: a replica opened next
+            # for the same partition (a topic deleted and created again) is a new one.
+            await self._call_replica(handle.host.close_replica.remote(topic, partition, delete))
         except ray.exceptions.RayActorError:
             pass
-        launch.kill(handle)
-        # ray.kill returns before the actor is gone: a replica started next under the same
-        # name (a topic deleted and created again) must not attach to this closed one.
-        deadline = self._clock.monotonic() + REPLICA_STOP_TIMEOUT_S
-        while self._clock.monotonic() < deadline:
-            try:
-                await asyncio.wait_for(handle.ping.remote(), 1.0)
-            except (ray.exceptions.RayActorError, TimeoutError):
-                return
-            await asyncio.sleep(0.05)
+
+    async def _stop_broker_actor(self, broker_id: int) -> None:
+        """Kill a stopped broker's actor (its replicas are closed)."""
+        async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
+            actor = self._brokers.pop(broker_id, None) or launch.find_actor(
+                broker_actor_name(broker_id), self._namespace
+            )
+            if actor is not None:
+                launch.kill(actor)
 
     async def _elect(self, topic: str, partition: int, bump: bool) -> None:
         """Elect the partition's leader (ReplicationControlManager.elect) and tell every live
@@ -720,6 +753,7 @@ class Controller:
                 await self._stop_replica(topic, p, broker_id, delete=False)
                 self._quorum.commit(self._replication.remove_from_isr(topic, p, broker_id))
                 await self._elect(topic, p, bump=False)
+            await self._stop_broker_actor(broker_id)
         logger.info("broker %d stopped", broker_id)
 
     async def start_broker(self, broker_id: int, principal: str | None = None) -> None:

@@ -1,0 +1,212 @@
+"""The Broker actor: one broker's process, hosting every partition replica the broker holds.
+
+As a Kafka broker's process holds its partitions, one Ray actor per broker holds its
+:class:`~actors.partition.PartitionReplica` objects (each owning its log) and its replica
+fetchers (``actors.replica_fetcher``). The controller opens and closes replicas here; clients,
+coordinators and the controller call one replica through a
+:class:`~actors.replica_ref.ReplicaRef`, which this actor's :meth:`Broker.call` dispatches.
+
+Between brokers, replication is one call per round and source broker: a follower broker's
+fetcher sends :meth:`Broker.replica_fetch` with every partition it follows from this broker,
+and the answer carries each partition's batches (or its error). The call long-polls for
+``replica.fetch.wait.max.ms`` until one of its partitions has data.
+
+The class is plain: the controller launches it as a Ray actor (``actors.launch``), and tests
+drive it without Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from actors.clock import SYSTEM, Clock
+from actors.partition import PartitionReplica
+from actors.protocol import FetchRequest
+from actors.replica_fetcher import ReplicaFetchers
+from actors.waiters import Waiters
+from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
+
+logger = logging.getLogger(__name__)
+
+# What a ReplicaRef may call on a replica (its public calls; ``close`` goes through
+# close_replica, which also forgets the replica).
+REPLICA_CALLS = frozenset(
+    {
+        "produce",
+        "fetch",
+        "write_txn_marker",
+        "offset_for_leader_epoch",
+        "list_offsets",
+        "delete_records",
+        "become_leader",
+        "become_follower",
+        "update_config",
+        "run",
+        "describe",
+        "read_local",
+        "clean_now",
+        "pause_fetching",
+        "delay_fetching",
+        "ping",
+    }
+)
+
+
+class Broker:
+    """Broker ``broker_id``: its replicas by (topic, partition) and its replica fetchers."""
+
+    def __init__(
+        self, broker_id: int, namespace: str = "", metrics_enabled: bool = True, clock: Clock = SYSTEM
+    ) -> None:
+        self.broker_id = broker_id
+        self._namespace = namespace
+        self._metrics_enabled = metrics_enabled
+        self._clock = clock
+        self._replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self._fetchers = ReplicaFetchers(broker_id, clock)
+        # Follower brokers' replica_fetch calls long-poll here until a partition has data.
+        self._fetch_waiters = Waiters()
+        self._wakes: dict[int, int] = {}  # follower broker -> wake_replica_fetch calls so far
+        self._replica_fetches = 0  # replica_fetch calls served
+        self._most_partitions_per_fetch = 0
+
+    # -- replicas: opened and closed by the controller ---------------------------------------
+
+    async def open_replica(
+        self, topic: str, partition: int, data_dir: str, config: dict[str, Any], topic_id: str | None
+    ) -> bool:
+        """Open (recover) the replica's log if it is not open here; returns whether it was opened now."""
+        key = (topic, partition)
+        if key in self._replicas:
+            return False
+        self._replicas[key] = PartitionReplica(
+            topic,
+            partition,
+            self.broker_id,
+            data_dir,
+            config,
+            topic_id,
+            self._metrics_enabled,
+            self._namespace,
+            self._clock,
+            fetchers=self._fetchers,
+            on_change=self._fetch_waiters.notify,
+        )
+        return True
+
+    async def close_replica(self, topic: str, partition: int, delete: bool = False) -> None:
+        """Close the replica cleanly (and delete its data if asked); a replica not open here is a no-op."""
+        replica = self._replicas.pop((topic, partition), None)
+        if replica is not None:
+            await replica.close(delete)
+
+    async def hosts(self, topic: str, partition: int) -> bool:
+        """Whether the replica is open here."""
+        return (topic, partition) in self._replicas
+
+    async def call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one replica's call (what a ReplicaRef's ``method.remote(...)`` sends).
+
+        NotLeaderOrFollowerError when the replica is not open here (moved, deleted, or its
+        broker restarted and has not opened it yet), as Kafka answers for a partition it
+        does not host."""
+        if type(topic) is not str or type(partition) is not int:
+            raise InvalidRequestError("a replica is named by its topic (str) and partition (int)")
+        replica = self._replicas.get((topic, partition))
+        if replica is None:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
+        if method == "close":
+            return await self.close_replica(topic, partition, *args, **kwargs)
+        if method not in REPLICA_CALLS:
+            raise InvalidRequestError(f"no replica call {method!r:.100}")
+        return await getattr(replica, method)(*args, **kwargs)
+
+    # -- the leader side of replication ------------------------------------------------------
+
+    async def replica_fetch(
+        self, replica_id: int, requests: list[tuple[str, int, FetchRequest]], max_wait_ms: int
+    ) -> list[Any]:
+        """One follower broker's fetch of every partition it follows from this broker.
+
+        Answers, in the order asked, each partition's FetchResponse or its error (the
+        exception object). Answers at once when a partition has data or an error; else
+        waits up to ``max_wait_ms`` until one has (or its leader epoch changed, or the
+        follower broker asks to be answered: ``wake_replica_fetch``)."""
+        if type(replica_id) is not int or replica_id < 0:
+            raise InvalidRequestError(f"replica_fetch needs a broker id, not {replica_id!r:.50}")
+        if not isinstance(requests, list) or type(max_wait_ms) is not int:
+            raise InvalidRequestError("replica_fetch takes a list of (topic, partition, FetchRequest) and a wait")
+        self._replica_fetches += 1
+        self._most_partitions_per_fetch = max(self._most_partitions_per_fetch, len(requests))
+        answers = await self._fetch_now(requests)
+        if max_wait_ms <= 0 or any(_worth_answering(a) for a in answers):
+            return answers  # (a malformed entry is answered with its error: all are well formed past here)
+        wakes = self._wakes.get(replica_id, 0)
+        await self._fetch_waiters.wait(
+            lambda: self._wakes.get(replica_id, 0) != wakes or any(self._fetch_ready(*r) for r in requests),
+            max_wait_ms / 1000,
+        )
+        return await self._fetch_now(requests)  # after a timeout too: the answer carries the latest HW
+
+    async def wake_replica_fetch(self, replica_id: int) -> None:
+        """Answer follower broker ``replica_id``'s waiting replica_fetch now (its fetcher took a
+        new partition, which must not wait for the long poll to end)."""
+        self._wakes[replica_id] = self._wakes.get(replica_id, 0) + 1
+        self._fetch_waiters.notify()
+
+    async def _fetch_now(self, requests: list[tuple[str, int, FetchRequest]]) -> list[Any]:
+        answers: list[Any] = []
+        for request in requests:
+            try:
+                if type(request) is not tuple or len(request) != 3:
+                    raise InvalidRequestError("a replica fetch names (topic, partition, FetchRequest)")
+                topic, partition, fetch = request
+                if type(topic) is not str or type(partition) is not int:
+                    raise InvalidRequestError("a replica is named by its topic (str) and partition (int)")
+                replica = self._replicas.get((topic, partition))
+                if replica is None:
+                    raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
+                if type(fetch) is not FetchRequest or fetch.replica_id < 0:
+                    raise InvalidRequestError("a replica fetch carries the follower's FetchRequest")
+                answers.append(await replica.fetch(dataclasses.replace(fetch, max_wait_ms=0)))
+            except Exception as exc:  # noqa: BLE001 - each partition's error goes back in its answer
+                answers.append(exc)
+        return answers
+
+    def _fetch_ready(self, topic: str, partition: int, fetch: FetchRequest) -> bool:
+        replica = self._replicas.get((topic, partition))
+        return replica is None or replica.follower_fetch_ready(fetch.fetch_offset, fetch.current_leader_epoch)
+
+    # -- introspection and shutdown ---------------------------------------------------------
+
+    async def ping(self) -> int:
+        """Liveness probe; returns the broker id."""
+        return self.broker_id
+
+    async def describe_broker(self) -> dict[str, Any]:
+        """The replicas open here, the fetchers (their partitions and rounds) and the
+        replica_fetch calls served (for tests and tools)."""
+        return {
+            "broker_id": self.broker_id,
+            "replicas": sorted(self._replicas),
+            "fetchers": self._fetchers.describe(),
+            "replica_fetches_served": self._replica_fetches,
+            "most_partitions_per_fetch": self._most_partitions_per_fetch,
+            "pid": os.getpid(),
+        }
+
+    async def shutdown(self, delete: bool = False) -> None:
+        """Close every replica (the controller's cluster shutdown)."""
+        self._fetchers.stop()
+        for topic, partition in list(self._replicas):
+            try:
+                await self.close_replica(topic, partition, delete)
+            except Exception:  # one replica's failure must not keep the others open
+                logger.exception("broker %d: closing %s-%d failed", self.broker_id, topic, partition)
+
+
+def _worth_answering(answer: Any) -> bool:
+    return isinstance(answer, BaseException) or bool(answer.records)

@@ -1,0 +1,227 @@
+"""The follower side of replication, per source broker: Kafka's replica fetcher threads.
+
+A broker's follower replicas do not fetch one by one. Every partition this broker follows
+from one leader broker is fetched by that broker's one :class:`ReplicaFetcher`, in one call
+per round (``Broker.replica_fetch`` on the leader's broker, carrying each partition's fetch
+offset, which is its log end and so tells the leader its LEO). The calls between brokers grow
+with the brokers, not with the partitions, as Kafka's ReplicaFetcherManager keeps one fetcher
+thread per source broker.
+
+A replica hands itself to the fetcher once it has cut its divergent suffix (``follow``) and
+gets back what it must handle alone: OffsetOutOfRange (its log end is below the leader's log
+start) or an append the log refused (the logs disagree: truncate again). Errors that only need
+time (the leader moved, an epoch not yet known there, the leader's broker restarting) back the
+partition off and keep it in the fetcher. The replica's own state changes stay the replica's:
+the fetcher hands it the answer (``PartitionReplica.apply_fetched``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+import ray
+
+from actors.clock import SYSTEM, Clock
+from actors.protocol import FetchRequest
+from actors.replica_ref import actor_key
+from storage.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+)
+
+logger = logging.getLogger(__name__)
+
+# How long a partition (or every partition, when the leader's broker does not answer) waits
+# before it is fetched again: Kafka's replica.fetch.backoff.ms defaults to 1 s; a Ray actor
+# restarts in about that time, and a quicker retry finds a new leader sooner.
+RETRY_BACKOFF_S = 0.05
+ERROR_BACKOFF_S = 0.2
+# The errors a replica handles itself (its fetch position or its log must change).
+HANDED_BACK = (OffsetOutOfRangeError, InvalidRequestError, CorruptRecordError)
+# The errors that only need time: the leader moved, or knows no newer epoch yet.
+TRANSIENT = (NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError)
+
+
+@dataclasses.dataclass(eq=False)
+class _Fetching:
+    """One partition in a fetcher: its replica, the leader epoch it follows, the future its
+    ``follow`` waits on, and when it may be fetched again."""
+
+    replica: Any
+    epoch: int
+    done: asyncio.Future
+    not_before: float = 0.0
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker (its actor: ``leader``)."""
+
+    def __init__(self, broker_id: int, leader: Any, leader_id: int, clock: Clock = SYSTEM) -> None:
+        self.broker_id = broker_id
+        self.leader = leader
+        self.leader_id = leader_id
+        self._clock = clock
+        self._partitions: dict[tuple[str, int], _Fetching] = {}
+        self._task: asyncio.Task | None = None
+        self._changed = asyncio.Event()
+        self._in_flight = False
+        self.rounds = 0  # fetch calls made (one per round, whatever the partition count)
+
+    @property
+    def partitions(self) -> list[tuple[str, int]]:
+        return sorted(self._partitions)
+
+    async def follow(self, replica: Any, epoch: int) -> BaseException:
+        """Fetch for ``replica`` at leader ``epoch`` until it must handle an error itself;
+        returns that error. Cancelling the call takes the partition out of the fetcher."""
+        key = (replica.topic, replica.partition)
+        entry = _Fetching(replica, epoch, asyncio.get_running_loop().create_future())
+        old = self._partitions.get(key)
+        if old is not None and not old.done.done():
+            old.done.cancel()
+        self._partitions[key] = entry
+        self._changed.set()
+        if self._in_flight:
+            # The round in flight may long-poll for replica.fetch.wait.max.ms without this
+            # partition: ask the leader's broker to answer it now.
+            self.leader.wake_replica_fetch.remote(self.broker_id)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        try:
+            return await entry.done
+        finally:
+            if self._partitions.get(key) is entry:
+                del self._partitions[key]
+
+    def stop(self) -> None:
+        """Stop fetching (the broker closes): every ``follow`` waiting here is cancelled."""
+        for entry in self._partitions.values():
+            entry.done.cancel()
+        self._partitions.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while self._partitions:
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a round's failure must not stop the fetcher
+                logger.exception("broker %d: replica fetch round failed", self.broker_id)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+
+    async def _round(self) -> None:
+        now = self._clock.monotonic()
+        batch = [e for e in self._partitions.values() if e.not_before <= now and not e.replica.fetch_paused]
+        if not batch:
+            # Paused or backed-off partitions: look again shortly (or when one is added).
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), RETRY_BACKOFF_S / 2)
+            except TimeoutError:
+                pass
+            return
+        settings = batch[0].replica.replication
+        max_wait_ms = settings["replica.fetch.wait.max.ms"]
+        requests = [
+            (
+                e.replica.topic,
+                e.replica.partition,
+                FetchRequest(
+                    e.replica.log_end_offset,
+                    settings["replica.fetch.max.bytes"],
+                    max_wait_ms,
+                    current_leader_epoch=e.epoch,
+                    replica_id=self.broker_id,
+                ),
+            )
+            for e in batch
+        ]
+        self._in_flight = True
+        self.rounds += 1
+        try:
+            answers = await self.leader.replica_fetch.remote(self.broker_id, requests, max_wait_ms)
+        except ray.exceptions.RayActorError:
+            # The leader's broker died: the controller elects new leaders and tells us.
+            self._back_off(batch, RETRY_BACKOFF_S)
+            return
+        finally:
+            self._in_flight = False
+        delay = max(e.replica.fetch_delay_s for e in batch)
+        if delay:  # fault injection: a slow network between the two brokers
+            await asyncio.sleep(delay)
+        for entry, answer in zip(batch, answers, strict=True):
+            self._apply(entry, answer)
+
+    def _apply(self, entry: _Fetching, answer: Any) -> None:
+        replica = entry.replica
+        if self._partitions.get((replica.topic, replica.partition)) is not entry or entry.done.done():
+            return  # left the fetcher while the round was out
+        if replica.fetch_paused:  # an answer that arrives after the cut is lost with it
+            return
+        if isinstance(answer, BaseException):
+            self._failed(entry, answer)
+            return
+        try:
+            replica.apply_fetched(answer, entry.epoch)
+        except HANDED_BACK as exc:
+            self._failed(entry, exc)
+
+    def _failed(self, entry: _Fetching, exc: BaseException) -> None:
+        if isinstance(exc, HANDED_BACK):
+            entry.done.set_result(exc)
+        elif isinstance(exc, TRANSIENT):
+            self._back_off([entry], RETRY_BACKOFF_S)
+        else:
+            logger.warning(
+                "broker %d: fetching %s-%d failed: %r",
+                self.broker_id,
+                entry.replica.topic,
+                entry.replica.partition,
+                exc,
+            )
+            self._back_off([entry], ERROR_BACKOFF_S)
+
+    def _back_off(self, entries: list[_Fetching], seconds: float) -> None:
+        until = self._clock.monotonic() + seconds
+        for entry in entries:
+            entry.not_before = until
+
+
+class ReplicaFetchers:
+    """A broker's fetchers, one per leader broker (Kafka's ReplicaFetcherManager)."""
+
+    def __init__(self, broker_id: int, clock: Clock = SYSTEM) -> None:
+        self.broker_id = broker_id
+        self._clock = clock
+        self._fetchers: dict[Any, ReplicaFetcher] = {}
+
+    async def follow(self, replica: Any, leader: Any, epoch: int) -> BaseException:
+        """Fetch for ``replica`` from the leader's broker (``leader``: the leader's ReplicaRef;
+        see ReplicaFetcher.follow)."""
+        key = actor_key(leader.host)
+        fetcher = self._fetchers.get(key)
+        if fetcher is None:
+            fetcher = self._fetchers[key] = ReplicaFetcher(self.broker_id, leader.host, leader.broker_id, self._clock)
+        return await fetcher.follow(replica, epoch)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each fetcher with partitions: its leader broker, partitions and rounds so far."""
+        return [
+            {"leader": f.leader_id, "partitions": f.partitions, "rounds": f.rounds}
+            for f in self._fetchers.values()
+            if f.partitions
+        ]
+
+    def stop(self) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        self._fetchers.clear()
