@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # Launch overrides for test clusters that do not test the internal topics themselves: one
-# partition each for __consumer_offsets and __transaction_state. Every replica is a Ray actor
-# (a worker process); at the default three partitions, RF 3, a 3-broker launch starts 18 of
-# them for the internal topics alone and takes twice as long (24 s against 11 s, quiet machine).
+# partition each for __consumer_offsets and __transaction_state (at the default three
+# partitions, RF 3, a 3-broker launch opens 18 replicas for the internal topics alone, and the
+# coordinators load each of their partitions).
 SMALL_INTERNAL_TOPICS = {"offsets_topic_num_partitions": 1, "transaction_state_log_num_partitions": 1}
 
 
@@ -107,3 +107,25 @@ def rotate_preferred_leader(admin, topic: str, partition: int) -> int:
     after = admin.describe_topics([topic])[topic].partitions[partition]
     assert after.replicas[0] == target[0] and after.leader != target[0], after
     return target[0]
+
+
+def hosted_replica(broker_id: int, topic: str, partition: int, data_dir: str, config: dict[str, Any]) -> Any:
+    """One replica opened in a Broker actor of its own (no controller), for tests that drive
+    replicas by hand; returns its ReplicaRef (``kill_broker`` ends it)."""
+    import ray
+
+    from actors.broker import Broker
+    from actors.replica_ref import ReplicaRef
+
+    # max_restarts=0: a crash shows as a dead actor, never as a quiet restart.
+    broker = ray.remote(Broker).options(num_cpus=0, max_concurrency=1000, max_restarts=0).remote(broker_id, "", False)
+    ray.get(broker.open_replica.remote(topic, partition, data_dir, config, None))
+    return ReplicaRef(broker, topic, partition, broker_id)
+
+
+def kill_broker(replica: Any) -> None:
+    """Kill the Broker actor hosting ``replica`` (a ReplicaRef), as a broker process dies:
+    every replica it hosts dies with it, and Ray does not restart it."""
+    import ray
+
+    ray.kill(replica.host, no_restart=True)

@@ -11,7 +11,7 @@ from actors.controller import assign_replicas, new_cluster_id, validate_topic_na
 from actors.controller.configuration_control import altered
 from actors.controller.quorum_controller import QuorumController
 from actors.metadata_log import MetadataLog
-from actors.names import replica_actor_name
+from actors.names import broker_actor_name
 from actors.partition import PartitionReplica
 from actors.protocol import (
     AlterableConfig,
@@ -29,6 +29,7 @@ from actors.protocol import (
     ProduceOrder,
     ProduceRequest,
 )
+from actors.replica_ref import ReplicaRef
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
@@ -38,6 +39,7 @@ from rayqueue.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     TopicAlreadyExistsError,
@@ -45,7 +47,7 @@ from rayqueue.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage import RecordBatchBuilder, iter_batches
-from tests.helpers import wait_for
+from tests.helpers import hosted_replica, kill_broker, wait_for
 
 
 def batch(values: list[bytes], timestamp: int | None = None) -> bytes:
@@ -361,7 +363,7 @@ def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_t
         producer.send(topic, f"{i}".encode(), callback=lambda md, err: acked.append(md.offset) if md else None)
         if i == 150:
             leader, _ = leader_of(cluster, topic)
-            ray.kill(leader, no_restart=True)
+            kill_broker(leader)
     producer.flush(120)
     producer.close()
     assert len(acked) == 300
@@ -415,11 +417,13 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
 
 
 def _replica(cluster, topic: str, partition: int, broker: int):
-    """The replica actor by name (not through the controller), or None when it is not alive."""
+    """The replica in its broker's actor, found by name (not through the controller), or None
+    when it is not open there."""
     try:
-        handle = ray.get_actor(replica_actor_name(topic, partition, broker), namespace=cluster.namespace)
+        actor = ray.get_actor(broker_actor_name(broker), namespace=cluster.namespace)
+        handle = ReplicaRef(actor, topic, partition, broker)
         return handle, ray.get(handle.describe.remote(), timeout=5)
-    except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+    except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, NotLeaderOrFollowerError):
         return None
 
 
@@ -455,7 +459,7 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
     # From here until the end nothing calls the controller. The leader dies while the
     # controller restarts: it is either seen dying or recreated at start, with a new epoch
     # either way (followers of a recreated leader must fetch from the new actor).
-    ray.kill(meta.leader_handle, no_restart=True)
+    kill_broker(meta.leader_handle)
     broker, leader, info = wait_for(
         lambda: _led_past(cluster, topic, replicas, meta.leader_epoch), 60, what="a leader after the restart"
     )
@@ -465,7 +469,7 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
     wait_for(lambda: _all_in_sync(cluster, topic, replicas, broker), 60, what="all replicas in sync")
     # The restarted controller watches the replicas: a second leader death, now surely after
     # it came up, moves leadership to another in-sync replica.
-    ray.kill(leader, no_restart=True)
+    kill_broker(leader)
     broker2, leader2, info2 = wait_for(
         lambda: _led_past(cluster, topic, replicas, info["leader_epoch"]), 60, what="a leader after the second kill"
     )
@@ -481,12 +485,11 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
 
 
 def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session, tmp_path):
-    """A leader actor recreated at the same epoch and broker id is a new handle: a follower
-    told about it must fetch from it, not keep retrying the dead one."""
-    replica = ray.remote(PartitionReplica).options(num_cpus=0, max_concurrency=100)
+    """A leader's broker actor recreated at the same epoch and broker id is a new handle: a
+    follower told about it must fetch from it, not keep retrying the dead one."""
     config = {"segment.bytes": 1 << 20}
-    leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
-    follower = replica.remote("t", 0, 1, str(tmp_path / "b1"), config)
+    leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
+    follower = hosted_replica(1, "t", 0, str(tmp_path / "b1"), config)
     fast = {"replica.fetch.wait.max.ms": 50}
 
     def state(leader: object) -> LeaderAndIsrRequest:
@@ -498,8 +501,8 @@ def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session,
         ray.get(leader.produce.remote(ProduceRequest(batch([b"a"]), 1, 30000, 0)))
         wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="first fetch")
         ray.get(leader.close.remote())
-        ray.kill(leader)
-        leader = replica.remote("t", 0, 0, str(tmp_path / "b0"), config)
+        kill_broker(leader)
+        leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
         ray.get(leader.become_leader.remote(state(leader)))
         ray.get(leader.produce.remote(ProduceRequest(batch([b"b"]), 1, 30000, 0)))
         assert ray.get(follower.become_follower.remote(state(leader)))
@@ -510,7 +513,7 @@ def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session,
         assert [r.value for b in iter_batches(records) for r in b] == [b"a", b"b"]
     finally:
         for handle in (leader, follower):
-            ray.kill(handle)
+            kill_broker(handle)
 
 
 def test_alter_partition_refuses_stale_epochs_and_wrong_leaders(cluster, admin, new_topic):

@@ -8,7 +8,6 @@ import pytest
 import ray
 from hypothesis import HealthCheck, given, settings
 
-from actors.partition import PartitionReplica
 from actors.protocol import (
     DeleteRecordsRequest,
     FetchRequest,
@@ -26,9 +25,10 @@ from storage.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from tests.helpers import wait_for
+from tests.helpers import hosted_replica, kill_broker, wait_for
 from tests.storage.hostile_batches import check_stored, is_kafka_named, requests
 
 EPOCH = 0
@@ -81,18 +81,17 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile-actors")
-    # max_restarts=0: a crash would show as a dead actor, never as a quiet restart.
-    replica = ray.remote(PartitionReplica).options(num_cpus=0, max_concurrency=100, max_restarts=0)
+    # Each in a broker actor of its own, never restarted: a crash would show as a dead actor.
     config = {"segment.bytes": 1 << 20}
-    leader = replica.remote("h", 0, 0, str(root / "b0"), config)
-    follower = replica.remote("h", 0, 1, str(root / "b1"), config)
+    leader = hosted_replica(0, "h", 0, str(root / "b0"), config)
+    follower = hosted_replica(1, "h", 0, str(root / "b1"), config)
     state = LeaderAndIsrRequest(0, EPOCH, (0, 1), (0, 1), leader_handle=leader, replication=FAST)
     ray.get(leader.become_leader.remote(state))
     ray.get(follower.become_follower.remote(state))
     yield Pair(leader, follower)
     for handle in (leader, follower):
         ray.get(handle.close.remote())
-        ray.kill(handle)
+        kill_broker(handle)
 
 
 def produce(pair: Pair, records: object, *args: object) -> int:
@@ -230,6 +229,40 @@ def test_hostile_requests_through_ray(pair, request):
     assert pair.pids_now() == pair.pids
     assert pair.everything() == pair.stored
     assert len(decode_columns(pair.stored)) == sum(not b.is_control for b in iter_batches(pair.stored) for _ in b)
+
+
+def test_the_broker_actor_refuses_calls_it_does_not_serve(pair):
+    """What reaches a broker actor other than a replica's call or a follower's fetch: a Kafka
+    error (NOT_LEADER_OR_FOLLOWER for a partition it does not host), the broker alive."""
+    broker = pair.leader.host
+    for method in ("__init__", "_state", "_log", "no_such_call", 7):
+        with pytest.raises(InvalidRequestError):
+            ray.get(broker.call.remote("h", 0, method))
+    with pytest.raises(NotLeaderOrFollowerError):
+        ray.get(broker.call.remote("h", 99, "describe"))
+    with pytest.raises(InvalidRequestError):
+        ray.get(broker.call.remote(["not", "a topic"], 0, "describe"))
+    follower_fetch = FetchRequest(0, 1 << 20, 0, current_leader_epoch=EPOCH, replica_id=1)
+    for replica_id, asked, wait in ((-1, [], 0), ("1", [], 0), (1, "junk", 0), (1, [], "500"), (1, None, 0)):
+        with pytest.raises(InvalidRequestError):
+            ray.get(broker.replica_fetch.remote(replica_id, asked, wait))
+    junk = [
+        ("h",),
+        ("h", 0, "not a request"),
+        ("h", 0, FetchRequest(0, 1 << 20, 0)),
+        ("h", 99, follower_fetch),
+        (["h"], 0, follower_fetch),
+    ]
+    answers = ray.get(broker.replica_fetch.remote(1, [*junk, ("h", 0, follower_fetch)], 10_000))
+    assert [type(a) for a in answers[:5]] == [
+        InvalidRequestError,
+        InvalidRequestError,
+        InvalidRequestError,
+        NotLeaderOrFollowerError,
+        InvalidRequestError,
+    ]
+    assert answers[5].records == pair.everything()[: len(answers[5].records)]  # the good entry is served
+    assert pair.pids_now() == pair.pids
 
 
 def test_after_the_storm_the_follower_is_an_exact_copy(pair):

@@ -10,7 +10,7 @@ import ray
 from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, ProduceRequest, WriteTxnMarkersRequest
 from rayqueue.errors import InvalidProducerEpochError, NotEnoughReplicasError, OutOfOrderSequenceError
 from storage import RecordBatchBuilder, iter_batches
-from tests.helpers import wait_for
+from tests.helpers import kill_broker, wait_for
 
 # Producer ids far above anything the coordinator hands out in a test session.
 _pids = itertools.count(10**12)
@@ -112,7 +112,7 @@ def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_to
     leader, epoch = leader_of(cluster, topic)
     pid = next(_pids)
     ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"t1", b"t2"]), -1, 30000, epoch)))
-    ray.kill(leader, no_restart=True)  # the controller elects another ISR member
+    kill_broker(leader)  # the controller elects another ISR member
     meta = wait_for(
         lambda: (
             (m := cluster.metadata([topic]).topics[topic].partitions[0]).leader_epoch > epoch
@@ -177,7 +177,7 @@ def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, n
     first = [
         ray.get(old.produce.remote(ProduceRequest(b, -1, 30000, epoch))) for b in batches
     ]  # acks=all: on every replica
-    ray.kill(old, no_restart=True)
+    kill_broker(old)
 
     def new_leader():
         handle, new_epoch = leader_of(cluster, topic)

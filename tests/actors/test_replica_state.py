@@ -1,7 +1,8 @@
 """The replica's replication rules on a manual clock, without Ray and without waiting:
 followers leave the ISR after replica.lag.time.max.ms and rejoin when caught up, the high
 watermark never passes what the ISR holds, and leader epochs fence stale requests. The last
-test drives two PartitionReplica objects (the actor's class, no Ray) on one manual clock."""
+test drives two Broker objects (the actor's class, no Ray), a replica in each, on one manual
+clock."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from actors.broker import Broker
 from actors.clock import ManualClock
-from actors.partition import PartitionReplica
 from actors.protocol import (
     NO_EPOCH,
     AlterPartitionRequest,
@@ -21,6 +22,7 @@ from actors.protocol import (
     ProduceRequest,
     ReplicaRole,
 )
+from actors.replica_ref import ReplicaRef
 from actors.replica_state import ReplicaState
 from storage import RecordBatchBuilder
 from storage.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
@@ -180,14 +182,15 @@ def test_the_manual_clock_does_not_go_back() -> None:
 
 
 class _Handle:
-    """``handle.method.remote(...)`` as a Ray actor handle has it, calling the object itself."""
+    """``handle.method.remote(...)`` as a Ray actor handle has it, calling the object itself
+    (the call runs as a task, as a remote call runs whether or not its result is awaited)."""
 
     def __init__(self, target: object) -> None:
         self._target = target
 
     def __getattr__(self, name: str) -> object:
         method = getattr(self._target, name)
-        return type("Method", (), {"remote": staticmethod(method)})
+        return type("Method", (), {"remote": staticmethod(lambda *a, **kw: asyncio.ensure_future(method(*a, **kw)))})
 
 
 class _Controller:
@@ -217,15 +220,18 @@ def _batch(*values: bytes) -> bytes:
 
 
 def test_the_replica_actor_shrinks_and_expands_its_isr_on_its_clock(tmp_path) -> None:
-    """PartitionReplica objects (no Ray) on one ManualClock: a paused follower leaves the ISR
-    only when the clock passes replica.lag.time.max.ms, and comes back once it caught up."""
+    """Two Broker objects (no Ray) on one ManualClock, each hosting a replica: a paused
+    follower leaves the ISR only when the clock passes replica.lag.time.max.ms, and comes
+    back once it caught up."""
 
     async def scenario() -> None:
         clock = ManualClock()
         controller = _Controller()
         replication = {"replica.lag.time.max.ms": LAG_MS, "replica.fetch.wait.max.ms": 50}
-        leader_replica = PartitionReplica("t", 0, 0, str(tmp_path / "b0"), {}, metrics_enabled=False, clock=clock)
-        follower = PartitionReplica("t", 0, 1, str(tmp_path / "b1"), {}, metrics_enabled=False, clock=clock)
+        brokers = [Broker(b, metrics_enabled=False, clock=clock) for b in (0, 1)]
+        for b, broker in enumerate(brokers):
+            await broker.open_replica("t", 0, str(tmp_path / f"b{b}"), {}, None)
+        leader_replica, follower = (broker._replicas[("t", 0)] for broker in brokers)
         ticking = True
 
         async def tick() -> None:  # time passes for the follower's long polls while wanted
@@ -240,7 +246,7 @@ def test_the_replica_actor_shrinks_and_expands_its_isr_on_its_clock(tmp_path) ->
                 LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, controller=_Handle(controller), replication=replication)
             )
             await follower.become_follower(
-                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, leader_handle=_Handle(leader_replica))
+                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, leader_handle=ReplicaRef(_Handle(brokers[0]), "t", 0, 0))
             )
             answer = await leader_replica.produce(ProduceRequest(_batch(b"a", b"b", b"c"), -1, 30000))
             assert answer.last_offset == 2 and leader_replica.high_watermark == 3
@@ -268,7 +274,7 @@ def test_the_replica_actor_shrinks_and_expands_its_isr_on_its_clock(tmp_path) ->
             await _until(lambda: follower.high_watermark == 4, "the follower catches up")
         finally:
             ticker.cancel()
-            await follower.close()
-            await leader_replica.close()
+            for broker in brokers:
+                await broker.shutdown()
 
     asyncio.run(scenario())

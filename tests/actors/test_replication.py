@@ -1,8 +1,9 @@
 """Replication: followers, ISR, high watermark, acks, elections, broker stop/start, reassignment.
 
-The session cluster has three brokers on one Ray node. Faults are injected by killing
-replica actors (``ray.kill``), stopping brokers through the controller, and pausing a
-follower's fetch loop (``pause_fetching``), which stands in for a network partition.
+The session cluster has three brokers on one Ray node. Faults are injected by killing a
+replica's broker actor (``kill_broker``: every replica it hosts dies with it), stopping
+brokers through the controller, and pausing a follower's fetching (``pause_fetching``),
+which stands in for a network partition.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rayqueue import TopicPartition
 from rayqueue.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
 from storage.checkpoint import read_offset
-from tests.helpers import wait_for
+from tests.helpers import kill_broker, wait_for
 
 
 def batch(values: list[bytes]) -> bytes:
@@ -170,7 +171,7 @@ def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, n
         producer.send(topic, b"a%d" % i, partition=0)
     producer.flush(60)
     old = partition_meta(admin, topic)
-    ray.kill(old.leader_handle, no_restart=True)
+    kill_broker(old.leader_handle)
     new = wait_for(
         lambda: (m := partition_meta(admin, topic)).leader not in (-1, old.leader) and m, timeout=30, what="new leader"
     )
@@ -207,7 +208,7 @@ def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(admin,
     worker.start()
     try:
         wait_for(lambda: len(sent) > 200, timeout=30, what="some records sent")
-        ray.kill(admin.replica_handles(tp)[victim], no_restart=True)
+        kill_broker(admin.replica_handles(tp)[victim])
         # The dead follower leaves the ISR; produces go on with the other two.
         wait_for(lambda: victim not in partition_meta(admin, topic).isr, timeout=30, what="ISR shrink")
         count = len(sent)
@@ -269,7 +270,7 @@ def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic)
     # Unreplicated records only the old leader has.
     ray.get(leader.produce.remote(ProduceRequest(batch([b"lost0", b"lost1"]), 1, 30000, meta.leader_epoch)))
     ray.get(leader.produce.remote(ProduceRequest(batch([b"lost2"]), 1, 30000, meta.leader_epoch)))
-    ray.kill(leader, no_restart=True)
+    kill_broker(leader)
     new = wait_for(
         lambda: (m := partition_meta(admin, topic)).leader not in (-1, meta.leader) and m, timeout=30, what="new leader"
     )
@@ -293,7 +294,7 @@ def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
         producer.send(topic, b"%d" % i, partition=0)
     producer.flush(30)
     assert admin.elect_leaders([tp]) == {tp: "ElectionNotNeededError"}
-    ray.kill(meta.leader_handle, no_restart=True)
+    kill_broker(meta.leader_handle)
     wait_for(lambda: partition_meta(admin, topic).leader == meta.replicas[1], timeout=30, what="failover")
     wait_in_sync(admin, topic)
     assert admin.elect_leaders([tp]) == {tp: None}
@@ -358,7 +359,7 @@ def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, ne
             goal = len(acked) + rng.randrange(1, 60)
             wait_for(lambda g=goal: len(acked) > g, timeout=60, what="progress")
             time.sleep(rng.uniform(0, 0.3))  # a random moment within the produce stream
-            ray.kill(meta.leader_handle, no_restart=True)
+            kill_broker(meta.leader_handle)
         count = len(acked)
         wait_for(lambda: len(acked) > count + 100, timeout=60, what="progress after the last kill")
     finally:
@@ -588,7 +589,7 @@ def test_follower_killed_while_the_leader_waits_for_it(admin, cluster, new_topic
         ray.get(handles[victim].pause_fetching.remote(True))  # it must not have the record
         pending = meta.leader_handle.produce.remote(ProduceRequest(batch([b"x"]), -1, 20000, meta.leader_epoch))
         wait_for(lambda: ray.get(meta.leader_handle.describe.remote())["log_end_offset"] == 1, 30, what="the append")
-        ray.kill(handles[victim], no_restart=True)
+        kill_broker(handles[victim])
         # Answered once the ISR shrank to the leader and the live follower: well before 20 s.
         # (Or once a restarted replica caught up, if the controller brought it back that soon.)
         assert ray.get(pending, timeout=60).base_offset == 0
@@ -651,3 +652,40 @@ def test_the_high_watermark_reaches_its_checkpoint_while_the_replica_runs(admin,
         wait_for(lambda: read_offset(checkpoint) == 3, 30, what="the checkpoint at the high watermark")
     finally:
         set_replication(meta, {"replica.high.watermark.checkpoint.interval.ms": 5000})
+
+
+def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic):
+    """Kafka's replica fetcher threads: a broker fetches every partition it follows from one
+    leader broker in one call per round, so the calls between brokers grow with the brokers,
+    not with the partitions."""
+    topic = new_topic(6, 3)
+    producer = cluster.producer(acks="all")
+    try:
+        for p in range(6):
+            producer.send(topic, b"x", partition=p)
+        producer.flush(60)
+    finally:
+        producer.close()
+    leaders = {p.partition: p.leader for p in admin.describe_topics([topic])[topic].partitions}
+    brokers = {b: h.host for b, h in admin.replica_handles(TopicPartition(topic, 0)).items()}
+    assert len(brokers) == 3 and len(set(leaders.values())) == 3  # each broker leads two
+
+    def fetchers(b: int) -> dict[int, list[tuple[str, int]]]:
+        return {
+            f["leader"]: [tuple(tp) for tp in f["partitions"]]
+            for f in ray.get(brokers[b].describe_broker.remote())["fetchers"]
+        }
+
+    def grouped(b: int, wanted: dict[int, set]) -> dict | None:
+        f = fetchers(b)
+        return f if set(f) == set(wanted) and all(w <= set(f[k]) for k, w in wanted.items()) else None
+
+    for b in brokers:
+        # One fetcher per other broker, holding every partition of the topic that broker leads.
+        wanted = {
+            leader: {(topic, p) for p, lb in leaders.items() if lb == leader} for leader in brokers if leader != b
+        }
+        wait_for(lambda b=b, wanted=wanted: grouped(b, wanted), 30, what=f"broker {b}'s fetchers")
+    for b, broker in brokers.items():
+        # Each leader broker served fetches carrying several partitions at once.
+        assert ray.get(broker.describe_broker.remote())["most_partitions_per_fetch"] >= 2, b

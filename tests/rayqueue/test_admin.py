@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ray
-
 from rayqueue import TopicPartition
 from rayqueue.admin import Admin
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from tests.helpers import wait_for
+from tests.helpers import kill_broker, wait_for
 
 
 def test_list_offsets_and_delete_records_follow_a_new_leader(cluster, new_topic):
@@ -19,7 +17,7 @@ def test_list_offsets_and_delete_records_follow_a_new_leader(cluster, new_topic)
     admin = Admin(cluster)  # its own metadata cache, filled by the first call
     assert admin.list_offsets({tp: LATEST_TIMESTAMP})[tp].offset == 10
     old = cluster.metadata([topic]).topics[topic].partitions[0]
-    ray.kill(old.leader_handle, no_restart=True)
+    kill_broker(old.leader_handle)
 
     def new_leader():
         meta = cluster.metadata([topic]).topics[topic].partitions[0]

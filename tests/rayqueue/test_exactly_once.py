@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from rayqueue import OffsetAndMetadata, TopicPartition
-from tests.helpers import wait_for
+from tests.helpers import kill_broker, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -186,7 +186,7 @@ def test_pipeline_survives_partition_leader_kills(cluster, admin, new_topic):
         topic = rng.choice([source, sink])
         meta = admin.describe_topics([topic])[topic].partitions[rng.randrange(2)]
         if meta.leader >= 0:
-            ray.kill(meta.leader_handle, no_restart=True)
+            kill_broker(meta.leader_handle)
         return False
 
     _run_with_failures(cluster, admin, source, sink, 2, kill_leader, kills=3, seed=12)
