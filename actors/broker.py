@@ -9,7 +9,9 @@ coordinators and the controller call one replica through a
 Between brokers, replication is one call per round and source broker: a follower broker's
 fetcher sends :meth:`Broker.replica_fetch` with every partition it follows from this broker,
 and the answer carries each partition's batches (or its error). The call long-polls for
-``replica.fetch.wait.max.ms`` until one of its partitions has data.
+``replica.fetch.wait.max.ms`` until one of its partitions has data. The transaction
+coordinator's markers for the partitions one broker leads come in one call as well
+(:meth:`Broker.write_txn_markers`).
 
 The class is plain: the controller launches it as a Ray actor (``actors.launch``), and tests
 drive it without Ray.
@@ -17,6 +19,7 @@ drive it without Ray.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -24,7 +27,7 @@ from typing import Any
 
 from actors.clock import SYSTEM, Clock
 from actors.partition import PartitionReplica
-from actors.protocol import FetchRequest
+from actors.protocol import FetchRequest, WriteTxnMarkersRequest
 from actors.replica_fetcher import ReplicaFetchers
 from actors.waiters import Waiters
 from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
@@ -72,6 +75,7 @@ class Broker:
         self._wakes: dict[int, int] = {}  # follower broker -> wake_replica_fetch calls so far
         self._replica_fetches = 0  # replica_fetch calls served
         self._most_partitions_per_fetch = 0
+        self._most_markers_per_call = 0
 
     # -- replicas: opened and closed by the controller ---------------------------------------
 
@@ -151,6 +155,20 @@ class Broker:
         )
         return await self._fetch_now(requests)  # after a timeout too: the answer carries the latest HW
 
+    async def write_txn_markers(self, markers: list[tuple[str, int, WriteTxnMarkersRequest]]) -> list[Any]:
+        """The transaction coordinator's markers for the partitions this broker leads, in one
+        call (Kafka's WriteTxnMarkers); answers, in order, each marker's ProduceResponse or
+        its error (the exception object). They are written concurrently, each acks=all."""
+        if not isinstance(markers, list):
+            raise InvalidRequestError("write_txn_markers takes a list of (topic, partition, WriteTxnMarkersRequest)")
+        self._most_markers_per_call = max(self._most_markers_per_call, len(markers))
+
+        async def one(entry: Any) -> Any:
+            replica, request = self._replica_for(entry)
+            return await replica.write_txn_marker(request)
+
+        return list(await asyncio.gather(*(one(entry) for entry in markers), return_exceptions=True))
+
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """Answer follower broker ``replica_id``'s waiting replica_fetch now (its fetcher took a
         new partition, which must not wait for the long poll to end)."""
@@ -159,22 +177,28 @@ class Broker:
 
     async def _fetch_now(self, requests: list[tuple[str, int, FetchRequest]]) -> list[Any]:
         answers: list[Any] = []
-        for request in requests:
+        for entry in requests:
             try:
-                if type(request) is not tuple or len(request) != 3:
-                    raise InvalidRequestError("a replica fetch names (topic, partition, FetchRequest)")
-                topic, partition, fetch = request
-                if type(topic) is not str or type(partition) is not int:
-                    raise InvalidRequestError("a replica is named by its topic (str) and partition (int)")
-                replica = self._replicas.get((topic, partition))
-                if replica is None:
-                    raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
+                replica, fetch = self._replica_for(entry)
                 if type(fetch) is not FetchRequest or fetch.replica_id < 0:
                     raise InvalidRequestError("a replica fetch carries the follower's FetchRequest")
                 answers.append(await replica.fetch(dataclasses.replace(fetch, max_wait_ms=0)))
             except Exception as exc:  # noqa: BLE001 - each partition's error goes back in its answer
                 answers.append(exc)
         return answers
+
+    def _replica_for(self, entry: Any) -> tuple[PartitionReplica, Any]:
+        """The replica an entry (topic, partition, request) of a many-partition call names,
+        and its request."""
+        if type(entry) is not tuple or len(entry) != 3:
+            raise InvalidRequestError("an entry names (topic, partition, request)")
+        topic, partition, request = entry
+        if type(topic) is not str or type(partition) is not int:
+            raise InvalidRequestError("a replica is named by its topic (str) and partition (int)")
+        replica = self._replicas.get((topic, partition))
+        if replica is None:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
+        return replica, request
 
     def _fetch_ready(self, topic: str, partition: int, fetch: FetchRequest) -> bool:
         replica = self._replicas.get((topic, partition))
@@ -187,14 +211,16 @@ class Broker:
         return self.broker_id
 
     async def describe_broker(self) -> dict[str, Any]:
-        """The replicas open here, the fetchers (their partitions and rounds) and the
-        replica_fetch calls served (for tests and tools)."""
+        """The replicas open here, the fetchers (their partitions and rounds), the
+        replica_fetch calls served and the most partitions one carried, and the most markers
+        one write_txn_markers call carried (for tests and tools)."""
         return {
             "broker_id": self.broker_id,
             "replicas": sorted(self._replicas),
             "fetchers": self._fetchers.describe(),
             "replica_fetches_served": self._replica_fetches,
             "most_partitions_per_fetch": self._most_partitions_per_fetch,
+            "most_markers_per_call": self._most_markers_per_call,
             "pid": os.getpid(),
         }
 

@@ -70,6 +70,7 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
+from actors.replica_ref import actor_key
 from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit, completion_backoff_ms
 from actors.transaction_coordinator.transaction_metadata import TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
@@ -499,9 +500,15 @@ class TransactionCoordinator(Coordinator):
             await self._write_marker(tp, markers.producer_id, markers.producer_epoch, state_partition, commit)
             progress.marked.add(tp)
 
+        pending = [tp for tp in markers.partitions if tp not in progress.marked]
+        # First the markers of each leader broker in one call; what that did not write goes
+        # through the one-partition path, which retries and knows every error.
+        progress.marked |= await self._write_markers_by_broker(
+            pending, markers.producer_id, markers.producer_epoch, state_partition, commit
+        )
         # Every marker's attempt ends before a failure is raised: a retry never races one.
         outcomes = await asyncio.gather(
-            *(mark(tp) for tp in markers.partitions if tp not in progress.marked), return_exceptions=True
+            *(mark(tp) for tp in pending if tp not in progress.marked), return_exceptions=True
         )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -509,6 +516,43 @@ class TransactionCoordinator(Coordinator):
         if markers.touches_offsets and not progress.told:
             await self._tell_group_coordinator(markers.producer_id, commit)
             progress.told = True
+
+    async def _write_markers_by_broker(
+        self, tps: list[TopicPartition], producer_id: int, producer_epoch: int, state_partition: int, commit: bool
+    ) -> set[TopicPartition]:
+        """One WriteTxnMarkers call per leader broker, carrying the markers of every
+        partition it leads (Kafka's TransactionMarkerChannelManager batches them per broker
+        too); returns the partitions whose marker is in. Any failure is left to
+        ``_write_marker``."""
+        try:
+            coordinator_epoch = (await self._topic.leader(state_partition)).leader_epoch
+            result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
+            by_broker: dict[Any, tuple[Any, list[tuple[TopicPartition, WriteTxnMarkersRequest]]]] = {}
+            for tp in tps:
+                part = self._leaders.get(tp) or await self._data_leader(tp)
+                if part is None:
+                    continue  # the topic is gone: the one-partition path skips it
+                request = WriteTxnMarkersRequest(
+                    producer_id, producer_epoch, coordinator_epoch, result, part.leader_epoch, _MARKER_TIMEOUT_MS
+                )
+                broker = part.leader_handle.host
+                by_broker.setdefault(actor_key(broker), (broker, []))[1].append((tp, request))
+        except (KafkaError, ray.exceptions.RayActorError):
+            return set()
+        groups = list(by_broker.values())
+        answers = await asyncio.gather(
+            *(
+                broker.write_txn_markers.remote([(tp.topic, tp.partition, r) for tp, r in batch])
+                for broker, batch in groups
+            ),
+            return_exceptions=True,
+        )
+        written: set[TopicPartition] = set()
+        for (_, batch), answer in zip(groups, answers, strict=True):
+            if isinstance(answer, BaseException):
+                continue
+            written.update(tp for (tp, _), one in zip(batch, answer, strict=True) if not isinstance(one, BaseException))
+        return written
 
     async def _write_marker(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, state_partition: int, commit: bool

@@ -262,6 +262,10 @@ def test_the_broker_actor_refuses_calls_it_does_not_serve(pair):
         InvalidRequestError,
     ]
     assert answers[5].records == pair.everything()[: len(answers[5].records)]  # the good entry is served
+    with pytest.raises(InvalidRequestError):
+        ray.get(broker.write_txn_markers.remote("junk"))
+    answers = ray.get(broker.write_txn_markers.remote([("h",), ("h", 0, "not a request"), ("h", 99, None)]))
+    assert [type(a) for a in answers] == [InvalidRequestError, InvalidRequestError, NotLeaderOrFollowerError]
     assert pair.pids_now() == pair.pids
 
 

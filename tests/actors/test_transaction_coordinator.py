@@ -231,6 +231,30 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, False)))  # but it cannot turn into an abort
 
 
+def test_the_markers_of_one_broker_go_in_one_call(cluster, new_topic, request):
+    """As Kafka's WriteTxnMarkers carries every partition one broker leads, the coordinator
+    sends the markers of a transaction in one call per leader broker, not per partition."""
+    coordinator = cluster.transaction_coordinator
+    topic = new_topic(partitions=6)
+    tps = [TopicPartition(topic, p) for p in range(6)]
+    tid = new_tid(request)
+    ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000)))
+    pid, epoch = ident.producer_id, ident.epoch
+    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, tps)))
+    for tp in tps:
+        produce(cluster, tp, pid, epoch, 0, [b"v"])
+    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+    completed(coordinator, tid)
+    led: dict[int, tuple[object, int]] = {}
+    for tp in tps:
+        assert markers(read(cluster, tp, IsolationLevel.READ_COMMITTED).records) == [(pid, True)]
+        handle, _ = leader_of(cluster, topic, tp.partition)
+        led[handle.broker_id] = (handle.host, led.get(handle.broker_id, (None, 0))[1] + 1)
+    assert max(count for _, count in led.values()) >= 2  # some broker leads several of them
+    for broker, count in led.values():
+        assert ray.get(broker.describe_broker.remote())["most_markers_per_call"] >= count
+
+
 def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     coordinator, groups = cluster.transaction_coordinator, cluster.group_coordinator
     tp = TopicPartition(new_topic(), 0)
