@@ -582,7 +582,7 @@ def memory(figures: Figures, sides: list[Side], scale: Scale, rf: int = 3) -> No
                         free_gb = psutil.virtual_memory().available / 1e9
                         if need_gb > free_gb - scale.memory_reserve_gb:
                             reason = (
-                                f"rayqueue would need about {need_gb:.1f} GB more for {more * rf} replica actors "
+                                f"rayqueue would need about {need_gb:.1f} GB more for {more * rf} replicas "
                                 f"({per_replica_mb:.0f} MB each, measured at {hosted} partitions); "
                                 f"{free_gb:.1f} GB available, {scale.memory_reserve_gb:.0f} GB kept for the machine's other work"
                             )
