@@ -7,10 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-import ray
-
 from actors.types import TopicPartition
-from tests.helpers import consume_all, wait_for
+from tests.helpers import consume_all, kill_broker, wait_for
 
 TOTAL = 4000
 
@@ -71,7 +69,7 @@ def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstra
         t.start()
     try:
         wait_for(lambda: len(acked) >= TOTAL // 2, timeout=120, what="the first half acknowledged")
-        ray.kill(before.leader_handle, no_restart=True)
+        kill_broker(before.leader_handle)
         killed.set()
         threads[0].join(180)
         assert not threads[0].is_alive(), "the producer did not finish"

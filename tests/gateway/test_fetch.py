@@ -18,7 +18,7 @@ from actors.gateway.broker_view import topic_uuid
 from actors.types import TopicPartition
 from storage.batch_header import batch_boundaries, read_header
 from tests.gateway.wire import Wire, build_request, gateway_address, leader_address
-from tests.helpers import wait_for
+from tests.helpers import kill_broker, wait_for
 
 FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 1, 2, 3, 23
 _ids = itertools.count()
@@ -176,9 +176,8 @@ def test_stale_and_future_leader_epochs_are_fenced_after_a_leader_dies(cluster, 
     producer = cluster.producer(acks="all")
     producer.send(topic, b"epoch 0", partition=0).get(30)
     before = cluster.metadata([topic]).topics[topic].partitions[0]
-    import ray
 
-    ray.kill(before.leader_handle, no_restart=True)
+    kill_broker(before.leader_handle)
     after = wait_for(
         lambda: (
             (m := cluster.metadata([topic]).topics[topic].partitions[0]).leader_epoch > before.leader_epoch
