@@ -34,6 +34,13 @@ from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
 
 logger = logging.getLogger(__name__)
 
+MAX_INT32 = 2**31 - 1
+# Kafka's replica.fetch.response.max.bytes default, for a caller that names none.
+DEFAULT_RESPONSE_MAX_BYTES = 10485760
+# The longest a replica_fetch may long-poll (Kafka bounds replica.fetch.wait.max.ms by
+# replica.lag.time.max.ms; this bounds what a hostile caller can park here).
+MAX_REPLICA_FETCH_WAIT_MS = 60000
+
 # What a ReplicaRef may call on a replica (its public calls; ``close`` goes through
 # close_replica, which also forgets the replica).
 REPLICA_CALLS = frozenset(
@@ -47,7 +54,6 @@ REPLICA_CALLS = frozenset(
         "become_leader",
         "become_follower",
         "update_config",
-        "run",
         "describe",
         "read_local",
         "clean_now",
@@ -69,6 +75,11 @@ class Broker:
         self._metrics_enabled = metrics_enabled
         self._clock = clock
         self._replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self._background: dict[tuple[str, int], asyncio.Task] = {}  # each replica's run()
+        # Replicas being closed: a replica opened again in the same directory (a topic deleted
+        # and created again) waits until the old one has closed (and deleted its files).
+        self._closing: dict[tuple[str, int], asyncio.Future] = {}
+        self._stopped: asyncio.Future | None = None  # done when the broker shuts down
         self._fetchers = ReplicaFetchers(broker_id, clock)
         # Follower brokers' replica_fetch calls long-poll here until a partition has data.
         self._fetch_waiters = Waiters()
@@ -82,11 +93,21 @@ class Broker:
     async def open_replica(
         self, topic: str, partition: int, data_dir: str, config: dict[str, Any], topic_id: str | None
     ) -> bool:
-        """Open (recover) the replica's log if it is not open here; returns whether it was opened now."""
+        """Open (recover) the replica's log if it is not open here, and start its background
+        loop; returns whether it was opened now. A replica open here under another topic id
+        (a deleted topic's) is closed first."""
         key = (topic, partition)
-        if key in self._replicas:
+        open_now = self._replicas.get(key)
+        if open_now is not None:
+            if topic_id is None or open_now.topic_id in (None, topic_id):
+                return False
+            await self.close_replica(topic, partition)
+        closing = self._closing.get(key)
+        if closing is not None:
+            await asyncio.shield(closing)
+        if key in self._replicas:  # opened by a concurrent call meanwhile
             return False
-        self._replicas[key] = PartitionReplica(
+        replica = self._replicas[key] = PartitionReplica(
             topic,
             partition,
             self.broker_id,
@@ -99,13 +120,30 @@ class Broker:
             fetchers=self._fetchers,
             on_change=self._fetch_waiters.notify,
         )
+        self._background[key] = asyncio.get_running_loop().create_task(replica.run())
         return True
 
     async def close_replica(self, topic: str, partition: int, delete: bool = False) -> None:
-        """Close the replica cleanly (and delete its data if asked); a replica not open here is a no-op."""
-        replica = self._replicas.pop((topic, partition), None)
-        if replica is not None:
-            await replica.close(delete)
+        """Close the replica cleanly (and delete its data if asked); a replica not open here is a
+        no-op. The close runs to its end even if this call is cancelled or times out."""
+        key = (topic, partition)
+        replica = self._replicas.pop(key, None)
+        if replica is None:
+            closing = self._closing.get(key)
+            if closing is not None:
+                await asyncio.shield(closing)
+            return
+        closing = self._closing[key] = asyncio.ensure_future(replica.close(delete))
+        closing.add_done_callback(lambda _: self._closing.pop(key, None) if self._closing.get(key) is closing else None)
+        self._background.pop(key, None)  # its loop ends with the close
+        await asyncio.shield(closing)
+
+    async def run(self) -> None:
+        """Pending for the broker's life: the controller watches the broker through this call
+        (it fails when the actor dies) and learns of a clean shutdown when it returns."""
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._stopped)
 
     async def hosts(self, topic: str, partition: int) -> bool:
         """Whether the replica is open here."""
@@ -117,8 +155,8 @@ class Broker:
         NotLeaderOrFollowerError when the replica is not open here (moved, deleted, or its
         broker restarted and has not opened it yet), as Kafka answers for a partition it
         does not host."""
-        if type(topic) is not str or type(partition) is not int:
-            raise InvalidRequestError("a replica is named by its topic (str) and partition (int)")
+        if type(topic) is not str or type(partition) is not int or type(method) is not str:
+            raise InvalidRequestError("a replica call names its topic (str), partition (int) and method (str)")
         replica = self._replicas.get((topic, partition))
         if replica is None:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not host {topic}-{partition}")
@@ -131,21 +169,32 @@ class Broker:
     # -- the leader side of replication ------------------------------------------------------
 
     async def replica_fetch(
-        self, replica_id: int, requests: list[tuple[str, int, FetchRequest]], max_wait_ms: int
+        self,
+        replica_id: int,
+        requests: list[tuple[str, int, FetchRequest]],
+        max_wait_ms: int,
+        max_bytes: int = DEFAULT_RESPONSE_MAX_BYTES,
     ) -> list[Any]:
         """One follower broker's fetch of every partition it follows from this broker.
 
-        Answers, in the order asked, each partition's FetchResponse or its error (the
-        exception object). Answers at once when a partition has data or an error; else
-        waits up to ``max_wait_ms`` until one has (or its leader epoch changed, or the
-        follower broker asks to be answered: ``wake_replica_fetch``)."""
-        if type(replica_id) is not int or replica_id < 0:
+        Answers, in the order asked, each partition's FetchResponse, its error (the exception
+        object), or None for a partition with data left out of this answer: past ``max_bytes``
+        (Kafka's replica.fetch.response.max.bytes; the first batch always comes whole) only
+        partitions that are caught up are read, which tells the leader their log end. Answers
+        at once when a partition has data or an error; else waits up to ``max_wait_ms`` until
+        one has (or its leader epoch changed, or the follower broker asks to be answered:
+        ``wake_replica_fetch``)."""
+        if type(replica_id) is not int or not 0 <= replica_id <= MAX_INT32:
             raise InvalidRequestError(f"replica_fetch needs a broker id, not {replica_id!r:.50}")
-        if not isinstance(requests, list) or type(max_wait_ms) is not int:
-            raise InvalidRequestError("replica_fetch takes a list of (topic, partition, FetchRequest) and a wait")
+        if not isinstance(requests, list) or type(max_wait_ms) is not int or type(max_bytes) is not int:
+            raise InvalidRequestError(
+                "replica_fetch takes a list of (topic, partition, FetchRequest), a wait and a size"
+            )
+        if not 0 <= max_bytes <= MAX_INT32 or not 0 <= max_wait_ms <= MAX_REPLICA_FETCH_WAIT_MS:
+            raise InvalidRequestError(f"replica_fetch's size {max_bytes} or wait {max_wait_ms} is out of range")
         self._replica_fetches += 1
         self._most_partitions_per_fetch = max(self._most_partitions_per_fetch, len(requests))
-        answers = await self._fetch_now(requests)
+        answers = await self._fetch_now(replica_id, requests, max_bytes)
         if max_wait_ms <= 0 or any(_worth_answering(a) for a in answers):
             return answers  # (a malformed entry is answered with its error: all are well formed past here)
         wakes = self._wakes.get(replica_id, 0)
@@ -153,7 +202,8 @@ class Broker:
             lambda: self._wakes.get(replica_id, 0) != wakes or any(self._fetch_ready(*r) for r in requests),
             max_wait_ms / 1000,
         )
-        return await self._fetch_now(requests)  # after a timeout too: the answer carries the latest HW
+        # After a timeout too: the answer carries the latest HW.
+        return await self._fetch_now(replica_id, requests, max_bytes)
 
     async def write_txn_markers(self, markers: list[tuple[str, int, WriteTxnMarkersRequest]]) -> list[Any]:
         """The transaction coordinator's markers for the partitions this broker leads, in one
@@ -172,17 +222,30 @@ class Broker:
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """Answer follower broker ``replica_id``'s waiting replica_fetch now (its fetcher took a
         new partition, which must not wait for the long poll to end)."""
+        if type(replica_id) is not int or not 0 <= replica_id <= MAX_INT32:
+            raise InvalidRequestError(f"wake_replica_fetch needs a broker id, not {replica_id!r:.50}")
         self._wakes[replica_id] = self._wakes.get(replica_id, 0) + 1
         self._fetch_waiters.notify()
 
-    async def _fetch_now(self, requests: list[tuple[str, int, FetchRequest]]) -> list[Any]:
+    async def _fetch_now(self, replica_id: int, requests: list[Any], max_bytes: int) -> list[Any]:
         answers: list[Any] = []
+        budget = max_bytes
+        seen: set[PartitionReplica] = set()
         for entry in requests:
             try:
                 replica, fetch = self._replica_for(entry)
-                if type(fetch) is not FetchRequest or fetch.replica_id < 0:
-                    raise InvalidRequestError("a replica fetch carries the follower's FetchRequest")
-                answers.append(await replica.fetch(dataclasses.replace(fetch, max_wait_ms=0)))
+                if type(fetch) is not FetchRequest or fetch.replica_id != replica_id:
+                    raise InvalidRequestError("a replica fetch carries the follower broker's FetchRequest")
+                if replica in seen:
+                    raise InvalidRequestError(f"{replica.topic}-{replica.partition} asked twice in one fetch")
+                seen.add(replica)
+                if budget <= 0 and replica.log_end_offset > fetch.fetch_offset:
+                    answers.append(None)  # its data goes in a later round
+                    continue
+                limit = max(0, min(fetch.partition_max_bytes, budget))
+                answer = await replica.fetch(dataclasses.replace(fetch, max_wait_ms=0, partition_max_bytes=limit))
+                budget -= len(answer.records)
+                answers.append(answer)
             except Exception as exc:  # noqa: BLE001 - each partition's error goes back in its answer
                 answers.append(exc)
         return answers
@@ -225,14 +288,16 @@ class Broker:
         }
 
     async def shutdown(self, delete: bool = False) -> None:
-        """Close every replica (the controller's cluster shutdown)."""
+        """Close every replica (the controller's cluster shutdown); ``run`` then returns."""
         self._fetchers.stop()
         for topic, partition in list(self._replicas):
             try:
                 await self.close_replica(topic, partition, delete)
             except Exception:  # one replica's failure must not keep the others open
                 logger.exception("broker %d: closing %s-%d failed", self.broker_id, topic, partition)
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
 
 
 def _worth_answering(answer: Any) -> bool:
-    return isinstance(answer, BaseException) or bool(answer.records)
+    return answer is not None and (isinstance(answer, BaseException) or bool(answer.records))

@@ -175,6 +175,13 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Follower fetch long-poll time.", min=0),
         ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Follower fetch size per partition.", min=0),
         ConfigKey(
+            "replica.fetch.response.max.bytes",
+            "int",
+            10485760,
+            "Follower fetch size per source broker and round (one batch more at most).",
+            min=0,
+        ),
+        ConfigKey(
             "replica.high.watermark.checkpoint.interval.ms",
             "long",
             5000,

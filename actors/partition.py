@@ -119,6 +119,7 @@ DEFAULT_REPLICATION = {
     "replica.lag.time.max.ms": 30000,
     "replica.fetch.wait.max.ms": 500,
     "replica.fetch.max.bytes": 1048576,
+    "replica.fetch.response.max.bytes": 10485760,
     "replica.high.watermark.checkpoint.interval.ms": 5000,
 }
 
@@ -906,10 +907,9 @@ class PartitionReplica:
         self.fetch_paused = paused
 
     async def delay_fetching(self, delay_ms: float) -> None:
-        """Fault injection for tests: every answer of the leader reaches this follower
-        ``delay_ms`` late, as over a slow network (0: no delay). A follower slower than
-        replica.lag.time.max.ms falls out of the ISR while it keeps fetching."""
-        self.fetch_delay_s = max(0.0, float(delay_ms)) / 1000
+        """Fault injection for tests: every answer of the leader's broker reaches this follower's
+        broker ``delay_ms`` (0 to 60,000) late, as over a slow network; 0: no delay."""
+        self.fetch_delay_s = min(max(0.0, float(delay_ms)), 60000.0) / 1000  # NaN: no delay
 
     async def ping(self) -> int:
         """Liveness probe; returns the broker id."""

@@ -58,6 +58,7 @@ class _Fetching:
     epoch: int
     done: asyncio.Future
     not_before: float = 0.0
+    left_out: bool = False  # its data did not fit in the last answer: asked first next round
 
 
 class ReplicaFetcher:
@@ -120,7 +121,12 @@ class ReplicaFetcher:
 
     async def _round(self) -> None:
         now = self._clock.monotonic()
-        batch = [e for e in self._partitions.values() if e.not_before <= now and not e.replica.fetch_paused]
+        batch = [
+            e
+            for e in self._partitions.values()
+            if e.not_before <= now and not e.replica.fetch_paused and not e.done.done()
+        ]
+        batch.sort(key=lambda e: not e.left_out)  # stable: the partitions left out last time go first
         if not batch:
             # Paused or backed-off partitions: look again shortly (or when one is added).
             self._changed.clear()
@@ -148,7 +154,9 @@ class ReplicaFetcher:
         self._in_flight = True
         self.rounds += 1
         try:
-            answers = await self.leader.replica_fetch.remote(self.broker_id, requests, max_wait_ms)
+            answers = await self.leader.replica_fetch.remote(
+                self.broker_id, requests, max_wait_ms, settings["replica.fetch.response.max.bytes"]
+            )
         except ray.exceptions.RayActorError:
             # The leader's broker died: the controller elects new leaders and tells us.
             self._back_off(batch, RETRY_BACKOFF_S)
@@ -167,12 +175,15 @@ class ReplicaFetcher:
             return  # left the fetcher while the round was out
         if replica.fetch_paused:  # an answer that arrives after the cut is lost with it
             return
+        entry.left_out = answer is None
+        if answer is None:
+            return
         if isinstance(answer, BaseException):
             self._failed(entry, answer)
             return
         try:
             replica.apply_fetched(answer, entry.epoch)
-        except HANDED_BACK as exc:
+        except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
             self._failed(entry, exc)
 
     def _failed(self, entry: _Fetching, exc: BaseException) -> None:

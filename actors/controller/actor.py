@@ -90,6 +90,9 @@ LISTENER_PROBE_INTERVAL_S = 5.0
 STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
 REPLICA_CALL_TIMEOUT_S = 30.0  # a hung replica must not stall the controller
 BROKER_START_TIMEOUT_S = 30.0  # waiting for a dead broker actor's name to be released
+BROKER_PING_TIMEOUT_S = 10.0  # a broker that does not answer a ping within this is replaced
+REOPEN_BACKOFF_S = 0.5  # after a pass that could not reopen every replica of a dead broker
+REOPEN_BACKOFF_MAX_S = 10.0
 REASSIGNMENT_CHECK_S = 0.1
 ACL_WATCH_S = 30.0  # the longest a gateway's watch_acls call waits for a change
 _ATTACHED, _STARTED = "attached", "started"
@@ -136,7 +139,7 @@ class Controller:
         self._configuration = self._quorum.configuration
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
         self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
-        self._watches: dict[Replica, asyncio.Task] = {}
+        self._watches: dict[int, asyncio.Task] = {}  # broker id -> watching its actor
         self._brokers: dict[int, Any] = {}  # broker id -> its actor (started on its first replica)
         self._broker_locks: dict[int, asyncio.Lock] = {}
         self._reopening: dict[int, asyncio.Task] = {}  # broker id -> reopening its dead replicas
@@ -224,7 +227,7 @@ class Controller:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
         tasks = [self._rebalancer, self._metrics_task, self._listener_task, self._restart_task]
-        for task in [*self._watches.values(), *self._reassignments.values(), *tasks]:
+        for task in [*self._watches.values(), *self._reassignments.values(), *self._reopening.values(), *tasks]:
             if task is not None:
                 task.cancel()
         closes = [asyncio.ensure_future(broker.shutdown.remote(delete_data)) for broker in self._brokers.values()]
@@ -237,6 +240,10 @@ class Controller:
                     logger.warning("broker shutdown failed: %s", future.exception())
         for broker in self._brokers.values():
             launch.kill(broker)
+        for broker_id in self._cluster.brokers:  # one this controller never attached to, too
+            stray = launch.find_actor(broker_actor_name(broker_id), self._namespace)
+            if stray is not None:
+                launch.kill(stray)
         self._brokers.clear()
         self._handles.clear()
         self._quorum.close()
@@ -532,9 +539,7 @@ class Controller:
         opened = await self._open_replica(topic, partition, broker_id)
         if opened is None:
             return None
-        key = (topic, partition, broker_id)
-        self._handles[key], now = opened
-        self._watch(key, self._handles[key])
+        self._handles[(topic, partition, broker_id)], now = opened
         return _STARTED if now else _ATTACHED
 
     async def _open_replica(self, topic: str, partition: int, broker_id: int) -> tuple[ReplicaRef, bool] | None:
@@ -562,11 +567,12 @@ class Controller:
                 if actor is None:
                     continue
                 try:
-                    await actor.ping.remote()
-                    self._brokers[broker_id] = actor
-                    return actor
-                except ray.exceptions.RayActorError:
+                    await asyncio.wait_for(actor.ping.remote(), BROKER_PING_TIMEOUT_S)
+                except (ray.exceptions.RayActorError, TimeoutError):
                     self._brokers.pop(broker_id, None)
+                    continue
+                self._attach_broker(broker_id, actor)
+                return actor
             if node_id not in launch.alive_nodes():
                 logger.warning("broker %d's node %s is down; its replicas stay offline", broker_id, node_id)
                 return None
@@ -578,7 +584,7 @@ class Controller:
                         self._metrics_enabled,
                     )  # fmt: skip
                     await actor.ping.remote()
-                    self._brokers[broker_id] = actor
+                    self._attach_broker(broker_id, actor)
                     return actor
                 except ValueError:
                     # The dead actor's name is released asynchronously; try again shortly.
@@ -607,67 +613,86 @@ class Controller:
             if removed:
                 logger.warning("broker %d: removed stray partition directories %s", b, removed)
 
-    def _watch(self, key: Replica, handle: Any) -> None:
-        old = self._watches.pop(key, None)
-        # The death handler runs in the old watch task: cancelling it would abort the handler.
-        if old is not None and old is not asyncio.current_task():
-            old.cancel()
-        self._watches[key] = asyncio.get_running_loop().create_task(self._watch_replica(key, handle))
+    def _attach_broker(self, broker_id: int, actor: Any) -> None:
+        """Use ``actor`` for the broker and watch it: its pending ``run`` call fails when it dies."""
+        self._brokers[broker_id] = actor
+        watching = self._watches.get(broker_id)
+        if watching is not None and not watching.done() and getattr(watching, "actor", None) == actor:
+            return
+        if watching is not None and watching is not asyncio.current_task():
+            watching.cancel()
+        task = asyncio.get_running_loop().create_task(self._watch_broker(broker_id, actor))
+        task.actor = actor  # type: ignore[attr-defined]
+        self._watches[broker_id] = task
 
-    async def _watch_replica(self, key: Replica, handle: Any) -> None:
+    async def _watch_broker(self, broker_id: int, actor: Any) -> None:
         try:
-            await handle.run.remote()
+            await actor.run.remote()
         except ray.exceptions.RayActorError:
-            if self._stopping or self._handles.get(key) is not handle:
+            if self._stopping:
                 return
-            logger.warning("replica %s died; restarting it", key)
+            logger.warning("broker %d's actor died; electing without it, then reopening its replicas", broker_id)
             try:
-                await self._on_replica_death(*key)
+                await self._on_broker_death(broker_id, actor)
             except Exception:  # a task's exception would otherwise vanish silently
-                logger.exception("handling the death of replica %s failed", key)
+                logger.exception("handling the death of broker %d failed", broker_id)
 
-    async def _on_replica_death(self, topic: str, partition: int, broker_id: int) -> None:
-        """A replica's broker died: drop the replica from the ISR and elect if it led; then
-        (once for all of the broker's dead replicas) start the broker again and reopen them."""
+    async def _on_broker_death(self, broker_id: int, actor: Any) -> None:
+        """A broker's actor died: each replica it hosted leaves its ISR and its partition
+        elects without it; then one task starts the broker again and reopens them."""
         async with self._mutex():
-            self._handles.pop((topic, partition, broker_id), None)
-            if not self._replication.has_partition(topic, partition):
-                return
-            self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
-            # Elect before reopening: starting a broker takes about a second, failover should not.
-            await self._elect(topic, partition, bump=False)
+            if self._brokers.get(broker_id) == actor:
+                del self._brokers[broker_id]
+            dead = [key for key, ref in self._handles.items() if key[2] == broker_id and ref.host == actor]
+            for topic, partition, _ in dead:
+                self._handles.pop((topic, partition, broker_id), None)
+                if not self._replication.has_partition(topic, partition):
+                    continue
+                try:
+                    self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
+                    # Elect before reopening: starting a broker takes about a second, failover should not.
+                    await self._elect(topic, partition, bump=False)
+                except Exception:  # the other partitions must still elect
+                    logger.exception("electing %s-%d without broker %d failed", topic, partition, broker_id)
         reopening = self._reopening.get(broker_id)
         if reopening is None or reopening.done():
             self._reopening[broker_id] = asyncio.get_running_loop().create_task(self._reopen(broker_id))
 
     async def _reopen(self, broker_id: int) -> None:
-        """Reopen the broker's replicas whose actor died (as followers: each one's partition
-        has elected without it), until none is left; the death handlers of replicas found
-        dead meanwhile leave them to this task's next pass."""
-        try:
-            await asyncio.sleep(0)  # let the other replicas' death handlers elect first
-            while not self._stopping:
-                async with self._mutex():
-                    missing = [
-                        (t, p)
-                        for t, p in self._replication.partitions_on(broker_id)
-                        if (t, p, broker_id) not in self._handles
-                    ]
-                    if not missing:
-                        return
-                    for topic, partition in missing:
+        """Reopen the broker's replicas that are not open (as followers: each one's partition
+        elected without it), until none is left, backing off after a failed pass. Ends when
+        the broker is stopped or its node is down (start_broker brings it back then)."""
+        backoff = REOPEN_BACKOFF_S
+        while not self._stopping:
+            async with self._mutex():
+                missing = [
+                    (t, p)
+                    for t, p in self._replication.partitions_on(broker_id)
+                    if (t, p, broker_id) not in self._handles
+                ]
+                if not missing:
+                    return
+                failed = 0
+                for topic, partition in missing:
+                    try:
                         if await self._attach_or_start(topic, partition, broker_id) is None:
-                            return  # stopped, or its node is down: start_broker brings it back
+                            spec = self._quorum.replica_spec(topic, partition, broker_id)
+                            if spec is None or spec.node_id not in launch.alive_nodes():
+                                return  # stopped, or its node is down
+                            failed += 1
+                            continue
                         await self._elect(topic, partition, bump=False)
-        except Exception:  # a task's exception would otherwise vanish silently
-            logger.exception("reopening broker %d's replicas failed", broker_id)
+                    except Exception:  # one replica's failure must not keep the others closed
+                        logger.exception("reopening %s-%d on broker %d failed", topic, partition, broker_id)
+                        failed += 1
+                if not failed:
+                    backoff = REOPEN_BACKOFF_S
+                    continue
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, REOPEN_BACKOFF_MAX_S)
 
     async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
-        key = (topic, partition, broker_id)
-        handle = self._handles.pop(key, None)
-        task = self._watches.pop(key, None)
-        if task is not None:
-            task.cancel()
+        handle = self._handles.pop((topic, partition, broker_id), None)
         if handle is None:
             return
         try:
@@ -678,13 +703,20 @@ class Controller:
             pass
 
     async def _stop_broker_actor(self, broker_id: int) -> None:
-        """Kill a stopped broker's actor (its replicas are closed)."""
+        """Kill a stopped broker's actor (its replicas are closed) and wait until its name is
+        free: a start_broker right after must start a new actor, not attach to the dying one."""
         async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
-            actor = self._brokers.pop(broker_id, None) or launch.find_actor(
-                broker_actor_name(broker_id), self._namespace
-            )
-            if actor is not None:
-                launch.kill(actor)
+            watching = self._watches.pop(broker_id, None)
+            if watching is not None:
+                watching.cancel()
+            name = broker_actor_name(broker_id)
+            actor = self._brokers.pop(broker_id, None) or launch.find_actor(name, self._namespace)
+            if actor is None:
+                return
+            launch.kill(actor)
+            deadline = self._clock.monotonic() + BROKER_START_TIMEOUT_S
+            while launch.find_actor(name, self._namespace) is not None and self._clock.monotonic() < deadline:
+                await asyncio.sleep(0.05)
 
     async def _elect(self, topic: str, partition: int, bump: bool) -> None:
         """Elect the partition's leader (ReplicationControlManager.elect) and tell every live

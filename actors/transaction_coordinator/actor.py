@@ -522,16 +522,17 @@ class TransactionCoordinator(Coordinator):
     ) -> set[TopicPartition]:
         """One WriteTxnMarkers call per leader broker, carrying the markers of every
         partition it leads (Kafka's TransactionMarkerChannelManager batches them per broker
-        too); returns the partitions whose marker is in. Any failure is left to
-        ``_write_marker``."""
+        too); returns the partitions whose marker is in. Only partitions whose leader is
+        known go this way (no lookup here: one partition without a leader must not hold the
+        others); the rest, and any failure, are left to ``_write_marker``."""
         try:
             coordinator_epoch = (await self._topic.leader(state_partition)).leader_epoch
             result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
             by_broker: dict[Any, tuple[Any, list[tuple[TopicPartition, WriteTxnMarkersRequest]]]] = {}
             for tp in tps:
-                part = self._leaders.get(tp) or await self._data_leader(tp)
+                part = self._leaders.get(tp)
                 if part is None:
-                    continue  # the topic is gone: the one-partition path skips it
+                    continue
                 request = WriteTxnMarkersRequest(
                     producer_id, producer_epoch, coordinator_epoch, result, part.leader_epoch, _MARKER_TIMEOUT_MS
                 )
@@ -551,7 +552,11 @@ class TransactionCoordinator(Coordinator):
         for (_, batch), answer in zip(groups, answers, strict=True):
             if isinstance(answer, BaseException):
                 continue
-            written.update(tp for (tp, _), one in zip(batch, answer, strict=True) if not isinstance(one, BaseException))
+            for (tp, _), one in zip(batch, answer, strict=True):
+                if isinstance(one, BaseException):
+                    self._leaders.pop(tp, None)  # the one-partition path looks it up again
+                else:
+                    written.add(tp)
         return written
 
     async def _write_marker(

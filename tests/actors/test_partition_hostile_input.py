@@ -243,9 +243,22 @@ def test_the_broker_actor_refuses_calls_it_does_not_serve(pair):
     with pytest.raises(InvalidRequestError):
         ray.get(broker.call.remote(["not", "a topic"], 0, "describe"))
     follower_fetch = FetchRequest(0, 1 << 20, 0, current_leader_epoch=EPOCH, replica_id=1)
-    for replica_id, asked, wait in ((-1, [], 0), ("1", [], 0), (1, "junk", 0), (1, [], "500"), (1, None, 0)):
+    for replica_id, asked, wait in (
+        (-1, [], 0),
+        ("1", [], 0),
+        (1, "junk", 0),
+        (1, [], "500"),
+        (1, None, 0),
+        (1, [], 10**9),
+    ):
         with pytest.raises(InvalidRequestError):
             ray.get(broker.replica_fetch.remote(replica_id, asked, wait))
+    for size in (-1, 2**31, "big"):
+        with pytest.raises(InvalidRequestError):
+            ray.get(broker.replica_fetch.remote(1, [], 0, size))
+    for replica_id in (-1, "1", 2**40):
+        with pytest.raises(InvalidRequestError):
+            ray.get(broker.wake_replica_fetch.remote(replica_id))
     junk = [
         ("h",),
         ("h", 0, "not a request"),

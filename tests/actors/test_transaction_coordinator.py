@@ -240,14 +240,16 @@ def test_the_markers_of_one_broker_go_in_one_call(cluster, new_topic, request):
     tid = new_tid(request)
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 60000)))
     pid, epoch = ident.producer_id, ident.epoch
-    ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, tps)))
-    for tp in tps:
-        produce(cluster, tp, pid, epoch, 0, [b"v"])
-    ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
-    completed(coordinator, tid)
+    # The first commit looks the leaders up (one partition at a time); the second one knows them.
+    for seq in (0, 1):
+        ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, tps)))
+        for tp in tps:
+            produce(cluster, tp, pid, epoch, seq, [b"v"])
+        ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
+        completed(coordinator, tid)
     led: dict[int, tuple[object, int]] = {}
     for tp in tps:
-        assert markers(read(cluster, tp, IsolationLevel.READ_COMMITTED).records) == [(pid, True)]
+        assert markers(read(cluster, tp, IsolationLevel.READ_COMMITTED).records) == [(pid, True)] * 2
         handle, _ = leader_of(cluster, topic, tp.partition)
         led[handle.broker_id] = (handle.host, led.get(handle.broker_id, (None, 0))[1] + 1)
     assert max(count for _, count in led.values()) >= 2  # some broker leads several of them
