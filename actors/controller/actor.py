@@ -139,7 +139,7 @@ class Controller:
         self._configuration = self._quorum.configuration
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
         self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
-        self._watches: dict[int, asyncio.Task] = {}  # broker id -> watching its actor
+        self._watches: dict[int, tuple[Any, asyncio.Task]] = {}  # broker id -> (its actor, the watch)
         self._brokers: dict[int, Any] = {}  # broker id -> its actor (started on its first replica)
         self._broker_locks: dict[int, asyncio.Lock] = {}
         self._reopening: dict[int, asyncio.Task] = {}  # broker id -> reopening its dead replicas
@@ -227,7 +227,8 @@ class Controller:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
         tasks = [self._rebalancer, self._metrics_task, self._listener_task, self._restart_task]
-        for task in [*self._watches.values(), *self._reassignments.values(), *self._reopening.values(), *tasks]:
+        watches = [task for _, task in self._watches.values()]
+        for task in [*watches, *self._reassignments.values(), *self._reopening.values(), *tasks]:
             if task is not None:
                 task.cancel()
         closes = [asyncio.ensure_future(broker.shutdown.remote(delete_data)) for broker in self._brokers.values()]
@@ -616,14 +617,12 @@ class Controller:
     def _attach_broker(self, broker_id: int, actor: Any) -> None:
         """Use ``actor`` for the broker and watch it: its pending ``run`` call fails when it dies."""
         self._brokers[broker_id] = actor
-        watching = self._watches.get(broker_id)
-        if watching is not None and not watching.done() and getattr(watching, "actor", None) == actor:
+        watched, watching = self._watches.get(broker_id, (None, None))
+        if watching is not None and not watching.done() and watched == actor:
             return
-        if watching is not None and watching is not asyncio.current_task():
+        if watching is not None:  # an earlier actor's watch (its death was handled)
             watching.cancel()
-        task = asyncio.get_running_loop().create_task(self._watch_broker(broker_id, actor))
-        task.actor = actor  # type: ignore[attr-defined]
-        self._watches[broker_id] = task
+        self._watches[broker_id] = (actor, asyncio.get_running_loop().create_task(self._watch_broker(broker_id, actor)))
 
     async def _watch_broker(self, broker_id: int, actor: Any) -> None:
         try:
@@ -665,11 +664,8 @@ class Controller:
         backoff = REOPEN_BACKOFF_S
         while not self._stopping:
             async with self._mutex():
-                missing = [
-                    (t, p)
-                    for t, p in self._replication.partitions_on(broker_id)
-                    if (t, p, broker_id) not in self._handles
-                ]
+                on = self._replication.partitions_on(broker_id)
+                missing = [(t, p) for t, p in on if (t, p, broker_id) not in self._handles]
                 if not missing:
                     return
                 failed = 0
@@ -706,7 +702,7 @@ class Controller:
         """Kill a stopped broker's actor (its replicas are closed) and wait until its name is
         free: a start_broker right after must start a new actor, not attach to the dying one."""
         async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
-            watching = self._watches.pop(broker_id, None)
+            _, watching = self._watches.pop(broker_id, (None, None))
             if watching is not None:
                 watching.cancel()
             name = broker_actor_name(broker_id)
