@@ -9,7 +9,8 @@ each round as well), and as a ratio to
 - the Ray transport ceiling: raw actor calls moving the same bytes (1 MB per call,
   five calls in flight, as the producer sends), and
 - ``ray.util.queue.Queue`` moving the same records (its batch put/get).
-Then the memory (USS) of one idle replica actor and how many partitions the embedded
+Then the memory (USS) one more idle replica costs its broker's actor (the brokers' USS
+before and after a topic of IDLE_PARTITIONS partitions) and how many partitions the embedded
 default could host on this machine.
 
 Each twin of the hot paths (compiled and pure Python) runs in a process and a Ray of its
@@ -39,6 +40,7 @@ from bench_ray import start_ray  # noqa: E402
 from ray.util.queue import Queue  # noqa: E402
 
 import rayqueue  # noqa: E402
+from actors.names import OFFSETS_TOPIC  # noqa: E402
 from rayqueue import TopicPartition  # noqa: E402
 
 
@@ -137,10 +139,24 @@ def consume(cluster: rayqueue.Cluster, topic: str, n: int, **config: int) -> flo
     return rate
 
 
-def replica_uss_mb(cluster: rayqueue.Cluster, topic: str) -> float:
-    leader = cluster.metadata([topic]).topics[topic].partitions[0].leader_handle
-    pid = ray.get(leader.describe.remote())["pid"]
-    return psutil.Process(pid).memory_full_info().uss / 1e6
+IDLE_PARTITIONS = 100
+
+
+def replica_uss_mb(cluster: rayqueue.Cluster, admin: Any) -> float:
+    """MB of USS one more idle replica (RF 1) adds to the broker actors hosting it."""
+    internal = cluster.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions
+    hosts = {
+        h.host for p in internal for h in admin.replica_handles(TopicPartition(OFFSETS_TOPIC, p.partition)).values()
+    }
+    pids = {ray.get(host.describe_broker.remote())["pid"] for host in hosts}
+
+    def uss() -> float:
+        return sum(psutil.Process(pid).memory_full_info().uss for pid in pids) / 1e6
+
+    before = uss()
+    admin.create_topic("bench-idle", IDLE_PARTITIONS)
+    time.sleep(2)  # the new replicas' first background turns
+    return max(uss() - before, 0.0) / IDLE_PARTITIONS
 
 
 def measure_round(cluster: rayqueue.Cluster, admin: Any, size: int, n: int, tag: str) -> dict[str, float]:
@@ -187,8 +203,7 @@ def run(records: int, rounds: int) -> dict[str, Any]:
                 for key, rate in measure_round(cluster, admin, size, n, str(r)).items():
                     best[key] = max(best.get(key, 0.0), rate)
             out["sizes"][size] = {"n": n, **best}
-        admin.create_topic("bench-idle", 1)
-        out["uss"] = replica_uss_mb(cluster, "bench-idle")
+        out["uss"] = replica_uss_mb(cluster, admin)
     finally:
         cluster.shutdown(delete_data=True)
         ray.shutdown()
@@ -241,10 +256,10 @@ def report(results: list[dict[str, Any]], rounds: int) -> None:
     available = psutil.virtual_memory().available / 1e6
     reserve = 4000  # for Ray's own processes, Spark and the clients
     print()
-    print(f"idle replica actor USS: {uss:.0f} MB")
+    print(f"one more idle replica: {uss:.2f} MB of its broker actor's USS")
     print(
         f"partitions the embedded default can host here (RF=1, {available / 1000:.1f} GB available, "
-        f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / uss)}"
+        f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / max(uss, 0.01)):,}"
     )
 
 
