@@ -258,8 +258,9 @@ def report(results: list[dict[str, Any]], rounds: int) -> None:
     print()
     print(f"one more idle replica: {uss:.2f} MB of its broker actor's USS")
     print(
-        f"partitions the embedded default can host here (RF=1, {available / 1000:.1f} GB available, "
-        f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / max(uss, 0.01)):,}"
+        f"partitions that memory alone would allow here (RF=1, {available / 1000:.1f} GB available, "
+        f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / max(uss, 0.01)):,} "
+        "(idle and empty; open files, a segment's index mappings and the brokers' event loops bound it first)"
     )
 
 
