@@ -145,10 +145,6 @@ class Broker:
             self._stopped = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._stopped)
 
-    async def hosts(self, topic: str, partition: int) -> bool:
-        """Whether the replica is open here."""
-        return (topic, partition) in self._replicas
-
     async def call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run one replica's call (what a ReplicaRef's ``method.remote(...)`` sends).
 
