@@ -190,8 +190,8 @@ BROKER_CONFIG = _BrokerConfigDef(
         ),
         ConfigKey("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas."),
         ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often to rebalance leaders.", min=1),
-        # Kafka's default is 50 partitions; here every partition is a replica actor (~60 MB,
-        # ~0.5 s to start), so a local cluster gets 3. Raise it for many busy groups.
+        # Kafka's default is 50 partitions; a local cluster gets 3 (each partition's group
+        # state is loaded by the coordinator at start). Raise it for many busy groups.
         ConfigKey("offsets.topic.num.partitions", "int", 3, "Partitions of __consumer_offsets.", min=1),
         # Kafka's default, capped at the broker count when the topic is created.
         ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets.", min=1),

@@ -209,7 +209,7 @@ def launch(
     txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
     # Each loads its internal topic, creating it on a new cluster, so that the first group or
     # transaction finds it created and led rather than waiting for it. Together, and while
-    # the gateways start: creating the topics' replica actors is most of a launch's time.
+    # the gateways start: opening the topics' replicas and electing their leaders is much of a launch.
     loads = [coordinator.start.remote(), txn_coordinator.start.remote()]
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
     if cfg["listeners"]:  # Kafka's own clients reach the brokers through these

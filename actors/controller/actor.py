@@ -125,7 +125,7 @@ def _restarted_by_ray() -> bool:
 
 
 class Controller:
-    """Owns cluster metadata; creates, watches and restarts replica actors."""
+    """Owns cluster metadata; starts and watches the broker actors, opens and reopens their replicas."""
 
     def __init__(self, namespace: str, config: dict[str, Any], clock: Clock = SYSTEM) -> None:
         self._namespace = namespace

@@ -9,8 +9,8 @@ acts on is always what a restarted controller rebuilds. A start replays the log;
 that cannot be read or applied is skipped, logged and counted, as Kafka's loaders skip
 theirs: one bad record must not keep the cluster down.
 
-The actor shell (:mod:`.actor`) runs the replica actors, tells them their roles and serves
-the requests; it calls in here for every decision.
+The actor shell (:mod:`.actor`) runs the broker actors and their replicas, tells the replicas
+their roles and serves the requests; it calls in here for every decision.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _ACL = frozenset({"acl", "remove_acl"})
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
-    """What a replica actor is started with: its broker's node and data dir, the topic's
+    """What a replica is opened with: its broker's node and data dir, the topic's
     effective config and id."""
 
     node_id: str
@@ -148,7 +148,7 @@ class QuorumController:
         return self.replication.topics[topic].partitions[p]
 
     def replica_spec(self, topic: str, p: int, broker_id: int) -> ReplicaSpec | None:
-        """How to start one replica's actor; None when its broker is stopped."""
+        """How to open one replica in its broker's actor; None when its broker is stopped."""
         broker = self.cluster.brokers[broker_id]
         if not broker.alive:
             return None

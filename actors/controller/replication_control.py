@@ -63,7 +63,7 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-# One replica actor: (topic, partition, broker id).
+# One replica: (topic, partition, broker id).
 Replica = tuple[str, int, int]
 
 

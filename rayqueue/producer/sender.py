@@ -1,7 +1,7 @@
 """The Sender (Kafka's name): the producer's background thread that ships batches to leaders.
 
 Each turn it drains the accumulator's ready batches and sends each partition's as one
-``ProduceRequest`` (``actors/protocol.py``) to the partition's leader replica actor,
+``ProduceRequest`` (``actors/protocol.py``) to the partition's leader replica (its ReplicaRef),
 several batches per call up to ``max.request.size`` since an actor call costs about a
 millisecond. Answers come back through Ray futures and are handled on this thread: a
 success completes the batches' futures; a retriable error refreshes metadata and puts
@@ -14,7 +14,7 @@ end (an answer, or the actor's death), so a call is never resent while it may st
 appended; a call still unanswered when its oldest batch reaches ``delivery.timeout.ms``
 fails its batches then (Kafka's expiry of in-flight batches, KIP-91) and its late answer
 is ignored. Ordering: a partition whose call failed is muted until its other calls have
-answered, then resent in order. Failures of a replica actor are sticky (it died, or lost
+answered, then resent in order. Failures of a leader are sticky (its broker died, or it lost
 leadership), so this keeps per-partition order across retries.
 
 Idempotence: the sender gets a producer id and epoch from the transaction coordinator
