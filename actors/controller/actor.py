@@ -643,13 +643,14 @@ class Controller:
             if self._brokers.get(broker_id) == actor:
                 del self._brokers[broker_id]
             dead = [key for key, ref in self._handles.items() if key[2] == broker_id and ref.host == actor]
-            for topic, partition, _ in dead:
-                self._handles.pop((topic, partition, broker_id), None)
-                if not self._replication.has_partition(topic, partition):
-                    continue
+            for key in dead:
+                self._handles.pop(key, None)
+            # Those it led first (they have no leader), all before reopening: failover must not wait.
+            live = [(t, p) for t, p, _ in dead if self._replication.has_partition(t, p)]
+            live.sort(key=lambda tp: self._quorum.partition(*tp).leader != broker_id)
+            for topic, partition in live:
                 try:
                     self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
-                    # Elect before reopening: starting a broker takes about a second, failover should not.
                     await self._elect(topic, partition, bump=False)
                 except Exception:  # the other partitions must still elect
                     logger.exception("electing %s-%d without broker %d failed", topic, partition, broker_id)
@@ -658,9 +659,8 @@ class Controller:
             self._reopening[broker_id] = asyncio.get_running_loop().create_task(self._reopen(broker_id))
 
     async def _reopen(self, broker_id: int) -> None:
-        """Reopen the broker's replicas that are not open (as followers: each one's partition
-        elected without it), until none is left, backing off after a failed pass. Ends when
-        the broker is stopped or its node is down (start_broker brings it back then)."""
+        """Reopen the broker's closed replicas (as followers) until none is left, backing off after a
+        failed pass; ends when the broker is stopped or its node is down (start_broker then)."""
         backoff = REOPEN_BACKOFF_S
         while not self._stopping:
             async with self._mutex():
