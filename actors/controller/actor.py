@@ -637,26 +637,26 @@ class Controller:
                 logger.exception("handling the death of broker %d failed", broker_id)
 
     async def _on_broker_death(self, broker_id: int, actor: Any) -> None:
-        """A broker's actor died: each replica it hosted leaves its ISR and its partition
-        elects without it; then one task starts the broker again and reopens them."""
+        """A broker's actor died: its partitions elect without it; then one task reopens its replicas."""
         async with self._mutex():
             if self._brokers.get(broker_id) == actor:
                 del self._brokers[broker_id]
             dead = [key for key, ref in self._handles.items() if key[2] == broker_id and ref.host == actor]
             for key in dead:
                 self._handles.pop(key, None)
-            # Those it led first (they have no leader), all before reopening: failover must not wait.
+            # All together, and before reopening: failover must not wait for a broker to start.
             live = [(t, p) for t, p, _ in dead if self._replication.has_partition(t, p)]
-            live.sort(key=lambda tp: self._quorum.partition(*tp).leader != broker_id)
-            for topic, partition in live:
-                try:
-                    self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
-                    await self._elect(topic, partition, bump=False)
-                except Exception:  # the other partitions must still elect
-                    logger.exception("electing %s-%d without broker %d failed", topic, partition, broker_id)
+            await asyncio.gather(*(self._elect_without(t, p, broker_id) for t, p in live))
         reopening = self._reopening.get(broker_id)
         if reopening is None or reopening.done():
             self._reopening[broker_id] = asyncio.get_running_loop().create_task(self._reopen(broker_id))
+
+    async def _elect_without(self, topic: str, partition: int, broker_id: int) -> None:
+        try:
+            self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
+            await self._elect(topic, partition, bump=False)
+        except Exception:  # the other partitions must still elect
+            logger.exception("electing %s-%d without broker %d failed", topic, partition, broker_id)
 
     async def _reopen(self, broker_id: int) -> None:
         """Reopen the broker's closed replicas (as followers) until none is left, backing off after a
