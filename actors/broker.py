@@ -26,17 +26,14 @@ import os
 from typing import Any
 
 from actors.clock import SYSTEM, Clock
-from actors.partition import PartitionReplica
-from actors.protocol import FetchRequest, WriteTxnMarkersRequest
+from actors.partition import DEFAULT_REPLICATION, PartitionReplica
+from actors.protocol import INT32_MAX, FetchRequest, WriteTxnMarkersRequest, int_field
 from actors.replica_fetcher import ReplicaFetchers
 from actors.waiters import Waiters
 from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
 
 logger = logging.getLogger(__name__)
 
-MAX_INT32 = 2**31 - 1
-# Kafka's replica.fetch.response.max.bytes default, for a caller that names none.
-DEFAULT_RESPONSE_MAX_BYTES = 10485760
 # The longest a replica_fetch may long-poll (Kafka bounds replica.fetch.wait.max.ms by
 # replica.lag.time.max.ms; this bounds what a hostile caller can park here).
 MAX_REPLICA_FETCH_WAIT_MS = 60000
@@ -169,7 +166,7 @@ class Broker:
         replica_id: int,
         requests: list[tuple[str, int, FetchRequest]],
         max_wait_ms: int,
-        max_bytes: int = DEFAULT_RESPONSE_MAX_BYTES,
+        max_bytes: int = DEFAULT_REPLICATION["replica.fetch.response.max.bytes"],
     ) -> list[Any]:
         """One follower broker's fetch of every partition it follows from this broker.
 
@@ -180,14 +177,11 @@ class Broker:
         at once when a partition has data or an error; else waits up to ``max_wait_ms`` until
         one has (or its leader epoch changed, or the follower broker asks to be answered:
         ``wake_replica_fetch``)."""
-        if type(replica_id) is not int or not 0 <= replica_id <= MAX_INT32:
-            raise InvalidRequestError(f"replica_fetch needs a broker id, not {replica_id!r:.50}")
-        if not isinstance(requests, list) or type(max_wait_ms) is not int or type(max_bytes) is not int:
-            raise InvalidRequestError(
-                "replica_fetch takes a list of (topic, partition, FetchRequest), a wait and a size"
-            )
-        if not 0 <= max_bytes <= MAX_INT32 or not 0 <= max_wait_ms <= MAX_REPLICA_FETCH_WAIT_MS:
-            raise InvalidRequestError(f"replica_fetch's size {max_bytes} or wait {max_wait_ms} is out of range")
+        replica_id = int_field("replica_id", replica_id, 0, INT32_MAX)
+        max_wait_ms = int_field("max_wait_ms", max_wait_ms, 0, MAX_REPLICA_FETCH_WAIT_MS)
+        max_bytes = int_field("max_bytes", max_bytes, 0, INT32_MAX)
+        if not isinstance(requests, list):
+            raise InvalidRequestError("replica_fetch takes a list of (topic, partition, FetchRequest)")
         self._replica_fetches += 1
         self._most_partitions_per_fetch = max(self._most_partitions_per_fetch, len(requests))
         answers = await self._fetch_now(replica_id, requests, max_bytes)
@@ -218,8 +212,7 @@ class Broker:
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """Answer follower broker ``replica_id``'s waiting replica_fetch now (its fetcher took a
         new partition, which must not wait for the long poll to end)."""
-        if type(replica_id) is not int or not 0 <= replica_id <= MAX_INT32:
-            raise InvalidRequestError(f"wake_replica_fetch needs a broker id, not {replica_id!r:.50}")
+        replica_id = int_field("replica_id", replica_id, 0, INT32_MAX)
         self._wakes[replica_id] = self._wakes.get(replica_id, 0) + 1
         self._fetch_waiters.notify()
 
