@@ -36,7 +36,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
     start = Background(
         [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns]
         # Free ports: Kafka's default listeners and Ray's usual metrics port are taken (above).
-        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"],
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"]
+        + ["--schema-registry-listeners", "http://127.0.0.1:0"],
         env,
         tmp_path / "start.log",
     )
