@@ -27,6 +27,7 @@ import ray
 import uvicorn
 
 from actors import launch
+from actors.acl import AclOperation
 from actors.acl_view import AclView
 from actors.authorizer import authorizer_enabled
 from actors.config import broker_config
@@ -37,7 +38,7 @@ from actors.internal_records import READ_ERRORS, SkippedRecords
 from actors.internal_topic import InternalTopic
 from actors.names import CONTROLLER_NAME, SCHEMA_REGISTRY_NAME
 from actors.schema_registry import records
-from actors.schema_registry.auth import BasicAuthenticator
+from actors.schema_registry.auth import SUBJECT, Access, BasicAuthenticator
 from actors.schema_registry.config import RegistrySettings, registry_settings
 from actors.schema_registry.errors import RegistryError
 from actors.schema_registry.model import Reference, SchemaType
@@ -252,12 +253,18 @@ class SchemaRegistry:
         """``GET /subjects/{subject}/versions``."""
         return self._service.read(lambda s: s.list_versions(subject, deleted))
 
-    async def overview(self) -> list[dict[str, Any]]:
-        """Every subject with its versions, latest id and type, and compatibility level (the console's page)."""
+    async def overview(self, principal: str | None = None) -> list[dict[str, Any]]:
+        """Every subject with its versions, latest id and type, and compatibility level (the
+        console's page); with ``principal``, only the subjects it may DESCRIBE when the
+        registry checks ACLs."""
+        acls = self._acls
+        access = Access(acls.authorizer if acls is not None else None, principal, "*")
 
         def query(state: RegistryState) -> list[dict[str, Any]]:
             out = []
             for subject in state.list_subjects(deleted=True):
+                if not access.allowed(AclOperation.DESCRIBE, SUBJECT, subject):
+                    continue
                 versions = state.list_versions(subject, deleted=True)
                 live = [v for v in versions if not state.subjects[subject][v].deleted]
                 latest = state.subjects[subject][max(live or versions)]
