@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,7 @@ def secured(ray_session, tmp_path_factory):
         admin.create_topic("payments", 1, 1)
         yield {
             "cluster": cluster,
+            "pki": pki,
             "ca": str(pki.ca),
             "url": cluster.schema_registry_url,
             "bootstrap": cluster.listener_bootstrap_servers("EXTERNAL"),
@@ -104,6 +106,13 @@ def refusal(call) -> SchemaRegistryError:
 
 def test_registering_and_producing_over_https_and_sasl_ssl(secured):
     assert secured["url"].startswith("https://127.0.0.1:")
+    # The registry presents the listeners' own certificate (ssl.keystore.location).
+    host, port = secured["url"].removeprefix("https://").rsplit(":", 1)
+    served = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate((host, int(port)), timeout=30))
+    keystore = secured["pki"].broker.read_text()
+    first = keystore[keystore.index("-----BEGIN CERTIFICATE-----") :]
+    first = first[: first.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")]
+    assert served == ssl.PEM_cert_to_DER_cert(first)
     client = registry(secured, "admin")
     ctx = SerializationContext("payments", MessageField.VALUE)
     raw = AvroSerializer(client, PAYMENT)({"id": "p1", "cents": 1250}, ctx)
