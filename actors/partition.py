@@ -42,12 +42,7 @@ from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.clock import SYSTEM, Clock
 from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
-from actors.partition_files import (
-    partition_dir,
-    read_topic_id,
-    remove_stray,
-    write_topic_id,
-)
+from actors.partition_files import partition_dir, read_topic_id, remove_stray, write_topic_id
 
 # Re-exported: the controller removes stray partitions through this module.
 from actors.partition_files import remove_stray_partitions as remove_stray_partitions
@@ -483,7 +478,7 @@ class PartitionReplica:
         follower = request.replica_id >= 0
         try:
             result = await self._fetch(request)
-        except BaseException as exc:
+        except Exception as exc:  # a cancelled wait (its client left) is no failed fetch
             self._metrics.fetch_failed(follower, exc, started)
             raise
         self._metrics.fetched(follower, len(result.records), started)
@@ -698,6 +693,11 @@ class PartitionReplica:
         or this replica closed or left the term the follower fetches in."""
         state = self._state
         return state.closed or state.leader_epoch != leader_epoch or self._log.log_end_offset > offset
+
+    def fetch_position(self, committed: bool) -> tuple[int, int, int, bool]:
+        """A parked fetch's watch: readable end (LSO if ``committed``, else HW), log bytes, leader epoch, closed."""
+        s = self._state
+        return -1 if s.closed else self._lso() if committed else s.hw, self._log.size_in_bytes, s.leader_epoch, s.closed
 
     @property
     def replication(self) -> dict[str, Any]:
