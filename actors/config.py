@@ -142,6 +142,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             " 127.0.0.1 and [::1] (*.example.com: a domain; *: any).",
         ),
         ConfigKey(
+            "rayqueue.console.trusted.proxies",
+            "list",
+            (),
+            "Addresses or networks of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto headers the web"
+            " console believes (empty: none; each client is its TCP peer's address).",
+        ),
+        ConfigKey(
             "rayqueue.console.session.lifetime.ms",
             "long",
             8 * 60 * 60 * 1000,

@@ -269,12 +269,13 @@ def _console_banner(server: ConsoleServer, host_option: str = "--host", hosts_op
 
 
 def _console_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """ConsoleServer's TLS context and session lifetime from a broker config."""
+    """ConsoleServer's TLS context, session lifetime and trusted proxies from a broker config."""
     from rayqueue.console.app import console_ssl_context  # the web stack only when asked for
 
     return {
         "ssl_context": console_ssl_context(config),
         "session_lifetime_ms": config["rayqueue.console.session.lifetime.ms"],
+        "trusted_proxies": config["rayqueue.console.trusted.proxies"],
     }
 
 
