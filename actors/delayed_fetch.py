@@ -153,6 +153,8 @@ async def fetch_messages(
     order (the first batch read always comes whole: KIP-74)."""
     if not isinstance(requests, list):
         raise InvalidRequestError("fetch_messages takes a list of (topic, partition, FetchRequest)")
+    if not requests:
+        return []  # nothing to wait on
     deadline = clock.monotonic() + max_wait_ms / 1000
     need = min(min_bytes, max_bytes)
     while True:

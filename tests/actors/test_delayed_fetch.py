@@ -220,5 +220,6 @@ def test_bad_requests_are_answered_with_their_error():
         assert isinstance(answers[0], InvalidRequestError) and isinstance(answers[1], NotLeaderOrFollowerError)
         with pytest.raises(InvalidRequestError):
             await fetch_messages(broker.lookup, broker.purgatory, "not a list", 0, 1, 100)
+        assert await fetch_messages(broker.lookup, broker.purgatory, [], 60_000, 1, 100) == []  # nothing to park
 
     run(scenario())
