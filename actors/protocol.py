@@ -608,10 +608,13 @@ class CreateTopicsRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsRequest(Message):
-    """One topic of Kafka's DeleteTopics."""
+    """One topic of Kafka's DeleteTopics. An internal topic is refused unless
+    ``internal_topics_allowed`` (Kafka's flag of the same name: rayqueue's own tools and
+    tests, never a client)."""
 
     name: str
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    internal_topics_allowed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
