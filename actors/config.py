@@ -215,6 +215,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             min=1,
         ),
         ConfigKey(
+            "transaction.partition.verification.enable",
+            "boolean",
+            True,
+            "KIP-890: a partition leader has the transaction coordinator confirm a transaction before its "
+            "first batch opens it there (a batch of a transaction the coordinator does not know is refused).",
+        ),
+        ConfigKey(
             "transactional.id.expiration.ms",
             "int",
             604800000,
