@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.authorizer import authorizer_enabled
 from actors.gateway.listeners import broker_endpoints, parse_listeners
+from actors.schema_registry.config import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -378,6 +379,8 @@ BROKER_CONFIG = _BrokerConfigDef(
             min=1,
         ),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
+        # The schema registry (actors/schema_registry): Confluent's keys under schema.registry.
+        *REGISTRY_KEYS,
     ],
 )
 
