@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 
+from actors import launch
 from actors.errors import as_kafka_error
 from actors.names import TRANSACTION_COORDINATOR_NAME
 from actors.protocol import AddPartitionsToTxnRequest, ProduceRequest
@@ -137,9 +138,11 @@ class TransactionVerifier:
         """The coordinator's verification; a coordinator not reachable now is retriable."""
         try:
             if self._coordinator is None:
-                self._coordinator = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=self._namespace)
+                self._coordinator = launch.find_actor(TRANSACTION_COORDINATOR_NAME, self._namespace)
+                if self._coordinator is None:
+                    raise CoordinatorNotAvailableError("no transaction coordinator is running")
             await asyncio.wait_for(self._coordinator.add_partitions_to_txn.remote(request), VERIFY_TIMEOUT_S)
-        except (ValueError, TimeoutError, ray.exceptions.RayActorError) as exc:
+        except (TimeoutError, ray.exceptions.RayActorError) as exc:
             self._coordinator = None  # looked up again next time (it may have restarted)
             raise CoordinatorNotAvailableError(f"the transaction coordinator did not answer: {exc}") from None
 
