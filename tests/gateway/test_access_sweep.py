@@ -45,6 +45,7 @@ INVALID_TOPIC_EXCEPTION = 17
 INVALID_PRODUCER_ID_MAPPING = 49
 TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH, TXN_AUTH = 29, 30, 31, 53
 ILLEGAL_SASL_STATE = 34
+INCONSISTENT_GROUP_PROTOCOL = 23
 S5 = datetime.timedelta(seconds=5)
 ZERO = datetime.timedelta(0)
 _ids = itertools.count()
@@ -184,7 +185,9 @@ def other_cases() -> list[Case]:
         Case(11, 9, {"group_id": GROUP, "session_timeout": datetime.timedelta(seconds=10), "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": "", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}, (GROUP_AUTH,)),
         Case(12, 4, member, (GROUP_AUTH,)),
         Case(13, 5, {"group_id": GROUP, "members": [{"member_id": "m"}]}, (GROUP_AUTH,), lambda r: r.members == ()),
-        Case(14, 5, {**member, "assignments": []}, (GROUP_AUTH,)),
+        Case(14, 5, {**member, "protocol_type": "consumer", "protocol_name": "range", "assignments": []}, (GROUP_AUTH,)),
+        # Kafka checks SyncGroup v5's mandatory fields before it authorizes.
+        Case(14, 5, {**member, "assignments": []}, (INCONSISTENT_GROUP_PROTOCOL,)),
         Case(15, 5, {"groups": [GROUP], "include_authorized_operations": False}, (GROUP_AUTH,)),
         Case(16, 4, {"states_filter": []}, (NONE,), lambda r: r.groups == ()),
         Case(18, 3, {"client_software_name": "sweep", "client_software_version": "1"}, (NONE,)),

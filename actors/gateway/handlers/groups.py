@@ -55,6 +55,7 @@ from actors.protocol import (
 from actors.types import BrokerMetadata, GroupDescription, JoinGroupResult, OffsetAndMetadata, TopicPartition
 from storage.errors import (
     CoordinatorNotAvailableError,
+    InconsistentGroupProtocolError,
     InvalidRequestError,
     KafkaError,
     MemberIdRequiredError,
@@ -334,6 +335,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
     try:
+        if ctx.version >= 5 and (protocol_type is None or protocol_name is None):
+            # Kafka's KafkaApis, before it authorizes: both are mandatory from v5.
+            raise InconsistentGroupProtocolError("SyncGroup v5+ needs its protocol type and name")
         authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         answer = await _sync_group(
             view.group_coordinator,
