@@ -505,7 +505,7 @@ class PartitionReplica:
             return result
         deadline = self._clock.monotonic() + max_wait_ms / 1000
         epoch = self._state.leader_epoch
-        limit = self._log_end if follower else self._lso if committed else self._hw_value
+        limit = self._log_end if follower else self._lso if committed else (lambda: self._state.hw)
         while True:
             # Woken when data became readable and either the readable end moved or enough
             # bytes were appended; a read then tells whether min_bytes are readable (bytes
@@ -939,9 +939,6 @@ class PartitionReplica:
     @property
     def high_watermark(self) -> int:
         """Consumers never read past this: every ISR member has the records below it."""
-        return self._state.hw
-
-    def _hw_value(self) -> int:
         return self._state.hw
 
     def _set_hw(self, hw: int) -> None:
