@@ -208,8 +208,6 @@ class ConsumerGroup:
         # The offset manager's expiry starts from the later of this and a commit (a consumer
         # group's offsets expire by their commit time, as Kafka's).
         self.state_timestamp_ms = -1
-        # Soft state: when the target assignment was last computed (monotonic seconds).
-        self.last_assignment_s = float("-inf")
         # Soft state: when the regexes were last matched (monotonic seconds) and the image
         # version they were matched against.
         self.regex_refreshed_s = float("-inf")

@@ -170,6 +170,8 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
         self.groups: dict[str, ConsumerGroup] = {}
         self.image: MetadataImage = EMPTY_IMAGE
         self.timers: dict[tuple[str, str], MemberTimers] = {}
+        # Soft state: when each group's target was last computed (monotonic seconds).
+        self.assigned_at: dict[str, float] = {}
         self._regexes: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     # -- lookups ----------------------------------------------------------------------------
@@ -181,6 +183,7 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
     def remove(self, group_id: str) -> None:
         """Forget a group (deleted; its tombstones are durable)."""
         group = self.groups.pop(group_id, None)
+        self.assigned_at.pop(group_id, None)
         if group is not None:
             for member_id in list(group.members):
                 self.timers.pop((group_id, member_id), None)
@@ -565,7 +568,8 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
     # -- target assignment ------------------------------------------------------------------
 
     def _assignment_due(self, group: ConsumerGroup) -> bool:
-        return self._clock.monotonic() >= group.last_assignment_s + self.settings.assignment_interval_ms / 1000
+        last = self.assigned_at.get(group.group_id, float("-inf"))
+        return self._clock.monotonic() >= last + self.settings.assignment_interval_ms / 1000
 
     def preferred_assignor(self, members: Iterable[ConsumerGroupMember]) -> str:
         """The assignor most members name (ties to the configured order), else the default."""
@@ -609,7 +613,7 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
             if new != group.target.get(mid):
                 records.append(cr.target_member_record(gid, mid, new))
         records.append(cr.target_epoch_record(gid, epoch))
-        group.last_assignment_s = self._clock.monotonic()
+        self.assigned_at[gid] = self._clock.monotonic()
         logger.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.", gid, epoch, name)
         return targets
 
@@ -767,7 +771,7 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
         refresh_s = self.settings.regex_refresh_interval_ms / 1000
         for group in self.groups.values():
             if group.members and group.group_epoch > group.assignment_epoch:
-                deadlines.append(group.last_assignment_s + interval)
+                deadlines.append(self.assigned_at.get(group.group_id, float("-inf")) + interval)
             if group.members and group.resolved_regexes:
                 deadlines.append(group.regex_refreshed_s + refresh_s)
         return min(deadlines, default=None)
@@ -787,7 +791,7 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
             for mid, m in group.members.items():
                 session = m.classic.session_timeout_ms if m.classic is not None else self.settings.session_timeout_ms
                 self._touch_session(gid, mid, session)
-            group.last_assignment_s = float("-inf")
+        self.assigned_at.clear()
 
     # -- records ----------------------------------------------------------------------------
 
