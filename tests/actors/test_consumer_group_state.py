@@ -71,9 +71,11 @@ class Coordinator:
 
     def set_image(self, **topics: int) -> None:
         self.shard.groups.set_topic_counts(topics)
-        self.take(self.consumer.set_image(MetadataImage.of(
-            (TopicImage(f"tid-{n}", n, c) for n, c in topics.items()), self.consumer.image
-        )))
+        self.take(
+            self.consumer.set_image(
+                MetadataImage.of((TopicImage(f"tid-{n}", n, c) for n, c in topics.items()), self.consumer.image)
+            )
+        )
 
     def take(self, result):
         self.records += [record for _, record in result.records]
@@ -434,8 +436,11 @@ def test_a_record_that_cannot_be_read_is_skipped_and_counted():
         (cr.member_metadata_key(G, "mx"), b'{"subscribed_topic_names": [1]}'),
         (b'[5, "g"]', b"{}"),  # a member key without a member
         (cr.target_member_key(G, "m1"), b'{"topic_partitions": [{"topic_id": "x", "partitions": ["a"]}]}'),
-        (cr.current_assignment_key(G, "m1"), b'{"member_epoch":1,"previous_member_epoch":0,"state":0,'
-         b'"assigned_partitions":[{"topic_id":"x","partitions":[1,2],"assignment_epochs":[1]}]}'),
+        (
+            cr.current_assignment_key(G, "m1"),
+            b'{"member_epoch":1,"previous_member_epoch":0,"state":0,'
+            b'"assigned_partitions":[{"topic_id":"x","partitions":[1,2],"assignment_epochs":[1]}]}',
+        ),
     ]
     other = c.replayed()
     before = other.consumer.get(G).members
@@ -527,7 +532,15 @@ def subscription(*topics: str, owned: tuple[tuple[str, int], ...] = ()) -> bytes
 def classic_join(c: Coordinator, member_id: str = "", owned=(), instance_id=None, protocols=("range",)):
     metadata = tuple(subscription(T, owned=owned) for _ in protocols)
     request = JoinGroupRequest(
-        G, member_id, instance_id, "java", 10_000, 10_000, protocols, (T,), metadata=metadata,
+        G,
+        member_id,
+        instance_id,
+        "java",
+        10_000,
+        10_000,
+        protocols,
+        (T,),
+        metadata=metadata,
         require_known_member_id=False,
     )
     return c.take(c.shard.join_group(request))
@@ -586,16 +599,28 @@ def test_the_last_consumer_member_leaving_downgrades_the_group_to_classic():
 def test_a_consumer_heartbeat_upgrades_a_classic_group_of_kafka_clients():
     c = Coordinator()
     request = JoinGroupRequest(
-        G, "", None, "java", 10_000, 10_000, ("range",), (T,), metadata=(subscription(T),),
+        G,
+        "",
+        None,
+        "java",
+        10_000,
+        10_000,
+        ("range",),
+        (T,),
+        metadata=(subscription(T),),
         require_known_member_id=False,
     )
     c.take(c.shard.join_group(request))
     classic = c.shard.groups.get(G)
     (member_id,) = classic.members
     owned = (TopicPartition(T, 0), TopicPartition(T, 1), TopicPartition(T, 2), TopicPartition(T, 3))
-    c.take(c.shard.sync_group(SyncGroupRequest(
-        G, member_id, None, classic.generation, {member_id: encode_assignment(owned, 1)}, {member_id: owned}
-    )))
+    c.take(
+        c.shard.sync_group(
+            SyncGroupRequest(
+                G, member_id, None, classic.generation, {member_id: encode_assignment(owned, 1)}, {member_id: owned}
+            )
+        )
+    )
     generation = classic.generation
     r = c.join("m1")
     group = c.consumer.get(G)
@@ -610,7 +635,15 @@ def test_a_consumer_heartbeat_upgrades_a_classic_group_of_kafka_clients():
 def test_a_classic_group_that_cannot_be_read_is_not_upgraded():
     c = Coordinator(ConsumerGroupSettings(migration_policy="downgrade", assignment_interval_ms=0))
     request = JoinGroupRequest(
-        G, "", None, "java", 10_000, 10_000, ("range",), (T,), metadata=(subscription(T),),
+        G,
+        "",
+        None,
+        "java",
+        10_000,
+        10_000,
+        ("range",),
+        (T,),
+        metadata=(subscription(T),),
         require_known_member_id=False,
     )
     c.take(c.shard.join_group(request))
