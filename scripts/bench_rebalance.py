@@ -122,10 +122,10 @@ def join_seconds(bootstrap: str, protocol: str) -> float:
 
     topic, group = bc.unique("rebalance"), bc.unique(f"rebalance-{protocol}")
     bc.create_topic(bootstrap, topic, PARTITIONS, 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     writing = True
 
     def write() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         value = bc.payload(100)
         while writing:
             for _ in range(RATE // 100):
@@ -133,6 +133,7 @@ def join_seconds(bootstrap: str, protocol: str) -> float:
             producer.poll(0)
             time.sleep(0.05)
         producer.flush(30)
+        del producer  # librdkafka's client goes now, not when the collector finds it (after the cluster)
 
     writer = threading.Thread(target=write, daemon=True)
     members = [Member(bootstrap, group, topic, protocol) for _ in range(3)]
@@ -151,7 +152,6 @@ def join_seconds(bootstrap: str, protocol: str) -> float:
         writer.join(30)
         for m in members:
             m.close()
-        del producer  # librdkafka's client goes now, not when the collector finds it (after the cluster)
         bc.delete_topic(bootstrap, topic)
 
 
