@@ -15,6 +15,7 @@ from typing import Any
 from actors.authorizer import authorizer_enabled
 from actors.gateway.listeners import broker_endpoints, parse_listeners
 from actors.group_coordinator.consumer_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
+from actors.schema_registry.config import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -216,6 +217,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             min=1,
         ),
         ConfigKey(
+            "transaction.partition.verification.enable",
+            "boolean",
+            True,
+            "KIP-890: a partition leader has the transaction coordinator confirm a transaction before its "
+            "first batch opens it there (a batch of a transaction the coordinator does not know is refused).",
+        ),
+        ConfigKey(
             "transactional.id.expiration.ms",
             "int",
             604800000,
@@ -374,6 +382,8 @@ BROKER_CONFIG = _BrokerConfigDef(
             min=1,
         ),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
+        # The schema registry (actors/schema_registry): Confluent's keys under schema.registry.
+        *REGISTRY_KEYS,
     ],
 )
 

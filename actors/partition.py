@@ -42,12 +42,7 @@ from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.clock import SYSTEM, Clock
 from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
-from actors.partition_files import (
-    partition_dir,
-    read_topic_id,
-    remove_stray,
-    write_topic_id,
-)
+from actors.partition_files import partition_dir, read_topic_id, remove_stray, write_topic_id
 
 # Re-exported: the controller removes stray partitions through this module.
 from actors.partition_files import remove_stray_partitions as remove_stray_partitions
@@ -75,6 +70,7 @@ from actors.protocol import (
 from actors.replica_fetcher import ReplicaFetchers
 from actors.replica_metrics import ReplicaMetrics
 from actors.replica_state import ReplicaState
+from actors.txn_verification import VERIFICATION_KEY, TransactionVerifier
 from actors.types import OffsetAndTimestamp
 from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
@@ -121,6 +117,7 @@ DEFAULT_REPLICATION = {
     "replica.fetch.max.bytes": 1048576,
     "replica.fetch.response.max.bytes": 10485760,
     "replica.high.watermark.checkpoint.interval.ms": 5000,
+    VERIFICATION_KEY: True,  # KIP-890: a transaction's first batch here is verified (actors.txn_verification)
 }
 
 
@@ -166,6 +163,7 @@ class PartitionReplica:
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
         self._replication = dict(DEFAULT_REPLICATION)
+        self._txn = TransactionVerifier(topic, partition, namespace, self._replication)
         self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its broker's fetcher
         # The broker's replica fetchers (one per leader broker); a replica alone has its own.
         self._fetchers = fetchers if fetchers is not None else ReplicaFetchers(broker_id, clock)
@@ -352,7 +350,7 @@ class PartitionReplica:
                     f"{self.topic}-{self.partition}: ISR {list(self._state.isr)} is smaller than min.insync.replicas={min_isr}"
                 )
             try:
-                info = self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                info = await self._txn.append(self._log, request, lambda: self._state.leader_epoch, self._check_leader)
             except OutOfOrderSequenceError:
                 if origin is not AppendOrigin.CLIENT:
                     raise
@@ -431,7 +429,7 @@ class PartitionReplica:
             )
             self._check_leader(leader_epoch)
             try:
-                return self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                return self._txn.retry(self._log, records, origin, self._state.leader_epoch)
             except OutOfOrderSequenceError:
                 if not grew or self._clock.monotonic() >= deadline:
                     raise

@@ -272,8 +272,8 @@ class Controller:
         await self._auth.check(request, Op.DELETE, TOPIC, request.name)
         await self._ensure_started()
         async with self._mutex():
-            enabled = self._config["delete.topic.enable"]
-            replicas = self._quorum.commit(self._replication.delete_topic(request.name, enabled))
+            allowed = (self._config["delete.topic.enable"], request.internal_topics_allowed is True)
+            replicas = self._quorum.commit(self._replication.delete_topic(request.name, *allowed))
             # Together: each stop waits until its actor is gone, under the controller's lock.
             await asyncio.gather(*(self._stop_replica(*replica, delete=True) for replica in replicas))
 
@@ -433,7 +433,7 @@ class Controller:
     def _acl_version(self) -> tuple[int, int]:
         return (self._cluster.controller_epoch, self._quorum.acls.version)
 
-    async def _own_acls(self) -> StandardAuthorizer:
+    async def _own_acls(self, _at_least: tuple[int, int] | None = None) -> StandardAuthorizer:
         """The authorizer native principals are checked with: this controller's ACLs, taken
         again when they changed."""
         version = self._acl_version()

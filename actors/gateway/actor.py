@@ -163,13 +163,13 @@ class Gateway:
             launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
         )
         # The ACLs are loaded before the listener opens: no request is answered without them.
-        acls = AclView(self._config, view.controller)
+        acls = AclView(self._config, view.internal.controller)
         await acls.start()
         view.acls = acls
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
             metrics = GatewayMetrics(self._namespace, broker_id)
-        controller = view.controller
+        controller = view.internal.controller
         view.scram_credentials = ScramCredentialCache(
             lambda user, mechanism: controller.scram_credential.remote(user, mechanism)
         )

@@ -183,13 +183,44 @@ class _Scram:
             raise AuthenticationFailed(_SCRAM_FAILED.format(self.name))
         c = credential
         server = ScramMechanism(self.name).make_server(lambda _user: (c.salt, c.stored_key, c.server_key, c.iterations))
+        # scramp refuses any authzid; Kafka accepts one equal to the username (checked above).
+        # scramp is given the message without it, and checks the client-final's channel
+        # binding against the header the client really sent (with ``a=``), over which the
+        # client computed its proof.
+        gs2_flag, sent_header, bare = _split_gs2(text)
         try:
-            server.set_client_first(text)
+            server.set_client_first(f"{gs2_flag},,{bare}" if authzid else text)
+            if authzid:
+                server.gs2_header = _SentGs2Header(server.gs2_header, sent_header)
             first = server.get_server_first()
         except ScramException as exc:
             raise AuthenticationFailed(f"Invalid SCRAM client-first message ({exc})") from None
         self._server, self._user = server, user
         return first.encode("utf-8")
+
+
+class _SentGs2Header:
+    """scramp's gs2-header of a client-first message, as the client sent it (with its
+    authzid): what the client-final's channel binding (``c=``) must carry."""
+
+    def __init__(self, parsed: Any, sent: str) -> None:
+        self._parsed = parsed
+        self._sent = sent.encode("utf-8")
+
+    def make_cbind_input(self, _cb: Any) -> bytes:
+        """The channel binding input of a client without channel binding (``n`` or ``y``)."""
+        return self._sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parsed, name)
+
+
+def _split_gs2(text: str) -> tuple[str, str, str]:
+    """(cbind flag, gs2-header as sent, client-first-message-bare) of a client-first message
+    that ``_client_first`` accepted."""
+    flag, rest = text.split(",", 1)
+    authzid, bare = rest.split(",", 1)
+    return flag, f"{flag},{authzid},", bare
 
 
 def _client_first(text: str) -> tuple[str, str, set[str]]:

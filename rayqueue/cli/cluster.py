@@ -42,6 +42,7 @@ from rayqueue.cli.common import (
     DEFAULT_CONFIG,
     DEFAULT_LISTENERS,
     DEFAULT_METRICS_EXPORT_PORT,
+    DEFAULT_SCHEMA_REGISTRY_LISTENERS,
     AddressOpt,
     CliError,
     NameOpt,
@@ -80,6 +81,14 @@ def start(
             "--listeners",
             help=f"Kafka protocol listeners of the brokers' gateways (default: the config's, else {DEFAULT_LISTENERS};"
             " consecutive ports per broker; port 0: free ports; '' for none).",
+        ),
+    ] = None,
+    schema_registry_listeners: Annotated[
+        str | None,
+        typer.Option(
+            "--schema-registry-listeners",
+            help="Where the schema registry serves Confluent's REST API (default: the config's"
+            f" schema.registry.listeners, else {DEFAULT_SCHEMA_REGISTRY_LISTENERS}; '' for none).",
         ),
     ] = None,
     console: Annotated[
@@ -144,6 +153,10 @@ def start(
         overrides["listeners"] = listeners
     elif "listeners" not in overrides and not values.get("listeners"):
         overrides["listeners"] = DEFAULT_LISTENERS
+    if schema_registry_listeners is not None:
+        overrides["schema.registry.listeners"] = schema_registry_listeners
+    elif "schema.registry.listeners" not in overrides and "schema.registry.listeners" not in values:
+        overrides["schema.registry.listeners"] = DEFAULT_SCHEMA_REGISTRY_LISTENERS
 
     quiet_ray()
     embedded = not address
@@ -176,6 +189,9 @@ def start(
         )
         if cluster.bootstrap_servers:
             out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
+        registry_url = cluster.schema_registry_url
+        if registry_url:
+            out.print(f"Schema registry: {registry_url} (Confluent's REST API; `rayqueue schemas`)")
         _metrics_banner(embedded)
         if console:
             hosts = [*cluster.config["rayqueue.console.allowed.hosts"], *(console_allowed_host or ())]

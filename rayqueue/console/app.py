@@ -41,6 +41,7 @@ from rayqueue.console.login import LOGIN_PAGE, Authentication, LoginRequiredMidd
 from rayqueue.console.login import router as login_router
 from rayqueue.console.metrics import ray_metrics_endpoints
 from rayqueue.console.routes import AUTHORIZATION_ERRORS, router
+from rayqueue.console.schemas import router as schemas_router
 from rayqueue.console.sessions import (
     DEFAULT_SESSION_LIFETIME_MS,
     CredentialSource,
@@ -72,6 +73,7 @@ PAGES = (
     "/groups",
     "/groups/{group_id:path}",
     "/transactions",
+    "/schemas",
 )
 
 _STATUS = {
@@ -208,6 +210,7 @@ def create_app(
     )
     app.include_router(login_router)
     app.include_router(router)
+    app.include_router(schemas_router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(Exception)

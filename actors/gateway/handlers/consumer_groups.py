@@ -96,6 +96,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                 ctx.client_id or "",
                 client_host(ctx),
                 ctx.version,
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
