@@ -165,9 +165,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
     failure: BaseException | None = None
     try:
         if allowed:
-            found = {
-                d.group_id: d for d in await _describe(view.group_coordinator, ConsumerGroupDescribeRequest(allowed))
-            }
+            asked_request = ConsumerGroupDescribeRequest(allowed, principal=authz.client(ctx))
+            found = {d.group_id: d for d in await _describe(view.group_coordinator, asked_request)}
     except Exception as exc:  # noqa: BLE001 - every group gets the error
         failure = exc
 
