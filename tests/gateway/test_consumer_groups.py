@@ -364,3 +364,44 @@ def _offsets_log_end(cluster, group: str) -> int:
     partitions = len(admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC].partitions)
     tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for(group, partitions))
     return admin.list_offsets({tp: -1})[tp].offset
+
+
+def test_a_classic_group_is_upgraded_by_a_consumer_member_and_downgraded_when_it_leaves(bootstrap, new_topic, admin):
+    """KIP-848's online migration with librdkafka on both protocols: a consumer-protocol member
+    joining a group of classic members converts it (the classic members go on inside it, told
+    to rejoin by their heartbeats), and the group is classic again once that member leaves."""
+    topic = new_topic(partitions=4)
+    group = _unique("migrate")
+    every = {(topic, p) for p in range(4)}
+    classic = [
+        Member(
+            bootstrap,
+            group,
+            f"c{i}",
+            [topic],
+            **{"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky"},
+        )
+        for i in range(2)
+    ]
+    newer = None
+
+    def kind() -> str:
+        return {g.group_id: g.group_type for g in admin.list_groups()}.get(group, "")
+
+    try:
+        wait_for(lambda: _split(classic, every), 90, 0, "two classic members")
+        assert kind() == "classic"
+        newer = Member(bootstrap, group, "k0", [topic])
+        members = [*classic, newer]
+        wait_for(lambda: _split(members, every), 120, 0, "the upgraded group of three")
+        assert kind() == "consumer"
+        described = _cg_describe(bootstrap, group)
+        assert sorted(m.member_type for m in described.members) == [0, 0, 1]  # two classic, one consumer
+        newer.close()
+        newer = None
+        wait_for(lambda: _split(classic, every) and kind() == "classic", 120, 0, "downgraded to classic")
+    finally:
+        for m in classic:
+            m.close()
+        if newer is not None:
+            newer.close()
