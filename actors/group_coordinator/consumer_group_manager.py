@@ -800,7 +800,10 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
         if not records:
             return
         for key, value in records:
-            self.replay(cr.decode_any_key(key), value)
+            k = cr.decode_any_key(key)
+            self.replay(k, value)
+            if k[0] == cr.GROUP_EPOCH_KEY and value is not None:
+                out.rebalances.append(group_id)  # Kafka's consumer group rebalance: an epoch bump
         out.add(group_id, records)
 
     def replay(self, key: tuple, value: bytes | None) -> None:

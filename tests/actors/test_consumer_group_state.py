@@ -720,3 +720,30 @@ def test_range_gives_contiguous_ranges_static_members_first():
     out = RangeAssignor().assign(specs, {"a": 7})
     assert out["z"] == {"a": frozenset({0, 1, 2})}
     assert out["m-a"] == {"a": frozenset({3, 4})} and out["m-b"] == {"a": frozenset({5, 6})}
+
+
+def test_rayqueues_own_classic_consumer_is_a_member_of_a_consumer_group_too():
+    """A rayqueue consumer on the classic protocol (its subscription spelled out, no protocol
+    metadata) joins a consumer group as a classic member; by regex it may not."""
+    c = Coordinator()
+    c.join("m1")
+    native = JoinGroupRequest(G, "", None, "rayqueue", 10_000, 10_000, ("range",), (T,))
+    joined = c.take(c.shard.join_group(native))
+    assert joined.generation_id == 2 and c.member(joined.member_id).uses_classic_protocol
+    synced = c.take(c.shard.sync_group(SyncGroupRequest(G, joined.member_id, None, 2)))
+    assert synced.member_assignment == b""  # rayqueue's consumer reads the partitions, not bytes
+    by_regex = JoinGroupRequest(G, "", None, "rayqueue", 10_000, 10_000, ("range",), (), pattern="t.*")
+    with pytest.raises(InconsistentGroupProtocolError):
+        c.shard.join_group(by_regex)
+    assert c.take(c.consumer.poll()) is None
+    assert len(c.consumer.poll().rebalances) == 0
+
+
+def test_each_epoch_bump_counts_as_a_rebalance():
+    c = Coordinator()
+    first = c.shard.consumer_group_heartbeat(
+        HB(G, "m1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=(T,), topic_partitions=())
+    )
+    assert first.rebalances == [G]
+    again = c.shard.consumer_group_heartbeat(HB(G, "m1", 1, topic_partitions=((T_ID, (0, 1, 2, 3)),)))
+    assert again.rebalances == []

@@ -246,3 +246,23 @@ def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(own):
         assert len(own.admin().describe_groups([group])[group].members) == 1
     finally:
         b.close()
+
+
+def test_a_native_regex_subscription_is_resolved_by_the_coordinator(cluster):
+    """subscribe(pattern=...) with the consumer protocol: the coordinator matches the regex
+    (RE2, whole names) and a topic created afterwards joins the member's assignment."""
+    prefix = f"kip848-rx-{next(_ids)}-{int(time.time() * 1000) % 100000}"
+    admin = cluster.admin()
+    admin.create_topic(f"{prefix}-a", 2, 1)
+    consumer = _consumer(cluster, _group())
+    try:
+        consumer.subscribe(pattern=f"{prefix}-.*")
+        first = {TopicPartition(f"{prefix}-a", p) for p in range(2)}
+        wait_for(lambda: consumer.poll(50) is not None and consumer.assignment() == first, 60, 0, "the first topic")
+        admin.create_topic(f"{prefix}-b", 1, 1)
+        both = first | {TopicPartition(f"{prefix}-b", 0)}
+        wait_for(lambda: consumer.poll(50) is not None and consumer.assignment() == both, 60, 0, "the later topic")
+    finally:
+        consumer.close()
+        for name in (f"{prefix}-a", f"{prefix}-b"):
+            admin.delete_topic(name)
