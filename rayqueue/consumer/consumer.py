@@ -4,7 +4,9 @@ Assign mode (``assign``) or group mode (``group.id`` + ``subscribe``). The work 
 the modules beside this one, as in Kafka's and aiokafka's consumers: ``subscription_state``
 (what is read and where each partition stands), ``fetcher`` (fetching ahead and handing out
 records: the fetch path, see its docstring) and ``coordinator`` (group membership,
-rebalances and commits). This class ties them together behind Kafka's methods.
+rebalances and commits over the classic protocol) or ``membership`` (the same over KIP-848's
+consumer protocol, ``group.protocol=consumer``). This class ties them together behind
+Kafka's methods.
 """
 
 from __future__ import annotations
