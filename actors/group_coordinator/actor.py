@@ -1,8 +1,9 @@
 """The GroupCoordinator actor: the thin shell around the group state machines.
 
 One named, detached, restartable async actor serves every group of the cluster. The rules
-live in plain classes (:mod:`~actors.group_coordinator.shard`: membership in
-``GroupMetadataManager``, offsets in ``OffsetMetadataManager``); this shell does what needs
+live in plain classes (:mod:`~actors.group_coordinator.shard`: classic groups in
+``GroupMetadataManager``, KIP-848's consumer groups in ``ConsumerGroupManager``, offsets in
+``OffsetMetadataManager``); this shell does what needs
 Ray and an event loop: it parks the calls the state machine says must wait and wakes them
 with the answers it hands back, appends records to ``__consumer_offsets`` (through
 :class:`~actors.internal_topic.InternalTopic`, acks=all) before their offsets take effect,
@@ -12,8 +13,9 @@ and partition leaders for high watermarks, and records metrics.
 Durability: offset commits and group metadata are records in the compacted internal topic
 ``__consumer_offsets`` (format in :mod:`~actors.group_coordinator.records`). A restarted
 coordinator replays the topic before serving; until then every call raises the retriable
-CoordinatorLoadInProgressError. Group metadata is written in the background (a lost write
-costs the members a rejoin); offsets only count once they are durable.
+CoordinatorLoadInProgressError. A classic group's metadata is written in the background (a
+lost write costs the members a rejoin); a consumer group's records (member epochs and
+assignments) and offsets only count once they are durable: the call is answered then.
 """
 
 from __future__ import annotations
