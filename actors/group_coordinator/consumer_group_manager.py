@@ -228,7 +228,8 @@ class ConsumerGroupManager(ClassicMembers, ConsumerGroupViews):
                 raise InvalidRequestError(f"a member may subscribe to at most {MAX_SUBSCRIBED_TOPICS} topic names")
         if r.subscribed_topic_regex is not None and len(r.subscribed_topic_regex) > MAX_REGEX_LENGTH:
             raise InvalidRequestError(f"SubscribedTopicRegex is longer than {MAX_REGEX_LENGTH} characters")
-        if r.api_version >= 1 and not r.member_id.strip():
+        if not r.member_id.strip() and (r.api_version >= 1 or r.member_epoch != JOIN_GROUP_MEMBER_EPOCH):
+            # From v1 the member names itself; in v0 only a join may come without an id.
             raise InvalidRequestError("MemberId can't be empty.")
         if not r.group_id.strip():
             raise InvalidRequestError("GroupId can't be empty.")

@@ -747,3 +747,15 @@ def test_each_epoch_bump_counts_as_a_rebalance():
     assert first.rebalances == [G]
     again = c.shard.consumer_group_heartbeat(HB(G, "m1", 1, topic_partitions=((T_ID, (0, 1, 2, 3)),)))
     assert again.rebalances == []
+
+
+def test_version_0_lets_the_coordinator_name_a_joining_member():
+    c = Coordinator()
+    joined = c.take(
+        c.shard.consumer_group_heartbeat(
+            HB(G, "", 0, rebalance_timeout_ms=1000, subscribed_topic_names=(T,), topic_partitions=(), api_version=0)
+        )
+    )
+    assert joined.member_id and joined.member_id in c.group().members
+    with pytest.raises(InvalidRequestError, match="MemberId can't be empty"):
+        c.shard.consumer_group_heartbeat(HB(G, "", 1, topic_partitions=(), api_version=0))
