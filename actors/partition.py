@@ -481,7 +481,7 @@ class PartitionReplica:
         follower = request.replica_id >= 0
         try:
             result = await self._fetch(request)
-        except BaseException as exc:
+        except Exception as exc:  # a cancelled wait (its client left) is no failed fetch
             self._metrics.fetch_failed(follower, exc, started)
             raise
         self._metrics.fetched(follower, len(result.records), started)
@@ -505,7 +505,7 @@ class PartitionReplica:
             return result
         deadline = self._clock.monotonic() + max_wait_ms / 1000
         epoch = self._state.leader_epoch
-        limit = self._log_end if follower else self._lso if committed else self._hw_value
+        limit = self._log_end if follower else self._lso if committed else (lambda: self._state.hw)
         while True:
             # Woken when data became readable and either the readable end moved or enough
             # bytes were appended; a read then tells whether min_bytes are readable (bytes
@@ -696,6 +696,11 @@ class PartitionReplica:
         or this replica closed or left the term the follower fetches in."""
         state = self._state
         return state.closed or state.leader_epoch != leader_epoch or self._log.log_end_offset > offset
+
+    def fetch_position(self, committed: bool) -> tuple[int, int, int, bool]:
+        """A parked fetch's watch: readable end (LSO if ``committed``, else HW), log bytes, leader epoch, closed."""
+        s = self._state
+        return -1 if s.closed else self._lso() if committed else s.hw, self._log.size_in_bytes, s.leader_epoch, s.closed
 
     @property
     def replication(self) -> dict[str, Any]:
@@ -934,9 +939,6 @@ class PartitionReplica:
     @property
     def high_watermark(self) -> int:
         """Consumers never read past this: every ISR member has the records below it."""
-        return self._state.hw
-
-    def _hw_value(self) -> int:
         return self._state.hw
 
     def _set_hw(self, hw: int) -> None:
