@@ -772,6 +772,10 @@ class SyncGroupRequest(Message):
     assignments: Mapping[str, bytes] | None = None
     assigned_partitions: Mapping[str, tuple[TopicPartition, ...]] | None = None
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    # SyncGroup v5+: the protocol the member was told in its JoinGroup answer (checked in a
+    # consumer group, as Kafka's; None: not sent).
+    protocol_type: str | None = None
+    protocol_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,11 +153,22 @@ class ClassicMembers:
                 f"The request generation id {request.generation_id} is not equal to the member epoch "
                 f"{member.member_epoch} of member {member.member_id}."
             )
+        assert member.classic is not None
+        name = member.classic.protocols[0][0] if member.classic.protocols else ""
+        if request.protocol_type is not None and request.protocol_type != "consumer":
+            raise InconsistentGroupProtocolError(
+                f"The protocol type {request.protocol_type} from member {member.member_id} request is not equal to "
+                "the group protocol type consumer."
+            )
+        if request.protocol_name is not None and request.protocol_name != name:
+            raise InconsistentGroupProtocolError(
+                f"The protocol name {request.protocol_name} from member {member.member_id} request is not equal to "
+                f"the protocol name {name} returned in the join response."
+            )
         self._check_rebalance(group, member)
         timers = self.timers.get((group.group_id, member.member_id))
         if timers is not None:
             timers.sync = None
-        assert member.classic is not None
         self._touch_session(group.group_id, member.member_id, member.classic.session_timeout_ms)
         partitions = self._partitions_by_name(member)
         data = b""

@@ -565,6 +565,13 @@ def test_a_classic_member_joins_a_consumer_group_and_follows_its_epochs():
     again = classic_join(c, member_id)
     synced = c.take(c.shard.sync_group(SyncGroupRequest(G, member_id, None, again.generation_id)))
     assert len(synced.assignment) == 2
+    # SyncGroup v5 names the protocol of the JoinGroup answer; another one is refused.
+    for wrong in (dict(protocol_type="connect"), dict(protocol_name="roundrobin")):
+        with pytest.raises(InconsistentGroupProtocolError):
+            c.shard.sync_group(SyncGroupRequest(G, member_id, None, again.generation_id, **wrong))
+    c.shard.sync_group(
+        SyncGroupRequest(G, member_id, None, again.generation_id, protocol_type="consumer", protocol_name="range")
+    )
     assert decode_assignment(synced.member_assignment)[0] == synced.assignment
     c.shard.heartbeat(HeartbeatRequest(G, member_id, None, again.generation_id))  # nothing to do
     with pytest.raises(IllegalGenerationError):

@@ -351,6 +351,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
                 assignments if assignments else None,
                 decoded or None,
                 principal=authz.client(ctx),
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
             ),
         )
         data = answer.member_assignment
