@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_security.py
 	$(VENV)/bin/python scripts/bench_metrics.py
 	$(VENV)/bin/python scripts/bench_vs_kafka.py
+	$(VENV)/bin/python scripts/bench_rebalance.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -93,6 +93,7 @@ class GroupListing:
     group_id: str
     state: str
     protocol_type: str
+    group_type: str = "classic"  # Kafka's GroupType: classic, or consumer (KIP-848's protocol)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,10 @@ groups_app = typer.Typer(
 def groups_list(name: NameOpt = "rayqueue", address: AddressOpt = None) -> None:
     """Consumer groups with their state (kafka-consumer-groups --list)."""
     table = Table()
-    for column in ("Group", "State", "Protocol type"):
+    for column in ("Group", "Type", "State", "Protocol type"):
         table.add_column(column)
     for group in sorted(connect_cluster(name, address).admin().list_groups(), key=lambda g: g.group_id):
-        table.add_row(group.group_id, group.state, group.protocol_type)
+        table.add_row(group.group_id, group.group_type, group.state, group.protocol_type)
     out.print(table)
 
 

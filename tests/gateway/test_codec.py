@@ -75,6 +75,8 @@ def test_every_advertised_version_has_kio_classes():
         60,
         65,
         66,
+        68,
+        69,
     } == set(table)
     for key, api in table.items():
         for version in range(api.min_version, api.max_version + 1):
