@@ -339,7 +339,11 @@ def _sink_dataset(df: Any) -> Any:
     a DataFrame without ``value`` is refused before anything leaves Spark."""
     if "value" not in df.columns:
         raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
-    return ray.data.from_spark(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
+    import raydp.spark
+
+    # RayDP's own conversion, which ray.data.from_spark wraps: Ray 2.60's wrapper passes its
+    # parallelism=None on as if it had been given and logs that the argument is deprecated.
+    return raydp.spark.spark_dataframe_to_ray_dataset(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
 
 
 def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[str, Any] | None = None) -> int:
