@@ -14,6 +14,7 @@ writer needs, and ``read(..., via="connector")`` reads through it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,26 @@ def _option_value(value: Any) -> str:
     return str(value)
 
 
+# The log4j2 configuration of Spark's JVMs (warnings and errors to stderr).
+LOG4J2_PROPERTIES = Path(__file__).with_name("spark_log4j2.properties")
+
+
+@contextlib.contextmanager
+def _ray_core_quiet() -> Iterator[None]:
+    """Ray's C++ core logs at warning level in the processes started meanwhile: RayDP's app
+    master is a JVM running Ray's core worker with the terminal as its stderr, where Ray's
+    INFO lines (``GcsClient has no Cluster ID set``) would land. RAY_BACKEND_LOG_LEVEL is
+    Ray's setting for it; an operator's own value is kept."""
+    saved = os.environ.get("RAY_BACKEND_LOG_LEVEL")
+    if saved is None:
+        os.environ["RAY_BACKEND_LOG_LEVEL"] = "warning"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+
+
 def session(
     app_name: str = "rayqueue",
     num_executors: int = 1,
@@ -204,6 +225,10 @@ def session(
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     settings = {
+        # RayDP hands these to every JVM it starts as log4j2.configurationFile: without them
+        # log4j finds no configuration in the app master and reports so on the terminal.
+        "spark.log4j.config.file.name": str(LOG4J2_PROPERTIES),
+        "spark.ray.log4j.config.file.name": str(LOG4J2_PROPERTIES),
         "spark.driver.extraJavaOptions": JAVA_OPTIONS,
         "spark.executor.extraJavaOptions": JAVA_OPTIONS,
         "spark.ray.raydp_app_master.extraJavaOptions": JAVA_OPTIONS,
@@ -218,7 +243,8 @@ def session(
         jars = kafka_connector_jars(None if kafka_connector is True else kafka_connector)
         # spark-submit adds spark.jars to the driver's classpath and ships them to executors.
         settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
-    spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    with _ray_core_quiet():
+        spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
