@@ -32,10 +32,11 @@ logger = logging.getLogger(__name__)
 # An embedded Ray on a small machine gets more logical CPUs than cores so that Spark
 # executors and Ray Data tasks never wait forever for a CPU slot (STACK.md).
 EMBEDDED_NUM_CPUS = 8
-# Every replica is an actor, and every actor a worker process of its own (num_cpus=0, mostly
-# waiting on I/O). Ray's raylet sends every driver a warning once its node holds 4x as many
-# worker processes as its "maximum startup concurrency", which defaults to the core count:
-# on a 2-core machine a 3-broker cluster with its internal topics passes 8 at once, and the
+# Every broker, gateway and coordinator is an actor, and every actor a worker process of its
+# own (num_cpus=0, mostly waiting on I/O), besides Spark's executors and Ray Data's tasks.
+# Ray's raylet sends every driver a warning once its node holds 4x as many worker processes
+# as its "maximum startup concurrency", which defaults to the core count: on a 2-core machine
+# a 3-broker cluster with its gateways, coordinators and a Spark session passes 8, and the
 # warning would print on every run. For the Ray it starts itself rayqueue lets 16 workers
 # start at once, so Ray warns past 64 worker processes (some 4.5 GB of actors), where it
 # means something on a small machine.

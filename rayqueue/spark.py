@@ -23,6 +23,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,19 +182,49 @@ LOG4J2_PROPERTIES = Path(__file__).with_name("spark_log4j2.properties")
 
 
 @contextlib.contextmanager
-def _ray_core_quiet() -> Iterator[None]:
-    """Ray's C++ core logs at warning level in the processes started meanwhile: RayDP's app
-    master is a JVM running Ray's core worker with the terminal as its stderr, where Ray's
-    INFO lines (``GcsClient has no Cluster ID set``) would land. RAY_BACKEND_LOG_LEVEL is
-    Ray's setting for it; an operator's own value is kept."""
-    saved = os.environ.get("RAY_BACKEND_LOG_LEVEL")
-    if saved is None:
-        os.environ["RAY_BACKEND_LOG_LEVEL"] = "warning"
+def _driver_jvm_output_to_log() -> Iterator[Path | None]:
+    """Spark's driver JVM, started meanwhile, writes its stdout and stderr to a file in Ray's
+    session log directory (``spark-driver-<pid>.log``), as Ray's own workers do, instead of
+    the terminal: it runs Ray's Java runtime, whose C++ core logs at INFO to stderr before its
+    logging is set up (``GcsClient has no Cluster ID set``), with no setting to stop it. The
+    JVM inherits this process's file descriptors 1 and 2 when it starts, so they point at the
+    file for that moment only; Spark's errors still reach Python as exceptions."""
     try:
-        yield
+        logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # where Ray keeps its logs
+    except AttributeError:  # no Ray node in this process (a Ray Client): leave the terminal
+        yield None
+        return
+    path = logs / f"spark-driver-{os.getpid()}.log"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield path
     finally:
-        if saved is None:
-            os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _quiet_raydp_deprecations() -> None:
+    """RayDP 1.6.5 reads ``ray.worker.global_worker`` and ``DataFrame.sql_ctx``, which Ray and
+    PySpark announce as deprecated on every first use: notices about RayDP's code that a user
+    of rayqueue can do nothing about. Those two notices, and only them, are turned off."""
+    warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx is an internal property", category=UserWarning)
+    ray_logger = logging.getLogger("ray")
+    if not any(isinstance(f, _RayWorkerNotice) for f in ray_logger.filters):
+        ray_logger.addFilter(_RayWorkerNotice())
+
+
+class _RayWorkerNotice(logging.Filter):
+    """Drops Ray's notice that ``ray.worker.*`` is private (RayDP's access, not the user's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("DeprecationWarning: `ray.worker.")
 
 
 def session(
@@ -243,7 +274,8 @@ def session(
         jars = kafka_connector_jars(None if kafka_connector is True else kafka_connector)
         # spark-submit adds spark.jars to the driver's classpath and ships them to executors.
         settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
-    with _ray_core_quiet():
+    _quiet_raydp_deprecations()
+    with _driver_jvm_output_to_log():
         spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     spark.sparkContext.setLogLevel(log_level)
     return spark

@@ -431,7 +431,7 @@ class UnknownTopicIdError(KafkaError):
     code, retriable = 100, True
 
 
-# -- authentication (issue 30): raised by the gateway's SASL and the controller's SCRAM users --
+# -- authentication: raised by the gateway's SASL and the controller's SCRAM users --
 
 
 class UnsupportedSaslMechanismError(KafkaError):

@@ -161,7 +161,7 @@ def consume(
             else:
                 consumer.seek(tp, found.offset)
     else:
-        consumer.seek_to_end()  # fixed now, so records produced from here on are all seen
+        consumer.seek_to_end()  # fixed at this moment, so every record produced from here on is seen
 
     count = 0
     last_record = time.monotonic()

@@ -50,7 +50,7 @@ def topic(admin):
     admin.delete_topic(name)
 
 
-# -- clients without cluster= (issue 39, item 10) -------------------------------------------
+# -- clients without cluster= -------------------------------------------
 
 
 def test_spark_and_ray_data_find_the_cluster_without_cluster_argument(cluster, topic):
@@ -67,7 +67,7 @@ def test_spark_and_ray_data_find_the_cluster_without_cluster_argument(cluster, t
     assert rayqueue.data.read(topic, starting_offsets="earliest").count() == 1
 
 
-# -- connect() and the CLI say which Ray they searched (item 11) -----------------------------
+# -- connect() and the CLI say which Ray they searched -----------------------------
 
 
 def test_connect_to_an_empty_namespace_names_the_ray_and_the_fix(cluster):
@@ -83,7 +83,7 @@ def test_connect_to_an_empty_namespace_names_the_ray_and_the_fix(cluster):
     assert gcs in result.output and "--address" in result.output and "Traceback" not in result.output
 
 
-# -- errors are Kafka's, not Ray's wrapper (item 12) -----------------------------------------
+# -- errors are Kafka's, not Ray's wrapper -----------------------------------------
 
 
 def test_creating_a_topic_twice_raises_the_kafka_error_itself(admin, topic):
@@ -124,7 +124,7 @@ def test_consume_max_messages_says_it_waits_for_more_records(cluster, topic, mon
     assert stderr.lines[-1] == "Processed a total of 3 messages"
 
 
-# -- the CLI's own rough edges (item 13) -----------------------------------------------------
+# -- the CLI's own rough edges -----------------------------------------------------
 
 
 def test_start_with_a_missing_config_file_is_one_line(tmp_path):
@@ -211,7 +211,7 @@ def test_the_shipped_configs_describe_brokers_hosting_replicas():
     assert kcat_lines and any("PLAIN" in line for line in kcat_lines)
 
 
-# -- the console (item 13) -------------------------------------------------------------------
+# -- the console -------------------------------------------------------------------
 
 
 def test_console_api_docs_load_nothing_from_the_network(cluster):
