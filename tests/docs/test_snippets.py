@@ -145,16 +145,21 @@ def _namespaces_unavailable() -> str | None:
 
 
 class Namespace:
-    """A network namespace with only loopback up and a mount namespace with a private
-    /tmp/ray, held by a sleeping process; commands enter it with nsenter."""
+    """A network namespace with only loopback up, a mount namespace with a private /tmp/ray
+    and a PID namespace (so that Ray's search for "the Ray on this machine", which looks at
+    /tmp/ray and at the running processes, finds the group's own), held by a sleeping
+    process; commands enter it with nsenter."""
 
     def __init__(self) -> None:
         Path("/tmp/ray").mkdir(exist_ok=True)  # the mount point of the private one
-        self.holder = subprocess.Popen(
+        self.unshare = subprocess.Popen(
             [
                 "unshare",
                 "--net",
                 "--mount",
+                "--pid",
+                "--fork",
+                "--mount-proc",
                 "--propagation",
                 "private",
                 "sh",
@@ -164,22 +169,33 @@ class Namespace:
             stdout=subprocess.PIPE,
             text=True,
         )
-        line = self.holder.stdout.readline().strip()
+        line = self.unshare.stdout.readline().strip()
         if line != "up":
-            self.holder.kill()
-            raise RuntimeError(f"could not make a network namespace (unshare said {line!r})")
-        self.net = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
+            self.unshare.kill()
+            raise RuntimeError(f"could not make the namespaces (unshare said {line!r})")
+        # The holder is unshare's child, the namespaces' first process.
+        task = Path(f"/proc/{self.unshare.pid}/task/{self.unshare.pid}/children")
+        self.holder = int(task.read_text().split()[0])
+        self.net = os.stat(f"/proc/{self.holder}/ns/net").st_ino
 
-    def enter(self, argv: list[str]) -> list[str]:
-        """``argv`` run inside the namespaces."""
-        pid = self.holder.pid
-        return ["nsenter", f"--net=/proc/{pid}/ns/net", f"--mount=/proc/{pid}/ns/mnt", "--", *argv]
+    def enter(self, argv: list[str], cwd: Path) -> list[str]:
+        """``argv`` run inside the namespaces, in ``cwd`` (entering a mount namespace starts at /)."""
+        ns = f"/proc/{self.holder}/ns"
+        return [
+            "nsenter",
+            f"--net={ns}/net",
+            f"--mount={ns}/mnt",
+            f"--pid={ns}/pid",
+            f"--wd={cwd}",
+            "--",
+            *argv,
+        ]
 
     def members(self) -> list[int]:
-        """Every process in the network namespace but the holder."""
+        """Every process in the network namespace but the holder and unshare."""
         pids = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == self.holder.pid:
+            if not entry.name.isdigit() or int(entry.name) in (self.holder, self.unshare.pid):
                 continue
             try:
                 if os.stat(entry / "ns" / "net").st_ino == self.net:
@@ -189,14 +205,19 @@ class Namespace:
         return pids
 
     def close(self) -> None:
-        """Kill whatever still runs in the namespace, then the holder."""
+        """Kill whatever still runs in the namespaces, then the holder (PID 1 there: its end
+        ends every process left in its PID namespace)."""
         for pid in self.members():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.holder.kill()
-        self.holder.wait(30)
+        self.unshare.kill()
+        try:
+            os.kill(self.holder, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.unshare.wait(30)
 
 
 class Output:
@@ -256,7 +277,7 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
                 continue
             if block.lang == "bash" and block.background:
                 proc = subprocess.Popen(
-                    ns.enter(["bash", "-c", block.code]),
+                    ns.enter(["bash", "-c", block.code], work),
                     cwd=work,
                     env=env,
                     stdout=subprocess.PIPE,
@@ -269,7 +290,7 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
                 out.wait_for(block.ready or "", READY_TIMEOUT_S)
             elif block.lang == "bash":
                 result = subprocess.run(
-                    ns.enter(["bash", "-e", "-o", "pipefail", "-c", block.code]),
+                    ns.enter(["bash", "-e", "-o", "pipefail", "-c", block.code], work),
                     cwd=work,
                     env=env,
                     capture_output=True,
@@ -283,7 +304,7 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
             elif block.lang == "python":
                 if session is None:
                     session = subprocess.Popen(
-                        ns.enter([str(work / ".venv" / "bin" / "python"), "-u", "-c", SESSION]),
+                        ns.enter([str(work / ".venv" / "bin" / "python"), "-u", "-c", SESSION], work),
                         cwd=work,
                         env=env,
                         stdin=subprocess.PIPE,
