@@ -227,6 +227,27 @@ class _RayWorkerNotice(logging.Filter):
         return not record.getMessage().startswith("DeprecationWarning: `ray.worker.")
 
 
+# How long a new session waits for the Spark master actor of a stopped one to be gone.
+MASTER_GONE_TIMEOUT_S = 60.0
+
+
+def _wait_for_stopped_master(app_name: str) -> None:
+    """Wait until no Spark master actor of ``app_name`` is alive. RayDP names it after the
+    application and ``stop_spark`` kills it without waiting, so a session started right after
+    ``stop()`` would find the name taken (ActorAlreadyExistsError)."""
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    name = app_name + RAYDP_SPARK_MASTER_SUFFIX
+    deadline = time.monotonic() + MASTER_GONE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:  # no actor of that name: free
+            return
+        time.sleep(0.2)
+    raise InvalidConfigError(f"a Spark session named {app_name!r} still runs on this Ray; stop it or pick another name")
+
+
 def session(
     app_name: str = "rayqueue",
     num_executors: int = 1,
@@ -275,6 +296,8 @@ def session(
         # spark-submit adds spark.jars to the driver's classpath and ships them to executors.
         settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
     _quiet_raydp_deprecations()
+    if getattr(raydp.context, "_global_spark_context", None) is None:  # else RayDP says a session runs
+        _wait_for_stopped_master(app_name)
     with _driver_jvm_output_to_log():
         spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     spark.sparkContext.setLogLevel(log_level)
