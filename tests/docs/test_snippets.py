@@ -4,11 +4,12 @@ docs/*.md, on a fresh cluster, in a network namespace of their own.
 A block is runnable when an HTML comment right above its fence says so (invisible on GitHub
 and on the MkDocs site)::
 
-    <!-- runnable: GROUP [background ready="TEXT"] [needs=kcat,spark-kafka-jars] -->
+    <!-- runnable: GROUP [background ready="TEXT"] [session=NAME] [needs=kcat,spark-kafka-jars] -->
 
 The blocks of one group run in document order, as a reader pastes them: a bash block with
 bash in the group's working directory (a checkout's shape: ``.venv`` and ``configs/``), the
-Python blocks in one Python session (each block continues the previous one's), a
+Python blocks in one Python session (each block continues the previous one's; a block with
+``session=NAME`` runs in the session of that name, a new one at its first block), a
 ``background`` block as a terminal of its own that stays open (its ``ready`` text shown
 first) until the group is done, then gets Ctrl-C.
 
@@ -80,6 +81,7 @@ class Block:
     code: str
     background: bool = False
     ready: str | None = None
+    session: str = "main"
     needs: list[str] = field(default_factory=list)
 
     @property
@@ -95,6 +97,7 @@ def parse_blocks(page: Path) -> list[Block]:
         attrs = match["attrs"]
         ready = re.search(r'ready="([^"]*)"', attrs)
         needs = re.search(r"needs=([\w,-]+)", attrs)
+        session = re.search(r"session=([\w-]+)", attrs)
         blocks.append(
             Block(
                 page,
@@ -104,6 +107,7 @@ def parse_blocks(page: Path) -> list[Block]:
                 match["code"],
                 background=" background" in f" {attrs}",
                 ready=ready[1] if ready else None,
+                session=session[1] if session else "main",
                 needs=needs[1].split(",") if needs else [],
             )
         )
@@ -265,8 +269,7 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
     logs.mkdir()
     ns = Namespace()
     background: list[subprocess.Popen] = []
-    session: subprocess.Popen | None = None
-    session_out: Output | None = None
+    sessions: dict[str, tuple[subprocess.Popen, Output]] = {}
     try:
         for block in blocks:
             missing = [need for need in block.needs if not NEEDS[need]()]
@@ -302,8 +305,8 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
                 )
                 assert "Traceback" not in result.stdout + result.stderr, f"{block.name}:\n{result.stderr}"
             elif block.lang == "python":
-                if session is None:
-                    session = subprocess.Popen(
+                if block.session not in sessions:
+                    proc = subprocess.Popen(
                         ns.enter([str(work / ".venv" / "bin" / "python"), "-u", "-c", SESSION], work),
                         cwd=work,
                         env=env,
@@ -312,7 +315,8 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
                         stderr=subprocess.STDOUT,
                         text=True,
                     )
-                    session_out = Output(session, logs / "python.log")
+                    sessions[block.session] = proc, Output(proc, logs / f"python-{block.session}.log")
+                session, session_out = sessions[block.session]
                 session.stdin.write(json.dumps({"name": block.name, "code": block.code}) + "\n")
                 session.stdin.flush()
                 lines = session_out.wait_for(SESSION_DONE, BLOCK_TIMEOUT_S)
@@ -321,7 +325,7 @@ def _run_group(blocks: list[Block], tmp_path: Path) -> None:
             else:
                 pytest.fail(f"{block.name}: no runner for {block.lang} blocks")
     finally:
-        if session is not None:
+        for session, _ in sessions.values():
             session.stdin.close()
             try:
                 session.wait(STOP_TIMEOUT_S)
@@ -364,7 +368,7 @@ def test_the_marker_parser_reads_groups_and_attributes(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
         'Start:\n\n<!-- runnable: g background ready="up and running" -->\n```bash\nserve\n```\n\n'
-        "<!-- runnable: g needs=kcat,spark-kafka-jars -->\n```python\nprint(1)\nprint(2)\n```\n\n"
+        "<!-- runnable: g session=other needs=kcat,spark-kafka-jars -->\n```python\nprint(1)\nprint(2)\n```\n\n"
         "```python\nnot runnable\n```\n"
     )
     with pytest.MonkeyPatch.context() as mp:
