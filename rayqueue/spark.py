@@ -32,7 +32,7 @@ import ray
 
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue import data
-from rayqueue.connection import ensure_ray
+from rayqueue.connection import ensure_ray, join_ray
 from storage.errors import InvalidConfigError, KafkaError
 
 logger = logging.getLogger(__name__)
@@ -227,6 +227,25 @@ class _RayWorkerNotice(logging.Filter):
         return not record.getMessage().startswith("DeprecationWarning: `ray.worker.")
 
 
+def _join_or_start_ray() -> None:
+    """The Ray Spark runs on: this process's, else the one RAY_ADDRESS names, else the one
+    running on this machine (where ``rayqueue start`` runs the cluster, as
+    :func:`rayqueue.connect` finds it), else an embedded one of this process's own."""
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        join_ray(address)
+        return
+    if address != "local":
+        try:
+            join_ray("auto")
+            return
+        except ConnectionError:  # no Ray runs on this machine
+            pass
+    ensure_ray("local")
+
+
 # How long a new session waits for the Spark master actor of a stopped one to be gone.
 MASTER_GONE_TIMEOUT_S = 60.0
 
@@ -257,7 +276,8 @@ def session(
     log_level: str = "WARN",
     kafka_connector: bool | str | Sequence[str] = False,
 ) -> Any:
-    """Start Spark on the current Ray (an embedded one if none) through RayDP.
+    """Start Spark through RayDP on this process's Ray, else the Ray running on this machine
+    (the one ``rayqueue start`` runs), else an embedded one.
 
     Sets what RayDP needs here: Python workers on this interpreter, the Java 17
     ``--add-opens`` options on driver, executors and app master, no console progress
@@ -272,7 +292,7 @@ def session(
         )
     import raydp
 
-    ensure_ray()
+    _join_or_start_ray()
     # Spark's Python workers must run this interpreter, or they miss pyspark and rayqueue.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
