@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 
+from actors import launch as actor_launch
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue import data
 from rayqueue.connection import ensure_ray, join_ray
@@ -258,10 +259,9 @@ def _wait_for_stopped_master(app_name: str) -> None:
 
     name = app_name + RAYDP_SPARK_MASTER_SUFFIX
     deadline = time.monotonic() + MASTER_GONE_TIMEOUT_S
+    namespace = ray.get_runtime_context().namespace  # RayDP names it in the driver's namespace
     while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name)
-        except ValueError:  # no actor of that name: free
+        if actor_launch.find_actor(name, namespace) is None:
             return
         time.sleep(0.2)
     raise InvalidConfigError(f"a Spark session named {app_name!r} still runs on this Ray; stop it or pick another name")
