@@ -11,7 +11,8 @@ fetcher sends :meth:`Broker.replica_fetch` with every partition it follows from 
 and the answer carries each partition's batches (or its error). The call long-polls for
 ``replica.fetch.wait.max.ms`` until one of its partitions has data. The transaction
 coordinator's markers for the partitions one broker leads come in one call as well
-(:meth:`Broker.write_txn_markers`).
+(:meth:`Broker.write_txn_markers`), and so does a consumer's fetch of many partitions
+(:meth:`Broker.fetch_messages`: one parked operation however many partitions it names).
 
 The class is plain: the controller launches it as a Ray actor (``actors.launch``), and tests
 drive it without Ray.
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 from typing import Any
 
 from actors.clock import SYSTEM, Clock
+from actors.delayed_fetch import FetchPurgatory, fetch_messages
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica
 from actors.protocol import INT32_MAX, FetchRequest, WriteTxnMarkersRequest, int_field
 from actors.replica_fetcher import ReplicaFetchers
@@ -37,6 +40,9 @@ logger = logging.getLogger(__name__)
 # The longest a replica_fetch may long-poll (Kafka bounds replica.fetch.wait.max.ms by
 # replica.lag.time.max.ms; this bounds what a hostile caller can park here).
 MAX_REPLICA_FETCH_WAIT_MS = 60000
+# The longest a consumer's fetch_messages may park here, whatever its caller asks (the
+# gateway bounds it lower: rayqueue.fetch.wait.max.ms).
+MAX_FETCH_WAIT_MS = 60000
 
 # What a ReplicaRef may call on a replica (its public calls; ``close`` goes through
 # close_replica, which also forgets the replica).
@@ -80,6 +86,8 @@ class Broker:
         self._fetchers = ReplicaFetchers(broker_id, clock)
         # Follower brokers' replica_fetch calls long-poll here until a partition has data.
         self._fetch_waiters = Waiters()
+        self._purgatory = FetchPurgatory()  # consumers' parked fetch_messages calls
+        self._replica_calls = 0  # call and fetch_messages calls under way (parked ones too)
         self._wakes: dict[int, int] = {}  # follower broker -> wake_replica_fetch calls so far
         self._replica_fetches = 0  # replica_fetch calls served
         self._most_partitions_per_fetch = 0
@@ -115,7 +123,7 @@ class Broker:
             self._namespace,
             self._clock,
             fetchers=self._fetchers,
-            on_change=self._fetch_waiters.notify,
+            on_change=functools.partial(self._replica_changed, key),
         )
         self._background[key] = asyncio.get_running_loop().create_task(replica.run())
         return True
@@ -157,7 +165,34 @@ class Broker:
             return await self.close_replica(topic, partition, *args, **kwargs)
         if method not in REPLICA_CALLS:
             raise InvalidRequestError(f"no replica call {method!r:.100}")
-        return await getattr(replica, method)(*args, **kwargs)
+        self._replica_calls += 1
+        try:
+            return await getattr(replica, method)(*args, **kwargs)
+        finally:
+            self._replica_calls -= 1
+
+    async def fetch_messages(
+        self, requests: list[tuple[str, int, FetchRequest]], max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> list[Any]:
+        """A consumer's fetch of many partitions hosted here, in one call (Kafka's
+        ReplicaManager.fetchMessages): each (topic, partition, FetchRequest)'s FetchResponse or
+        error, in order; parked as one operation until ``min_bytes`` are readable or
+        ``max_wait_ms`` (at most MAX_FETCH_WAIT_MS) passed (``actors.delayed_fetch``)."""
+        max_wait_ms = min(int_field("max_wait_ms", max_wait_ms, 0, INT32_MAX), MAX_FETCH_WAIT_MS)
+        min_bytes = int_field("min_bytes", min_bytes, 0, INT32_MAX)
+        max_bytes = int_field("max_bytes", max_bytes, 0, INT32_MAX)
+        self._replica_calls += 1
+        try:
+            return await fetch_messages(
+                self._replica_for, self._purgatory, requests, max_wait_ms, min_bytes, max_bytes, self._clock
+            )
+        finally:
+            self._replica_calls -= 1
+
+    def _replica_changed(self, key: tuple[str, int]) -> None:
+        """A hosted replica's log, high watermark or role changed: wake the waits on it."""
+        self._fetch_waiters.notify()
+        self._purgatory.changed(key)
 
     # -- the leader side of replication ------------------------------------------------------
 
@@ -264,8 +299,9 @@ class Broker:
 
     async def describe_broker(self) -> dict[str, Any]:
         """The replicas open here, the fetchers (their partitions and rounds), the
-        replica_fetch calls served and the most partitions one carried, and the most markers
-        one write_txn_markers call carried (for tests and tools)."""
+        replica_fetch calls served and the most partitions one carried, the most markers
+        one write_txn_markers call carried, the replica calls under way (parked fetches
+        included) and the fetch_messages calls parked now (for tests and tools)."""
         return {
             "broker_id": self.broker_id,
             "replicas": sorted(self._replicas),
@@ -273,6 +309,8 @@ class Broker:
             "replica_fetches_served": self._replica_fetches,
             "most_partitions_per_fetch": self._most_partitions_per_fetch,
             "most_markers_per_call": self._most_markers_per_call,
+            "replica_calls_in_flight": self._replica_calls,
+            "parked_fetches": len(self._purgatory),
             "pid": os.getpid(),
         }
 

@@ -286,7 +286,7 @@ class BrokerMetrics:
         self.listener_up = _gauge(
             "rayqueue_broker_listener_up",
             "none: a readiness probe's ApiVersions round trip",
-            "1 when the broker's advertised listener answers ApiVersions, 0 when it does not",
+            "1 when the broker's advertised listener answers ApiVersions and its process a ping, 0 when not",
             ("broker",),
         )
         # Kafka's selector metrics successful-authentication-total / failed-authentication-total

@@ -13,6 +13,7 @@ from __future__ import annotations
 CONTROLLER_NAME = "controller"
 GROUP_COORDINATOR_NAME = "group_coordinator"
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
+SCHEMA_REGISTRY_NAME = "schema_registry"
 
 
 def broker_actor_name(broker_id: int) -> str:

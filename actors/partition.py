@@ -42,12 +42,7 @@ from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.clock import SYSTEM, Clock
 from actors.metrics import TICK_S
 from actors.names import INTERNAL_TOPICS
-from actors.partition_files import (
-    partition_dir,
-    read_topic_id,
-    remove_stray,
-    write_topic_id,
-)
+from actors.partition_files import partition_dir, read_topic_id, remove_stray, write_topic_id
 
 # Re-exported: the controller removes stray partitions through this module.
 from actors.partition_files import remove_stray_partitions as remove_stray_partitions
@@ -75,6 +70,7 @@ from actors.protocol import (
 from actors.replica_fetcher import ReplicaFetchers
 from actors.replica_metrics import ReplicaMetrics
 from actors.replica_state import ReplicaState
+from actors.txn_verification import VERIFICATION_KEY, TransactionVerifier
 from actors.types import OffsetAndTimestamp
 from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
@@ -121,6 +117,7 @@ DEFAULT_REPLICATION = {
     "replica.fetch.max.bytes": 1048576,
     "replica.fetch.response.max.bytes": 10485760,
     "replica.high.watermark.checkpoint.interval.ms": 5000,
+    VERIFICATION_KEY: True,  # KIP-890: a transaction's first batch here is verified (actors.txn_verification)
 }
 
 
@@ -166,6 +163,7 @@ class PartitionReplica:
         self._leader_handle: Any = None  # the leader actor a follower fetches from
         self._controller: Any = None
         self._replication = dict(DEFAULT_REPLICATION)
+        self._txn = TransactionVerifier(topic, partition, namespace, self._replication)
         self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its broker's fetcher
         # The broker's replica fetchers (one per leader broker); a replica alone has its own.
         self._fetchers = fetchers if fetchers is not None else ReplicaFetchers(broker_id, clock)
@@ -352,7 +350,7 @@ class PartitionReplica:
                     f"{self.topic}-{self.partition}: ISR {list(self._state.isr)} is smaller than min.insync.replicas={min_isr}"
                 )
             try:
-                info = self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                info = await self._txn.append(self._log, request, lambda: self._state.leader_epoch, self._check_leader)
             except OutOfOrderSequenceError:
                 if origin is not AppendOrigin.CLIENT:
                     raise
@@ -431,7 +429,7 @@ class PartitionReplica:
             )
             self._check_leader(leader_epoch)
             try:
-                return self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                return self._txn.retry(self._log, records, origin, self._state.leader_epoch)
             except OutOfOrderSequenceError:
                 if not grew or self._clock.monotonic() >= deadline:
                     raise
@@ -483,7 +481,7 @@ class PartitionReplica:
         follower = request.replica_id >= 0
         try:
             result = await self._fetch(request)
-        except BaseException as exc:
+        except Exception as exc:  # a cancelled wait (its client left) is no failed fetch
             self._metrics.fetch_failed(follower, exc, started)
             raise
         self._metrics.fetched(follower, len(result.records), started)
@@ -507,7 +505,7 @@ class PartitionReplica:
             return result
         deadline = self._clock.monotonic() + max_wait_ms / 1000
         epoch = self._state.leader_epoch
-        limit = self._log_end if follower else self._lso if committed else self._hw_value
+        limit = self._log_end if follower else self._lso if committed else (lambda: self._state.hw)
         while True:
             # Woken when data became readable and either the readable end moved or enough
             # bytes were appended; a read then tells whether min_bytes are readable (bytes
@@ -698,6 +696,11 @@ class PartitionReplica:
         or this replica closed or left the term the follower fetches in."""
         state = self._state
         return state.closed or state.leader_epoch != leader_epoch or self._log.log_end_offset > offset
+
+    def fetch_position(self, committed: bool) -> tuple[int, int, int, bool]:
+        """A parked fetch's watch: readable end (LSO if ``committed``, else HW), log bytes, leader epoch, closed."""
+        s = self._state
+        return -1 if s.closed else self._lso() if committed else s.hw, self._log.size_in_bytes, s.leader_epoch, s.closed
 
     @property
     def replication(self) -> dict[str, Any]:
@@ -936,9 +939,6 @@ class PartitionReplica:
     @property
     def high_watermark(self) -> int:
         """Consumers never read past this: every ISR member has the records below it."""
-        return self._state.hw
-
-    def _hw_value(self) -> int:
         return self._state.hw
 
     def _set_hw(self, hw: int) -> None:
