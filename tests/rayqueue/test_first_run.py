@@ -131,7 +131,15 @@ def test_start_with_a_missing_config_file_is_one_line(tmp_path):
     missing = tmp_path / "configs" / "local.toml"
     # Free ports all the same, should the check ever let it start.
     result = rq(
-        "start", "--config", str(missing), "--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"
+        "start",
+        "--config",
+        str(missing),
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0",
+        "--metrics-export-port",
+        "0",
+        "--schema-registry-listeners",
+        "http://127.0.0.1:0",
     )
     assert result.exit_code == 1
     assert f"no config file {missing}" in result.output
