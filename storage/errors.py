@@ -464,7 +464,7 @@ class InvalidRegularExpressionError(KafkaError):
     code, retriable = 128, False
 
 
-# -- authentication (issue 30): raised by the gateway's SASL and the controller's SCRAM users --
+# -- authentication: raised by the gateway's SASL and the controller's SCRAM users --
 
 
 class UnsupportedSaslMechanismError(KafkaError):
