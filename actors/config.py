@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.authorizer import authorizer_enabled
-from actors.gateway.listeners import broker_endpoints, parse_listeners
+from actors.listeners import broker_endpoints, parse_listeners
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 

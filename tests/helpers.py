@@ -114,8 +114,8 @@ def hosted_replica(broker_id: int, topic: str, partition: int, data_dir: str, co
     replicas by hand; returns its ReplicaRef (``kill_broker`` ends it)."""
     import ray
 
-    from actors.broker import Broker
-    from actors.replica_ref import ReplicaRef
+    from actors.broker.replica_manager import Broker
+    from actors.broker.replica_ref import ReplicaRef
 
     # max_restarts=0: a crash shows as a dead actor, never as a quiet restart.
     broker = ray.remote(Broker).options(num_cpus=0, max_concurrency=1000, max_restarts=0).remote(broker_id, "", False)

@@ -31,7 +31,9 @@ from actors import launch
 from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
 from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
-from actors.broker import Broker
+from actors.broker.partition import DEFAULT_REPLICATION, remove_stray_partitions
+from actors.broker.replica_manager import Broker
+from actors.broker.replica_ref import ReplicaRef
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
@@ -40,7 +42,6 @@ from actors.controller.replication_control import NewPartitions, PartitionChange
 from actors.gateway.probe import probe_listeners, probe_targets
 from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, broker_actor_name
-from actors.partition import DEFAULT_REPLICATION, remove_stray_partitions
 from actors.protocol import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -69,7 +70,6 @@ from actors.protocol_security import (
     ScramCredential,
     UserScramCredentialsResult,
 )
-from actors.replica_ref import ReplicaRef
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (
     ElectionNotNeededError,

@@ -32,13 +32,6 @@ from actors.controller.cluster_control import ClusterControlManager
 from actors.controller.configuration_control import ConfigurationControlManager, topic_overrides
 from actors.controller.placement import assign_replicas, check_assignment, manual_assignment
 from actors.controller.records import NO_LEADER, ControllerResult, PartitionRegistration
-from actors.controller.topics import (
-    INT32_MAX,
-    check_partitions_per_request,
-    resolve_count,
-    unify_collision_chars,
-    validate_topic_name,
-)
 from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     AlterPartitionRequest,
@@ -46,6 +39,13 @@ from actors.protocol import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     require,
+)
+from actors.topics import (
+    INT32_MAX,
+    check_partitions_per_request,
+    resolve_count,
+    unify_collision_chars,
+    validate_topic_name,
 )
 from actors.types import PartitionMetadata, TopicMetadata
 from storage.errors import (

@@ -46,6 +46,7 @@ from actors import internal_records as stored
 from actors import launch
 from actors.acl import CLUSTER_NAME
 from actors.auth_helper import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, AuthHelper, LazyAclView, Op, denied
+from actors.broker.replica_ref import actor_key
 from actors.clock import SYSTEM, Clock
 from actors.internal_topic import Coordinator, InternalTopic
 from actors.metrics import TICK_S, Recorder
@@ -70,7 +71,6 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
-from actors.replica_ref import actor_key
 from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit, completion_backoff_ms
 from actors.transaction_coordinator.transaction_metadata import TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription

@@ -7,12 +7,13 @@ import time
 import pytest
 import ray
 
+from actors.broker.partition import PartitionReplica
+from actors.broker.replica_ref import ReplicaRef
 from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
 from actors.controller.configuration_control import altered
 from actors.controller.quorum_controller import QuorumController
 from actors.metadata_log import MetadataLog
 from actors.names import broker_actor_name
-from actors.partition import PartitionReplica
 from actors.protocol import (
     AlterableConfig,
     AlterConfigOp,
@@ -29,7 +30,6 @@ from actors.protocol import (
     ProduceOrder,
     ProduceRequest,
 )
-from actors.replica_ref import ReplicaRef
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,

@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from actors.broker import Broker
+from actors.broker.replica_manager import Broker
+from actors.broker.replica_ref import ReplicaRef
+from actors.broker.replica_state import ReplicaState
 from actors.clock import ManualClock
 from actors.protocol import (
     NO_EPOCH,
@@ -22,8 +24,6 @@ from actors.protocol import (
     ProduceRequest,
     ReplicaRole,
 )
-from actors.replica_ref import ReplicaRef
-from actors.replica_state import ReplicaState
 from storage import RecordBatchBuilder
 from storage.errors import (
     FencedLeaderEpochError,

@@ -1,10 +1,10 @@
 """The Broker actor: one broker's process, hosting every partition replica the broker holds.
 
 As a Kafka broker's process holds its partitions, one Ray actor per broker holds its
-:class:`~actors.partition.PartitionReplica` objects (each owning its log) and its replica
-fetchers (``actors.replica_fetcher``). The controller opens and closes replicas here; clients,
+:class:`~actors.broker.partition.PartitionReplica` objects (each owning its log) and its replica
+fetchers (``actors.broker.replica_fetcher``). The controller opens and closes replicas here; clients,
 coordinators and the controller call one replica through a
-:class:`~actors.replica_ref.ReplicaRef`, which this actor's :meth:`Broker.call` dispatches.
+:class:`~actors.broker.replica_ref.ReplicaRef`, which this actor's :meth:`Broker.call` dispatches.
 
 Between brokers, replication is one call per round and source broker: a follower broker's
 fetcher sends :meth:`Broker.replica_fetch` with every partition it follows from this broker,
@@ -25,11 +25,11 @@ import logging
 import os
 from typing import Any
 
+from actors.broker.partition import DEFAULT_REPLICATION, PartitionReplica
+from actors.broker.replica_fetcher import ReplicaFetchers
+from actors.broker.waiters import Waiters
 from actors.clock import SYSTEM, Clock
-from actors.partition import DEFAULT_REPLICATION, PartitionReplica
 from actors.protocol import INT32_MAX, FetchRequest, WriteTxnMarkersRequest, int_field
-from actors.replica_fetcher import ReplicaFetchers
-from actors.waiters import Waiters
 from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ every request field is checked (the request's ``checked()``), so bad input gets 
 error and never reaches the log.
 
 Replication follows Kafka's ISR design. A follower is fetched by its broker's fetcher for
-the leader's broker (``actors.replica_fetcher``), with every partition it follows from there,
+the leader's broker (``actors.broker.replica_fetcher``), with every partition it follows from there,
 in one call per round (``fetch`` with its ``replica_id`` and log end offset, per partition)
 and appends the leader's batches unchanged. The leader learns each follower's log end
 offset (LEO) from those fetches; the high watermark (HW) is the smallest LEO in the ISR, and consumers never see
@@ -39,10 +39,7 @@ from typing import Any
 import ray
 
 from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
-from actors.clock import SYSTEM, Clock
-from actors.metrics import TICK_S
-from actors.names import INTERNAL_TOPICS
-from actors.partition_files import (
+from actors.broker.partition_files import (
     partition_dir,
     read_topic_id,
     remove_stray,
@@ -50,7 +47,14 @@ from actors.partition_files import (
 )
 
 # Re-exported: the controller removes stray partitions through this module.
-from actors.partition_files import remove_stray_partitions as remove_stray_partitions
+from actors.broker.partition_files import remove_stray_partitions as remove_stray_partitions
+from actors.broker.replica_fetcher import ReplicaFetchers
+from actors.broker.replica_metrics import ReplicaMetrics
+from actors.broker.replica_state import ReplicaState
+from actors.broker.waiters import Waiters
+from actors.clock import SYSTEM, Clock
+from actors.metrics import TICK_S
+from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     AbortedTransaction,
     AlterPartitionRequest,
@@ -72,11 +76,7 @@ from actors.protocol import (
     checked_request,
     require,
 )
-from actors.replica_fetcher import ReplicaFetchers
-from actors.replica_metrics import ReplicaMetrics
-from actors.replica_state import ReplicaState
 from actors.types import OffsetAndTimestamp
-from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import BatchHeader, has_control_batch
 from storage.checkpoint import read_offset, write_offset

@@ -24,9 +24,9 @@ from typing import Any
 
 import ray
 
+from actors.broker.replica_ref import actor_key
 from actors.clock import SYSTEM, Clock
 from actors.protocol import FetchRequest
-from actors.replica_ref import actor_key
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
