@@ -129,6 +129,24 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey("rayqueue.num.brokers", "int", 3, "Logical brokers to run, spread over the Ray nodes.", min=1),
         ConfigKey("rayqueue.namespace", "string", "rayqueue", "Ray namespace holding this cluster's named actors."),
         ConfigKey(
+            "rayqueue.broker.placement",
+            "string",
+            "broker",
+            "How a broker's replicas are placed onto host actors: broker (one host actor per broker, holding all"
+            " of its replicas), hosts (rayqueue.broker.num.hosts host actors per broker, partitions spread by a"
+            " stable hash of topic and partition, as Kafka spreads them over num.replica.fetchers) or replica"
+            " (one actor per replica).",
+            choices=("broker", "hosts", "replica"),
+        ),
+        ConfigKey(
+            "rayqueue.broker.num.hosts",
+            "int",
+            2,
+            "Host actors per broker when rayqueue.broker.placement is hosts (one Python process uses one core).",
+            min=1,
+            max=256,
+        ),
+        ConfigKey(
             "rayqueue.metrics.enabled",
             "boolean",
             True,

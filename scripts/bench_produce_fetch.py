@@ -148,7 +148,7 @@ def replica_uss_mb(cluster: rayqueue.Cluster, admin: Any) -> float:
     hosts = {
         h.host for p in internal for h in admin.replica_handles(TopicPartition(OFFSETS_TOPIC, p.partition)).values()
     }
-    pids = {ray.get(host.describe_broker.remote())["pid"] for host in hosts}
+    pids = {ray.get(host.describe_host.remote())["pid"] for host in hosts}
 
     def uss() -> float:
         return sum(psutil.Process(pid).memory_full_info().uss for pid in pids) / 1e6

@@ -122,11 +122,13 @@ class QuorumController:
                 self.configuration.replay(record)
 
     def commit(self, result: ControllerResult[T]) -> T | None:
-        """Append the result's records durably, then apply them; returns its answer."""
+        """Append the result's records durably (one batch, one fsync), then apply them;
+        returns its answer."""
+        if result.records:
+            self._log.append_all(result.records)
         for record in result.records:
             if record["type"] == "partition" and self.on_partition_change is not None:
                 self.on_partition_change(record["topic"], record["partition"], self._change_of(record))
-            self._log.append(record)
             self.replay(record)
         return result.response
 

@@ -402,7 +402,8 @@ def status(
     under = sum(p.under_replicated for p in partitions)
     out.print(f"Topics:            {info['topics']}")
     out.print(f"Partitions:        {info['partitions']}")
-    out.print(f"Replicas open:     {info['replicas_open']} in {info['broker_actors']} broker actors")
+    out.print(f"Replicas open:     {info['replicas_open']} in {info['host_actors']} host actors")
+    out.print(f"Placement:         {info['placement']} (rayqueue.broker.placement)")
     out.print(f"Under-replicated:  {'[yellow]' if under else ''}{under}{'[/]' if under else ''}")
     out.print(f"Offline:           {'[red]' if offline else ''}{offline}{'[/]' if offline else ''}")
     if unhealthy:

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 
-from actors.broker.partition import PartitionReplica
+from actors.broker.partition import HostServices, PartitionReplica
 from actors.broker.replica_ref import ReplicaRef
 from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
 from actors.controller.configuration_control import altered
@@ -25,11 +25,11 @@ from actors.protocol import (
     DescribeConfigsRequest,
     FetchRequest,
     IncrementalAlterConfigsRequest,
-    LeaderAndIsrRequest,
     ListOffsetsRequest,
     ProduceOrder,
     ProduceRequest,
 )
+from actors.protocol_broker import LeaderAndIsrPartitionState
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
@@ -47,7 +47,7 @@ from rayqueue.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage import RecordBatchBuilder, iter_batches
-from tests.helpers import hosted_replica, kill_broker, wait_for
+from tests.helpers import close_replica, hosted_replica, kill_broker, set_role, wait_for
 
 
 def batch(values: list[bytes], timestamp: int | None = None) -> bytes:
@@ -160,9 +160,9 @@ def test_fetch_returns_empty_after_max_wait_without_data(cluster, new_topic):
 def test_stale_and_future_leader_epochs_are_fenced(cluster, new_topic):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
-    broker = ray.get(leader.ping.remote())
+    broker = leader.broker_id
     # What the controller does on an election: the replica moves to a newer epoch.
-    ray.get(leader.become_leader.remote(LeaderAndIsrRequest(broker, epoch + 1, (broker,), (broker,))))
+    set_role(leader, LeaderAndIsrPartitionState(broker, epoch + 1, (broker,), (broker,)))
     with pytest.raises(FencedLeaderEpochError) as fenced:
         ray.get(leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, epoch)))
     assert fenced.value.retriable and fenced.value.code == 74
@@ -190,7 +190,7 @@ def test_bad_input_is_refused_and_leaves_the_log_untouched(cluster, new_topic):
     fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"good"]
     # The replica survived all of it.
-    assert ray.get(leader.ping.remote()) >= 0
+    assert ray.get(leader.host.ping.remote()) >= 0
 
 
 def test_fetch_out_of_range(cluster, new_topic):
@@ -485,27 +485,27 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
 
 
 def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session, tmp_path):
-    """A leader's broker actor recreated at the same epoch and broker id is a new handle: a
+    """A leader's host actor recreated at the same epoch and broker id is a new handle: a
     follower told about it must fetch from it, not keep retrying the dead one."""
     config = {"segment.bytes": 1 << 20}
     leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
     follower = hosted_replica(1, "t", 0, str(tmp_path / "b1"), config)
     fast = {"replica.fetch.wait.max.ms": 50}
 
-    def state(leader: object) -> LeaderAndIsrRequest:
-        return LeaderAndIsrRequest(0, 0, (0, 1), (0, 1), leader_handle=leader, replication=fast)
+    def state(leader: object) -> LeaderAndIsrPartitionState:
+        return LeaderAndIsrPartitionState(0, 0, (0, 1), (0, 1), leader_handle=leader)
 
     try:
-        ray.get(leader.become_leader.remote(state(leader)))
-        ray.get(follower.become_follower.remote(state(leader)))
+        set_role(leader, state(leader), fast)
+        set_role(follower, state(leader), fast)
         ray.get(leader.produce.remote(ProduceRequest(batch([b"a"]), 1, 30000, 0)))
         wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="first fetch")
-        ray.get(leader.close.remote())
+        close_replica(leader)
         kill_broker(leader)
         leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
-        ray.get(leader.become_leader.remote(state(leader)))
+        set_role(leader, state(leader), fast)
         ray.get(leader.produce.remote(ProduceRequest(batch([b"b"]), 1, 30000, 0)))
-        assert ray.get(follower.become_follower.remote(state(leader)))
+        assert set_role(follower, state(leader), fast)
         wait_for(
             lambda: ray.get(follower.describe.remote())["log_end_offset"] == 2, 30, what="fetch from the new leader"
         )
@@ -600,7 +600,7 @@ def test_replica_keeps_its_topics_directory_and_removes_a_deleted_ones(tmp_path)
     directory = tmp_path / "t-0"
 
     def open_replica(topic_id):
-        replica = PartitionReplica("t", 0, 0, str(tmp_path), {}, topic_id)
+        replica = PartitionReplica("t", 0, str(tmp_path), {}, topic_id, HostServices.alone(0))
         return replica, replica._log.log_end_offset
 
     replica, _ = open_replica(None)  # no topic id known: nothing checked or written

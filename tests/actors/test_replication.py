@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.protocol import FetchRequest, LeaderAndIsrRequest, ListOffsetsRequest, ProduceRequest
+from actors.protocol import FetchRequest, ListOffsetsRequest, ProduceRequest
+from actors.protocol_broker import LeaderAndIsrPartitionState
 from rayqueue import TopicPartition
 from rayqueue.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
 from storage.checkpoint import read_offset
-from tests.helpers import kill_broker, wait_for
+from tests.helpers import kill_broker, set_role, wait_for
 
 
 def batch(values: list[bytes]) -> bytes:
@@ -89,19 +90,10 @@ def set_lag_limit(meta, ms: int) -> None:
 def set_replication(meta, settings: dict) -> None:
     """Give the leader of ``meta`` these replication settings: the controller's own
     LeaderAndIsr call at the same term, with only those settings changed."""
-    ray.get(
-        meta.leader_handle.become_leader.remote(
-            LeaderAndIsrRequest(
-                meta.leader,
-                meta.leader_epoch,
-                tuple(meta.replicas),
-                tuple(meta.isr),
-                meta.partition_epoch,
-                retention_check_ms=1000,
-                replication=settings,
-            )
-        )
+    state = LeaderAndIsrPartitionState(
+        meta.leader, meta.leader_epoch, tuple(meta.replicas), tuple(meta.isr), meta.partition_epoch
     )
+    set_role(meta.leader_handle, state, settings)
 
 
 def test_rf3_topic_replicates_to_every_replica(admin, cluster, new_topic):
@@ -673,7 +665,7 @@ def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic
     def fetchers(b: int) -> dict[int, list[tuple[str, int]]]:
         return {
             f["leader"]: [tuple(tp) for tp in f["partitions"]]
-            for f in ray.get(brokers[b].describe_broker.remote())["fetchers"]
+            for f in ray.get(brokers[b].describe_host.remote())["fetchers"]
         }
 
     def grouped(b: int, wanted: dict[int, set]) -> dict | None:
@@ -688,4 +680,4 @@ def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic
         wait_for(lambda b=b, wanted=wanted: grouped(b, wanted), 30, what=f"broker {b}'s fetchers")
     for b, broker in brokers.items():
         # Each leader broker served fetches carrying several partitions at once.
-        assert ray.get(broker.describe_broker.remote())["most_partitions_per_fetch"] >= 2, b
+        assert ray.get(broker.describe_host.remote())["most_partitions_per_fetch"] >= 2, b

@@ -1,12 +1,15 @@
-"""Fetch: the leader's stored batches, as they are on disk, to the client.
+"""Fetch: the leaders' stored batches, as they are on disk, to the client.
 
-Each partition is one call to its leader replica on this broker, which reads whole batches
-up to the high watermark (the last stable offset for read_committed, with the aborted
-transactions of the range), fences stale leader epochs and long-polls. A request for one
-partition is that one call. For several, every partition is read at once without waiting;
-if that gives fewer than ``min_bytes``, all of them long-poll together until enough bytes
-came or ``max_wait_ms`` passed, and the polls still open are cancelled. The gateway's event
-loop never blocks on any of it, so one client's long poll holds up no other.
+A request's partitions go to their leaders' hosts together: one ``fetch_messages`` call per
+host, carrying every partition of the request it leads (Kafka's ReplicaManager reads a
+request's partitions at once and waits for them with one wait). Each replica reads whole
+batches up to the high watermark (the last stable offset for read_committed, with the
+aborted transactions of the range) and fences stale leader epochs. When one host leads every
+partition (one host per broker, the default placement) that one call also long-polls, for
+``min_bytes`` over all of them or ``max_wait_ms``. When several hosts do, each is read once
+without waiting; if that gives fewer than ``min_bytes``, all of them long-poll together until
+enough bytes came or ``max_wait_ms`` passed, and the polls still open are cancelled. The
+gateway's event loop never blocks on any of it, so one client's long poll holds up no other.
 
 Byte limits as Kafka's: ``partition_max_bytes`` per partition, ``max_bytes`` (capped by the
 broker's ``fetch.max.bytes``) for the response, counted in request order and cut at batch
@@ -43,6 +46,7 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import FetchRequest, FetchResponse, IsolationLevel
+from actors.protocol_broker import FetchMessagesRequest, FetchPartition
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import FetchSessionIdNotFoundError, UnknownTopicIdError
 
@@ -56,8 +60,13 @@ READ_AHEAD_DEPTH = 3  # ranges per partition
 
 
 def _fetch(replica: Any, request: FetchRequest) -> Any:
-    """The replica's fetch call; returns its ObjectRef (awaitable, cancellable)."""
+    """One replica's fetch call (a read-ahead); returns its ObjectRef (awaitable, cancellable)."""
     return replica.fetch.remote(request)
+
+
+def _fetch_messages(host: Any, request: FetchMessagesRequest) -> Any:
+    """A host's fetch of many partitions; returns its ObjectRef (awaitable, cancellable)."""
+    return host.fetch_messages.remote(request)
 
 
 def _cancel(ref: Any) -> None:
@@ -81,16 +90,15 @@ class _Partition:
     offset: int
     max_bytes: int
     leader_epoch: int
-    handle: Any = None
+    handle: Any = None  # the leader's ReplicaRef
     code: int = NONE
     result: FetchResponse | None = None
     ahead: asyncio.Future | None = None  # a read-ahead answering this request
     next_offset: int = -1  # where the records returned end
 
-    def call(self, max_wait_ms: int, min_bytes: int, isolation: int) -> Any:
-        """This partition's fetch from its leader replica (an ObjectRef)."""
-        request = FetchRequest(self.offset, self.max_bytes, max_wait_ms, min_bytes, isolation, self.leader_epoch)
-        return _fetch(self.handle, request)
+    def asked(self) -> FetchPartition:
+        """This partition as its host's fetch_messages reads it."""
+        return FetchPartition(self.topic, self.partition, self.offset, self.max_bytes, self.leader_epoch)  # type: ignore[arg-type]
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -152,13 +160,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     aheads = _read_aheads(ctx)
     for part in live:
         part.ahead = aheads.take(part, isolation)
-    if len(live) == 1 and not await _take_ahead(view, live):
-        await _read_all(view, live, max_wait_ms, min_bytes, isolation)
-    elif len(live) > 1:
-        await _read_all(view, live, 0, 1, isolation)
+    if len(live) == 1 and await _take_ahead(view, live):
+        pass
+    elif len(_by_host(live)) == 1 and not any(p.ahead is not None for p in live):
+        await _read_all(view, live, max_wait_ms, min_bytes, isolation, max_bytes)
+    elif live:
+        await _read_all(view, live, 0, 1, isolation, max_bytes)
         got = sum(len(p.result.records) for p in live if p.result is not None)
         if got < min_bytes and max_wait_ms > 0 and all(p.code == NONE for p in live):
-            await _long_poll(view, live, max_wait_ms, min_bytes - got, isolation)
+            await _long_poll(view, live, max_wait_ms, min_bytes - got, isolation, max_bytes)
     response = _response(ctx, parts, max_bytes, isolation, by_id)
     aheads.start(live, isolation)
     return response
@@ -182,14 +192,44 @@ async def _take_ahead(view: BrokerView, parts: list[_Partition]) -> bool:
     return True
 
 
+def _by_host(parts: list[_Partition]) -> dict[Any, tuple[Any, list[_Partition]]]:
+    """The partitions by the host of their leader."""
+    out: dict[Any, tuple[Any, list[_Partition]]] = {}
+    for part in parts:
+        out.setdefault(part.handle.host_key, (part.handle.host, []))[1].append(part)
+    return out
+
+
+def _host_call(
+    host: Any, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int, max_bytes: int
+) -> Any:
+    """One host's fetch_messages for ``parts`` (an ObjectRef)."""
+    request = FetchMessagesRequest(tuple(p.asked() for p in parts), max_wait_ms, min_bytes, max_bytes, isolation)
+    return _fetch_messages(host, request)
+
+
 async def _read_all(
-    view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int
+    view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int, max_bytes: int
 ) -> None:
-    calls = [p.ahead or p.call(max_wait_ms, min_bytes, isolation) for p in parts]
-    view.read_ahead_hits += sum(p.ahead is not None for p in parts)
+    """Read ``parts``: each read-ahead taken, the rest one call per host."""
+    aheads = [p for p in parts if p.ahead is not None]
+    view.read_ahead_hits += len(aheads)
+    groups = list(_by_host([p for p in parts if p.ahead is None]).values())
+    calls = [p.ahead for p in aheads]
+    calls += [_host_call(host, group, max_wait_ms, min_bytes, isolation, max_bytes) for host, group in groups]
     results = await asyncio.gather(*calls, return_exceptions=True)
-    for part, result in zip(parts, results, strict=True):
+    for part, result in zip(aheads, results, strict=False):
         _settle(view, part, result)
+    for (_, group), answers in zip(groups, results[len(aheads) :], strict=True):
+        _settle_host(view, group, answers)
+
+
+def _settle_host(view: BrokerView, parts: list[_Partition], answers: Any) -> None:
+    """A host's answers (or the failure of its call) to its partitions."""
+    if isinstance(answers, BaseException):
+        answers = [answers] * len(parts)
+    for part, answer in zip(parts, answers, strict=True):
+        _settle(view, part, answer)
 
 
 class _Chain:
@@ -288,14 +328,17 @@ def _read_aheads(ctx: RequestContext) -> _ReadAheads:
     return aheads
 
 
-async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int) -> None:
-    """Wait on every partition at once until ``wanted`` more bytes or the deadline; cancel
-    the polls still open. Partitions that answered keep their new result."""
+async def _long_poll(
+    view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int, max_bytes: int
+) -> None:
+    """Wait on every host at once (each for any data among its partitions) until ``wanted``
+    more bytes or the deadline; cancel the polls still open. Partitions that answered keep
+    their new result."""
     deadline = SYSTEM.monotonic() + max_wait_ms / 1000
     refs = {}
-    for p in parts:
-        ref = p.call(max_wait_ms, 1, isolation)
-        refs[asyncio.ensure_future(ref)] = (p, ref)
+    for host, group in _by_host(parts).values():
+        ref = _host_call(host, group, max_wait_ms, 1, isolation, max_bytes)
+        refs[asyncio.ensure_future(ref)] = (group, ref)
     pending = set(refs)
     got = 0
     try:
@@ -305,13 +348,13 @@ async def _long_poll(view: BrokerView, parts: list[_Partition], max_wait_ms: int
                 break
             done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
-                part, _ = refs[future]
-                result = future.exception() or future.result()
-                _settle(view, part, result)
-                if part.result is not None:
-                    got += len(part.result.records)
-                elif part.code != NONE:
-                    got = wanted  # an error answers at once, as Kafka's DelayedFetch does
+                group, _ = refs[future]
+                _settle_host(view, group, future.exception() or future.result())
+                for part in group:
+                    if part.result is not None:
+                        got += len(part.result.records)
+                    elif part.code != NONE:
+                        got = wanted  # an error answers at once, as Kafka's DelayedFetch does
     finally:
         for future in pending:
             _cancel(refs[future][1])
