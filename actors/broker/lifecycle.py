@@ -32,7 +32,7 @@ import ray
 from actors import launch
 from actors.broker.actor import BrokerHost
 from actors.broker.partition_files import remove_stray_partitions
-from actors.broker.placement import HostId, HostPlacement
+from actors.broker.placement import HostId, HostPlacement, Placement
 from actors.broker.replica_ref import ReplicaRef, actor_key
 from actors.clock import SYSTEM, Clock
 from actors.protocol_broker import LeaderAndIsrPartitionState, LeaderAndIsrRequest, OpenReplica
@@ -252,13 +252,17 @@ class BrokerHosts:
 
     async def close(self, refs: Iterable[ReplicaRef], delete: bool) -> None:
         """Close replicas (and delete their data if asked): one call per host, closed and
-        forgotten by the host before this returns."""
+        forgotten by the host before this returns. A replica's own host (placement
+        ``replica``) is stopped with it: it holds nothing else."""
+        refs = list(refs)
         by_host: dict[Hashable, tuple[Any, list[tuple[str, int]]]] = {}
         for ref in refs:
             by_host.setdefault(ref.host_key, (ref.host, []))[1].append((ref.topic, ref.partition))
         await asyncio.gather(
             *(self._call(host.close_replicas.remote(partitions, delete)) for host, partitions in by_host.values())
         )
+        if self.placement.placement is Placement.REPLICA:
+            await self.stop_hosts([h for ref in refs if (h := self.host_of(ref)) is not None])
 
     async def update_topic_config(self, refs: Iterable[ReplicaRef], topic: str, config: dict[str, Any]) -> None:
         """A topic's new effective config to the hosts of its replicas ``refs``."""

@@ -355,7 +355,8 @@ def test_validate_only_checks_everything_and_changes_nothing(cluster, admin, new
         ray.get(controller.alter_configs.remote(bad))
 
 
-def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):
+def test_killed_replica_comes_back_with_every_acknowledged_record(failover_cluster, failover_topic):
+    cluster, new_topic = failover_cluster, failover_topic
     topic = new_topic()
     producer = cluster.producer(linger_ms=1, retry_backoff_ms=50)
     acked = []
@@ -447,9 +448,13 @@ def _all_in_sync(cluster, topic: str, replicas, leader: int) -> bool:
     return len(seen) == len(replicas) and sorted(seen[leader]["isr"]) == sorted(replicas) and len(ends) == 1
 
 
-def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(cluster, admin, new_topic):
+@pytest.mark.parametrize("failover_cluster", ["broker"], indirect=True)
+def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(
+    failover_cluster, failover_admin, failover_topic
+):
     """Ray restarts a killed controller; with no client calling it, it must still attach to the
     replicas, elect when a leader dies and accept ISR changes from leaders (alter_partition)."""
+    cluster, admin, new_topic = failover_cluster, failover_admin, failover_topic
     topic = new_topic(1, 3)
     meta = admin.describe_topics([topic])[topic].partitions[0]
     replicas = meta.replicas

@@ -155,7 +155,8 @@ def test_acks_all_waits_for_the_isr_and_times_out(admin, new_topic):
     assert r.base_offset == 1
 
 
-def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, new_topic):
+def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     producer = cluster.producer(acks="all")
@@ -179,7 +180,10 @@ def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, n
     producer.close(10)
 
 
-def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(admin, cluster, new_topic):
+def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(
+    failover_admin, failover_cluster, failover_topic
+):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -250,7 +254,8 @@ def test_min_insync_replicas_with_two_brokers_stopped(admin, cluster, new_topic)
     loose.close(10)
 
 
-def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic):
+def test_divergent_old_leader_truncates_to_the_new_leaders_log(failover_admin, failover_topic):
+    admin, new_topic = failover_admin, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -276,7 +281,8 @@ def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic)
     assert [e for e, _ in epochs][-1] == new.leader_epoch
 
 
-def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
+def test_preferred_leader_election_and_reassignment(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 2)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -308,7 +314,9 @@ def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
 
 
 @pytest.mark.chaos
-def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, new_topic):
+@pytest.mark.parametrize("failover_cluster", ["broker"], indirect=True)
+def test_leader_killed_ten_times_under_acks_all_loses_nothing(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     # The idempotent producer (Kafka's default) keeps send order across retries with five
@@ -567,10 +575,11 @@ def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_t
     assert len(short.records) == len(small) + len(large)
 
 
-def test_follower_killed_while_the_leader_waits_for_it(admin, cluster, new_topic):
+def test_follower_killed_while_the_leader_waits_for_it(failover_admin, failover_topic):
     """An acks=all produce waiting for a follower that dies is answered once that follower
     leaves the ISR (after replica.lag.time.max.ms), not held until its request times out;
     what it acknowledged is on every ISR replica, and the follower catches up when back."""
+    admin, new_topic = failover_admin, failover_topic
     topic = new_topic(1, 3, min_insync_replicas=2)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
