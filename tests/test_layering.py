@@ -300,6 +300,24 @@ def test_the_state_machine_packages_exist() -> None:
     assert len(_state_modules()) > len(STATE_MACHINE_PACKAGES)
 
 
+# The broker's host code is plain (Kafka's ReplicaManager and what it holds): only the Ray
+# shell and the host actors' lifecycle import Ray; the rest reaches other hosts through links.
+BROKER_PACKAGE = "actors/broker"
+BROKER_RAY_MODULES = ("actor.py", "lifecycle.py")
+
+
+def test_the_broker_host_code_imports_no_ray() -> None:
+    modules = [p for p in sorted((ROOT / BROKER_PACKAGE).glob("*.py")) if p.name not in BROKER_RAY_MODULES]
+    assert len(modules) > 5, "the broker package is where it should be"
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in modules
+        for name in _imported_names(path)
+        if name.split(".")[0] == "ray"
+    ]
+    assert found == []
+
+
 def test_state_modules_import_no_ray_and_no_asyncio() -> None:
     found = [
         f"{path.relative_to(ROOT)}: {name}"

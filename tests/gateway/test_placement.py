@@ -1,14 +1,19 @@
 """Replica placement (``rayqueue.broker.placement``) seen from outside, under each placement of
 the failover cluster: Ray lists the host actors the setting says (one per broker, or one per
 replica, named after their broker and slot), ``rayqueue status`` says the placement, and a
-Kafka client's transactions commit and abort across the hosts."""
+Kafka client's transactions commit and abort across the hosts; and on a cluster of two hosts
+per broker, partitions spread by their stable hash and one host's death moves only its own."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
+import pytest
 import ray
 from typer.testing import CliRunner
 
-from actors.broker.placement import HostPlacement
+from actors.broker.placement import HostId, HostPlacement, Placement, fetcher_id
 from actors.types import TopicPartition
 from rayqueue.cli import app
 from tests.gateway.test_transactions import _producer
@@ -97,3 +102,75 @@ def _read_committed_partition(bootstrap: str, topic: str, partition: int) -> lis
         return got
     finally:
         consumer.close()
+
+
+@pytest.fixture(scope="module")
+def hosts_cluster(ray_session):
+    """A 3-broker cluster of its own with two host actors per broker (``hosts``)."""
+    import rayqueue
+    from tests.helpers import SMALL_INTERNAL_TOPICS
+
+    root = tempfile.mkdtemp(prefix="rayqueue-hosts-")
+    handle = rayqueue.launch(
+        log_dirs=root,
+        rayqueue_namespace="rayqueue-hosts",
+        rayqueue_broker_placement="hosts",
+        rayqueue_broker_num_hosts=2,
+        listeners="PLAINTEXT://127.0.0.1:0",
+        **SMALL_INTERNAL_TOPICS,
+    )
+    yield handle
+    handle.shutdown(delete_data=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_two_hosts_per_broker_split_its_partitions_and_one_dying_fails_over_only_its_own(hosts_cluster):
+    """``hosts`` with two per broker: each partition's replicas are in the host its stable
+    hash names, all six hosts run, a Kafka client reads what the native producer wrote, and
+    when one host dies only the partitions it led elect new leaders (the broker's other host
+    goes on leading its own)."""
+    from confluent_kafka import Consumer
+
+    admin = hosts_cluster.admin()
+    topic = "spread"
+    admin.create_topic(topic, 8, 3)
+    setting = HostPlacement(Placement.HOSTS, 2)
+    assert _host_names(hosts_cluster.namespace) == {HostId(b, str(k)).name for b in range(3) for k in range(2)}
+    for p in range(8):
+        for broker, handle in admin.replica_handles(TopicPartition(topic, p)).items():
+            name = ray.get(handle.host.describe_host.remote())["name"]
+            assert name == str(setting.host_for(broker, topic, p)) == f"broker {broker} host {fetcher_id(topic, p, 2)}"
+    producer = hosts_cluster.producer(acks="all")
+    for p in range(8):
+        producer.send_many(topic, [b"%d-%d" % (p, i) for i in range(10)], partition=p).get(60)
+    consumer = Consumer(
+        {"bootstrap.servers": hosts_cluster.bootstrap_servers, "group.id": "spread", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        wait_for(
+            lambda: got.extend(m.value() for m in consumer.consume(100, 0.2) if not m.error()) or len(got) >= 80,
+            60,
+            what="every record",
+        )
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(b"%d-%d" % (p, i) for p in range(8) for i in range(10))
+
+    before = {p.partition: p for p in admin.describe_topics([topic])[topic].partitions}
+    victim = setting.host_for(before[0].leader, topic, 0)
+    on_victim = {p for p, m in before.items() if setting.host_for(m.leader, topic, p) == victim}
+    ray.kill(before[0].leader_handle.host, no_restart=True)
+    after = wait_for(
+        lambda: (
+            (m := {p.partition: p for p in admin.describe_topics([topic])[topic].partitions})
+            and all(m[p].leader >= 0 and m[p].leader_epoch > before[p].leader_epoch for p in on_victim)
+            and m
+        ),
+        60,
+        what="the dead host's partitions led again",
+    )
+    assert {p for p in before if after[p].leader_epoch != before[p].leader_epoch} == on_victim
+    producer.send_many(topic, [b"after"] * 8, partition=0).get(60)
+    producer.close()
