@@ -118,11 +118,14 @@ def measure(placement: str | None, num_hosts: int, partitions: int, records: int
 
 
 def _child(tree: Path, args: list[str]) -> dict[str, Any]:
-    """This script's ``--json`` run in a process of its own, with ``tree``'s rayqueue."""
+    """This script's ``--json`` run in a process of its own, with ``tree``'s rayqueue (also in
+    its Ray workers: they import from the driver's working directory, so the run starts in
+    ``tree``)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--json", *args],
         env=env,
+        cwd=tree,
         capture_output=True,
         text=True,
         timeout=3600,
@@ -149,9 +152,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--placement", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    partitions = args.partitions or (6 if args.quick else 12)
-    records = args.records or (60_000 if args.quick else 600_000)
-    kills = args.kills or (3 if args.quick else 6)
+    partitions = args.partitions if args.partitions is not None else (6 if args.quick else 12)
+    records = args.records if args.records is not None else (60_000 if args.quick else 600_000)
+    kills = args.kills if args.kills is not None else (3 if args.quick else 6)
     if args.json:
         placement = args.placement or None
         print(json.dumps(measure(placement, args.hosts, partitions, records, kills)))

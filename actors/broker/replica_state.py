@@ -2,7 +2,7 @@
 ``Partition`` and ``Replica`` state): who leads at which epoch, the ISR, what the leader knows
 of each follower, and the high watermark.
 
-The :class:`~actors.broker.partition.PartitionReplica` actor owns the log, the tasks and the calls to
+The :class:`~actors.broker.partition.PartitionReplica` owns the log, the tasks and the calls to
 the controller; it asks this state what to do (``isr_expansion``, ``isr_shrink``,
 ``advance_hw``) and tells it what happened (``lead``, ``follow``, ``follower_fetched``,
 ``isr_changed``). Time comes from an injected :class:`~actors.clock.Clock`, so the rules are

@@ -9,7 +9,7 @@ acts on is always what a restarted controller rebuilds. A start replays the log;
 that cannot be read or applied is skipped, logged and counted, as Kafka's loaders skip
 theirs: one bad record must not keep the cluster down.
 
-The actor shell (:mod:`.actor`) runs the broker actors and their replicas, tells the replicas
+The actor shell (:mod:`.actor`) has the replicas' host actors run, tells the replicas
 their roles and serves the requests; it calls in here for every decision.
 """
 
@@ -150,7 +150,7 @@ class QuorumController:
         return self.replication.topics[topic].partitions[p]
 
     def replica_spec(self, topic: str, p: int, broker_id: int) -> ReplicaSpec | None:
-        """How to open one replica in its broker's actor; None when its broker is stopped."""
+        """How to open one replica in its host; None when its broker is stopped."""
         broker = self.cluster.brokers[broker_id]
         if not broker.alive:
             return None
