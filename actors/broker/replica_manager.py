@@ -130,6 +130,7 @@ class ReplicaManager:
         # Long-polling fetches (followers' and consumers'), watched by partition.
         self._waiters = PartitionWaiters()
         self._wakes: dict[int, int] = {}  # follower broker -> wake_replica_fetch calls so far
+        self._wakes_taken: dict[int, int] = {}  # follower broker -> the wakes its fetches answered
         self._retention_check_ms = 300000
         self._ticking: asyncio.Task | None = None
         self._cleaning: asyncio.Task | None = None
@@ -201,6 +202,8 @@ class ReplicaManager:
         closing = self._closing[key] = asyncio.ensure_future(replica.close(delete))
         closing.add_done_callback(lambda _: self._closing.pop(key, None) if self._closing.get(key) is closing else None)
         await asyncio.shield(closing)
+        if self._recorder is not None:  # the closed replica's last counts
+            self._recorder.flush()
 
     async def leader_and_isr(self, request: LeaderAndIsrRequest) -> list[Any]:
         """The controller's LeaderAndIsr for this host: take its settings, then each partition's
@@ -310,9 +313,13 @@ class ReplicaManager:
         answers = [None] * len(request.partitions)
         await self._resolve(fetch, answers)
         total = self._read_all(fetch, answers)
-        if max_wait_ms > 0 and not fetch.done(answers, total):
+        replica_id = request.replica_id
+        # A wake that came before this fetch (Ray may run a caller's calls out of order) is
+        # not lost: a follower's fetch answers at once when one is not taken yet.
+        woken = follower and self._wakes.get(replica_id, 0) != self._wakes_taken.get(replica_id, 0)
+        if max_wait_ms > 0 and not woken and not fetch.done(answers, total):
             deadline = started + max_wait_ms / 1000
-            wakes = self._wakes.get(request.replica_id, 0)
+            wakes = self._wakes.get(replica_id, 0)
             while True:
                 watched = [
                     (r, p.fetch_offset, r.leader_epoch, r.readable_end(follower, fetch.committed))
@@ -323,7 +330,7 @@ class ReplicaManager:
                 woke = await self._waiters.wait(
                     [(p.topic, p.partition) for p, _ in fetch.live()],
                     lambda watched=watched: (
-                        (follower and self._wakes.get(request.replica_id, 0) != wakes)
+                        (follower and self._wakes.get(replica_id, 0) != wakes)
                         or any(r.fetch_ready(o, e, end, follower, fetch.committed) for r, o, e, end in watched)
                     ),
                     deadline - self._clock.monotonic(),
@@ -331,6 +338,8 @@ class ReplicaManager:
                 total = self._read_all(fetch, answers)
                 if not woke or follower or fetch.done(answers, total) or self._clock.monotonic() >= deadline:
                     break
+        if follower:
+            self._wakes_taken[replica_id] = self._wakes.get(replica_id, 0)
         fetch.record(answers, started)
         return answers
 

@@ -499,6 +499,14 @@ def test_hostile_many_partition_requests_get_errors_not_crashes(tmp_path) -> Non
             (answer,) = await asyncio.wait_for(waiting, 5)
             assert answer.records == b""
             assert only_answer([answer]) is answer
+            # A wake that comes before the fetch it is meant for (Ray may run calls out of
+            # order) answers that fetch at once, and only that one.
+            host.wake_replica_fetch(1)
+            (answer,) = await asyncio.wait_for(host.fetch_messages(follower), 5)
+            waiting = asyncio.ensure_future(host.fetch_messages(follower))
+            await _until(lambda: len(host._waiters) == 1, "the next fetch waits")
+            assert not waiting.done()
+            waiting.cancel()
         finally:
             await c.close()
 
