@@ -81,6 +81,14 @@ class AclView:
             self.version = snapshot.version
             logger.info("ACLs at version %s: %d ACLs", snapshot.version, len(self.authorizer))
 
+    async def catch_up(self) -> None:
+        """Take the controller's ACLs now (a caller saw a newer version than this copy's);
+        while the controller is away the copy stays as it is."""
+        try:
+            self.apply(await watch_acls(self.controller, None, 0.0))
+        except ray.exceptions.RayActorError:
+            logger.debug("the controller is away; ACLs stay at version %s", self.version)
+
     async def _keep_fresh(self) -> None:
         while True:
             try:

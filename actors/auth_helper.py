@@ -12,6 +12,15 @@ without a principal is a super user's: whoever can call the actors holds the Ray
 token, as whoever holds a Kafka broker's files can read its data. Ray calls carry no client
 address, so only ACLs for every host (``*``) apply to a native principal.
 
+Kafka clients: a listener never calls without a principal. Every call a gateway handler
+makes to the controller or a coordinator carries the connection's :class:`ClientPrincipal`
+(the principal, the client's address, and the version of the ACLs the gateway authorized
+with; ``actors.gateway.broker_view.ListenerHandle`` refuses a call without one), so the actor
+checks the same rules for the same client as the gateway did, host-specific ACLs included,
+and a handler that forgot a check is still refused there. An actor whose copy of the ACLs is
+older than the gateway's catches up (one controller call) before it checks, so an ACL just
+created applies at once on both sides.
+
 Where the ACLs come from: a replica or coordinator loads an :class:`~actors.acl_view.AclView`
 from the controller when the first request with a principal arrives (:class:`LazyAclView`),
 kept fresh by its long poll from then on, so an ACL created or deleted applies to the next
@@ -60,6 +69,38 @@ DENIED: dict[ResourceType, type[KafkaError]] = {
 }
 # The host a native principal asks from: Ray calls carry none, so only ``*`` ACLs match.
 NO_HOST = ""
+
+
+class ClientPrincipal(str):
+    """A Kafka client's principal as a listener authenticated it (``User:alice``), with what
+    Kafka's RequestContext adds: the client's address (``host``, for host-specific ACLs) and
+    the version of the ACLs the gateway authorized the request with (``acls``: an actor with
+    an older copy catches up first). It is a ``str``, so it goes wherever a principal goes."""
+
+    host: str
+    acls: tuple[int, int] | None
+
+    def __new__(cls, principal: str, host: str = NO_HOST, acls: tuple[int, int] | None = None) -> ClientPrincipal:
+        self = super().__new__(cls, principal)
+        self.host = host if isinstance(host, str) else NO_HOST
+        self.acls = acls
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClientPrincipal, (str(self), self.host, self.acls))
+
+
+def host_of(principal: str) -> str:
+    """The client address a principal asks from (NO_HOST for a native one)."""
+    return principal.host if type(principal) is ClientPrincipal else NO_HOST
+
+
+def _acls_version(principal: str) -> tuple[int, int] | None:
+    version = principal.acls if type(principal) is ClientPrincipal else None
+    if type(version) is not tuple or len(version) != 2 or not all(type(v) is int for v in version):
+        return None
+    return version
+
 
 Served = tuple[Recorder, Mapping[str, str]]
 
@@ -135,8 +176,9 @@ class LazyAclView:
         # Configured without an authorizer: everything is allowed, nothing is ever loaded.
         self._off = StandardAuthorizer(enabled=False) if config is not None and not _configured(config) else None
 
-    async def __call__(self) -> StandardAuthorizer:
-        """The authorizer, loaded on the first call."""
+    async def __call__(self, at_least: tuple[int, int] | None = None) -> StandardAuthorizer:
+        """The authorizer, loaded on the first call; at ACL version ``at_least`` or newer
+        when given (the gateway's: a copy behind it catches up with one controller call)."""
         if self._off is not None:
             return self._off
         view = self._view
@@ -149,6 +191,8 @@ class LazyAclView:
                     await loaded.start()
                     self._view = loaded
             view = self._view
+        if at_least is not None and (view.version is None or view.version < at_least):
+            await view.catch_up()
         return view.authorizer
 
     def close(self) -> None:
@@ -160,7 +204,8 @@ class LazyAclView:
 class AuthHelper:
     """One actor's checks of native clients' principals (see the module docstring).
 
-    ``authorizer`` returns the ACLs to check with (awaited: the first may load them);
+    ``authorizer`` returns the ACLs to check with (awaited: the first may load them; a
+    listener's principal passes the version of the gateway's ACLs, which it must have);
     ``recorder`` (None: metrics off) and ``broker`` tag the refusals counted.
     Every check takes ``who``: a request message with a ``principal`` field, or a
     :class:`Caller`. A principal of None passes every check at once.
@@ -192,7 +237,8 @@ class AuthHelper:
         principal = principal_field(getattr(who, "principal", None))
         if principal is None:
             return None
-        authorizer = await self._authorizer()
+        version = _acls_version(principal)
+        authorizer = await (self._authorizer() if version is None else self._authorizer(version))
         return (principal, authorizer) if authorizer.enabled else None
 
     async def authorized(
@@ -205,7 +251,8 @@ class AuthHelper:
             return True
         principal, authorizer = asking
         (name,) = _names(resource_type, [name])
-        return authorize(authorizer, principal, NO_HOST, op, resource_type, name, self._served_for(who), count)
+        host = host_of(principal)
+        return authorize(authorizer, principal, host, op, resource_type, name, self._served_for(who), count)
 
     async def check(self, who: Any, op: AclOperation, resource_type: ResourceType, name: str) -> None:
         """Raise Kafka's *AuthorizationFailedError for the resource type unless authorized."""
@@ -224,7 +271,8 @@ class AuthHelper:
         principal, authorizer = asking
         served = self._served_for(who)
         unique = set(_names(resource_type, names))
-        return {n for n in unique if not authorize(authorizer, principal, NO_HOST, op, resource_type, n, served)}
+        host = host_of(principal)
+        return {n for n in unique if not authorize(authorizer, principal, host, op, resource_type, n, served)}
 
     async def check_all(self, who: Any, op: AclOperation, resource_type: ResourceType, names: Iterable[str]) -> None:
         """Raise one error naming every resource the caller may not ``op`` (none: nothing)."""
@@ -239,9 +287,8 @@ class AuthHelper:
         if asking is None:
             return list(names)
         principal, authorizer = asking
-        return [
-            n for n in _names(resource_type, names) if authorizer.authorize(principal, NO_HOST, op, resource_type, n)
-        ]
+        host = host_of(principal)
+        return [n for n in _names(resource_type, names) if authorizer.authorize(principal, host, op, resource_type, n)]
 
     async def authorized_by_resource_type(self, who: Any, op: AclOperation, resource_type: ResourceType) -> bool:
         """Whether the caller may do ``op`` to some resource of the type (Kafka's
@@ -250,7 +297,7 @@ class AuthHelper:
         if asking is None:
             return True
         principal, authorizer = asking
-        ok = authorizer.authorize_by_resource_type(principal, NO_HOST, op, resource_type)
+        ok = authorizer.authorize_by_resource_type(principal, host_of(principal), op, resource_type)
         if not ok:
             count_authorization_denied(resource_type.name, self._served_for(who))
         return ok
@@ -265,8 +312,10 @@ __all__ = [
     "TRANSACTIONAL_ID",
     "AuthHelper",
     "Caller",
+    "ClientPrincipal",
     "LazyAclView",
     "Op",
     "authorize",
     "denied",
+    "host_of",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.authorizer import authorizer_enabled
 from actors.listeners import broker_endpoints, parse_listeners
+from actors.registry_keys import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -160,6 +161,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             " 127.0.0.1 and [::1] (*.example.com: a domain; *: any).",
         ),
         ConfigKey(
+            "rayqueue.console.trusted.proxies",
+            "list",
+            (),
+            "Addresses or networks of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto headers the web"
+            " console believes (empty: none; each client is its TCP peer's address).",
+        ),
+        ConfigKey(
             "rayqueue.console.session.lifetime.ms",
             "long",
             8 * 60 * 60 * 1000,
@@ -231,6 +239,13 @@ BROKER_CONFIG = _BrokerConfigDef(
             10000,
             "How often the transaction coordinator aborts timed-out transactions.",
             min=1,
+        ),
+        ConfigKey(
+            "transaction.partition.verification.enable",
+            "boolean",
+            True,
+            "KIP-890: a partition leader has the transaction coordinator confirm a transaction before its "
+            "first batch opens it there (a batch of a transaction the coordinator does not know is refused).",
         ),
         ConfigKey(
             "transactional.id.expiration.ms",
@@ -381,14 +396,28 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey(
             "fetch.max.bytes", "int", 57671680, "The most bytes a gateway returns for one Fetch request.", min=1024
         ),
+        # Kafka's discipline: a channel is muted while its request is processed, so a client
+        # that pipelines is paced and its requests are answered in order.
         ConfigKey(
             "rayqueue.gateway.max.inflight.requests",
             "int",
-            100,
+            1,
             "Requests of one connection a gateway works on at once; it stops reading that connection beyond.",
             min=1,
         ),
+        # Kafka's broker waits as long as a Fetch's max_wait_ms asks; its clients give up on a
+        # request after request.timeout.ms (30 s by default), so longer waits serve no client.
+        ConfigKey(
+            "rayqueue.fetch.wait.max.ms",
+            "int",
+            30000,
+            "The longest a gateway lets a Fetch wait for min_bytes (a longer max_wait_ms is cut to it).",
+            min=0,
+            max=60000,
+        ),
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
+        # The schema registry (actors/schema_registry): Confluent's keys under schema.registry.
+        *REGISTRY_KEYS,
     ],
 )
 

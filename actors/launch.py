@@ -86,6 +86,17 @@ def find_actor(name: str, namespace: str) -> Any | None:
         return None
 
 
+def named_actors(namespace: str, prefix: str) -> dict[str, Any]:
+    """The handles of the live actors of ``namespace`` whose name starts with ``prefix``, by name."""
+    out = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] == namespace and entry["name"].startswith(prefix):
+            handle = find_actor(entry["name"], namespace)
+            if handle is not None:
+                out[entry["name"]] = handle
+    return out
+
+
 def wait_for_actor(name: str, namespace: str, timeout_s: float) -> Any | None:
     """The handle of the actor ``name`` once it is registered, or None after ``timeout_s``."""
     deadline = SYSTEM.monotonic() + timeout_s

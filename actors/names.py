@@ -13,6 +13,7 @@ from __future__ import annotations
 CONTROLLER_NAME = "controller"
 GROUP_COORDINATOR_NAME = "group_coordinator"
 TRANSACTION_COORDINATOR_NAME = "transaction_coordinator"
+SCHEMA_REGISTRY_NAME = "schema_registry"
 
 
 def broker_actor_name(broker_id: int) -> str:
@@ -29,6 +30,13 @@ def host_actor_name(broker_id: int, slot: str = "") -> str:
         return broker_actor_name(broker_id)
     kind = "host" if slot.isdigit() else "replica"
     return f"broker|{broker_id}|{kind}|{slot}"
+
+
+def host_broker_id(name: str) -> int | None:
+    """The broker a host actor's name (``host_actor_name``) belongs to; None for another name."""
+    kind, _, rest = name.partition("|")
+    broker = rest.partition("|")[0]
+    return int(broker) if kind == "broker" and broker.isdigit() else None
 
 
 def gateway_actor_name(broker_id: int) -> str:

@@ -175,6 +175,7 @@ INT16_MAX = 2**15 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 NO_EPOCH = -1  # a request without the caller's leader epoch: not fenced by epoch
+TRANSACTIONAL_ID_MAX = 32767  # Kafka's string length limit
 CONSUMER_REPLICA_ID = -1  # a fetch from a consumer, not a follower
 _RECORD_TYPES = (bytes, bytearray, memoryview)
 
@@ -299,7 +300,9 @@ class ProduceRequest(Message):
     ``acks`` is 0, 1 or -1 (all). ``current_leader_epoch`` fences a caller with stale
     metadata (-1: not checked). ``origin`` is AppendOrigin.CLIENT (producer data) or
     COORDINATOR (transactional offset commits), or its value. ``order`` numbers the calls
-    of a producer without idempotence (see ProduceOrder).
+    of a producer without idempotence (see ProduceOrder). ``transactional_id`` is the
+    transactional producer's: with it the leader verifies a transaction's first batch with
+    the transaction coordinator (KIP-890); a transactional batch without it is refused.
     """
 
     records: bytes
@@ -310,6 +313,7 @@ class ProduceRequest(Message):
     order: ProduceOrder | None = None
     # A native producer's principal, checked against the ACLs (None: a super user).
     principal: str | None = None
+    transactional_id: str | None = None
 
     def checked_order(self) -> ProduceOrder | None:
         """The call's order, checked first: a call refused for another reason must still
@@ -335,6 +339,9 @@ class ProduceRequest(Message):
             raise InvalidRequestError(f"produce origin {self.origin!r:.40}: use client or coordinator")
         if not isinstance(self.records, _RECORD_TYPES):
             raise InvalidRequestError(f"produce takes record batch bytes, not {type(self.records).__name__}")
+        tid = self.transactional_id
+        if tid is not None and (not isinstance(tid, str) or len(tid) > TRANSACTIONAL_ID_MAX):
+            raise InvalidRequestError(f"transactional_id must be a string of at most {TRANSACTIONAL_ID_MAX} characters")
         return ProduceRequest(
             self.records,
             int(acks),
@@ -343,6 +350,7 @@ class ProduceRequest(Message):
             origin,
             order,
             principal_field(self.principal),
+            tid,
         )
 
 
@@ -589,10 +597,13 @@ class CreateTopicsRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class DeleteTopicsRequest(Message):
-    """One topic of Kafka's DeleteTopics."""
+    """One topic of Kafka's DeleteTopics. An internal topic is refused unless
+    ``internal_topics_allowed`` (Kafka's flag of the same name: rayqueue's own tools and
+    tests, never a client)."""
 
     name: str
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    internal_topics_allowed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -895,6 +906,10 @@ class AddPartitionsToTxnRequest(Message):
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    # KIP-890's VerifyOnly (a partition leader asking before a transaction's first batch):
+    # whether the partitions are in the ongoing transaction of this producer id and epoch;
+    # nothing is added.
+    verify_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

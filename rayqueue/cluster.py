@@ -23,7 +23,8 @@ from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
 from actors.group_coordinator import GroupCoordinator
 from actors.listeners import parse_listeners
-from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, SCHEMA_REGISTRY_NAME, TRANSACTION_COORDINATOR_NAME
+from actors.schema_registry.actor import start_schema_registry, stop_schema_registry
 from actors.transaction_coordinator import TransactionCoordinator
 from rayqueue import connection
 from rayqueue.admin import Admin
@@ -106,6 +107,16 @@ class Cluster(ClusterHandle):
         what clients of that listener's security protocol bootstrap from."""
         return bootstrap_servers(self.metadata([]), listener.upper())
 
+    @property
+    def schema_registry_url(self) -> str | None:
+        """The URL of the cluster's schema registry (Confluent's REST API), None when it runs
+        none (``schema.registry.listeners`` empty)."""
+        handle = actor_launch.find_actor(SCHEMA_REGISTRY_NAME, self.namespace)
+        if handle is None:
+            return None
+        urls = ray.get(handle.urls.remote(), timeout=30)
+        return urls[0] if urls else None
+
     def producer(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Producer:
         """A Producer bound to this cluster."""
         return Producer(self, config, **kwargs)
@@ -123,6 +134,7 @@ class Cluster(ClusterHandle):
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
         # The gateways first (no more client requests), then the coordinators, so that they
         # write nothing more to their internal topics (markers, offsets) while the replicas close.
+        stop_schema_registry(self.namespace)
         try:
             stop_gateways(self.namespace, [b.broker_id for b in self.metadata([]).brokers])
         except Exception:  # noqa: BLE001 - a controller gone already: nothing to look up
@@ -181,7 +193,9 @@ def launch(
     ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
     created (unless ``create_topics`` is false). With ``listeners`` (e.g.
     ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker gets a Kafka protocol
-    gateway; ``cluster.bootstrap_servers`` names them. Raises InvalidConfigError if a
+    gateway; ``cluster.bootstrap_servers`` names them. With ``schema.registry.listeners``
+    (e.g. ``schema_registry_listeners="http://127.0.0.1:0"``) the cluster serves a schema
+    registry there; ``cluster.schema_registry_url`` names it. Raises InvalidConfigError if a
     cluster already runs in the namespace.
 
     An embedded Ray started here serves the cluster's metrics to Prometheus on
@@ -215,6 +229,8 @@ def launch(
     if cfg["listeners"]:  # Kafka's own clients reach the brokers through these
         start_gateways(namespace, dict(cfg), cluster.metadata([]), timeout_s)
     ray.get(loads, timeout=timeout_s)
+    if cfg["schema.registry.listeners"]:  # Confluent's REST API, state in _schemas
+        start_schema_registry(namespace, dict(cfg), here, timeout_s)
     topics = load_toml(config).get("topics", {}) if create_topics and isinstance(config, (str, Path)) else {}
     if topics:
         admin = cluster.admin()

@@ -16,8 +16,11 @@ from typing import Any
 
 import ray
 
+from actors import launch
+from actors.broker.probe import PING_TIMEOUT_S, ping_brokers
 from actors.gateway.broker_view import listed_brokers
 from actors.gateway.probe import probe_listeners, probe_targets
+from actors.names import host_broker_id
 from actors.protocol import TransactionState
 from actors.types import BrokerMetadata, ClusterMetadata, MemberDescription, TopicPartition
 from rayqueue.admin import Admin, PartitionLogInfo
@@ -323,6 +326,23 @@ def listeners_down(
         return []
     reasons = asyncio.run(probe_listeners(probe_targets(brokers, config), timeout_s))
     return [(b, reasons[b.broker_id]) for b in brokers if reasons[b.broker_id] is not None]
+
+
+def brokers_not_answering(
+    meta: ClusterMetadata, namespace: str, timeout_s: float = PING_TIMEOUT_S
+) -> list[tuple[BrokerMetadata, str]]:
+    """The live brokers one of whose host actors in ``namespace`` (one per broker, K, or one
+    per replica, as rayqueue.broker.placement says) does not answer a ping within
+    ``timeout_s``, each with why: a listener in another process may still answer ApiVersions
+    for a broker whose event loop is blocked."""
+    brokers = {b.broker_id: b for b in meta.brokers if b.alive}
+    hosts: dict[int, list[Any]] = {}
+    for name, actor in launch.named_actors(namespace, "broker|").items():
+        broker = host_broker_id(name)
+        if broker in brokers:
+            hosts.setdefault(broker, []).append(actor)
+    reasons = asyncio.run(ping_brokers(hosts, timeout_s)) if hosts else {}
+    return [(brokers[b], reason) for b, reason in sorted(reasons.items()) if reason is not None]
 
 
 def _partition_logs_one_by_one(admin: Admin, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionLogInfo]:

@@ -15,7 +15,10 @@ One partition, acks=1, 100-byte values:
   the same call made directly on the replica's host (what the gateway adds is the difference).
 Throughput figures are the best of ``--rounds`` rounds, every baseline measured in each round.
 
-Run: ``.venv/bin/python scripts/bench_gateway.py [--records N] [--rounds R]``.
+``--quick`` runs every figure reduced (1 round, 100,000 records, 500 requests per latency
+figure) in a few minutes.
+
+Run: ``.venv/bin/python scripts/bench_gateway.py [--quick] [--records N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -424,10 +427,15 @@ def measure_round(cluster: rayqueue.Cluster, sink: str, source: str, n: int, tag
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="100-byte records per figure")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every figure; the best of each is kept")
-    parser.add_argument("--requests", type=int, default=2000, help="requests per latency figure")
+    parser.add_argument("--quick", action="store_true", help="1 round, 100,000 records, 500 requests per latency")
+    parser.add_argument("--records", type=int, help="100-byte records per figure (default 1,000,000)")
+    parser.add_argument("--rounds", type=int, help="rounds of every figure; the best of each is kept (default 3)")
+    parser.add_argument("--requests", type=int, help="requests per latency figure (default 2000)")
     args = parser.parse_args()
+    quick = (100_000, 1, 500) if args.quick else (1_000_000, 3, 2000)
+    args.records = args.records or quick[0]
+    args.rounds = args.rounds or quick[1]
+    args.requests = args.requests or quick[2]
     root = tempfile.mkdtemp(prefix="rayqueue-bench-")
     start_ray()
     cluster = rayqueue.launch(log_dirs=root, listeners="PLAINTEXT://127.0.0.1:0")

@@ -31,6 +31,8 @@ _EXPORTS = {
     "MAX_TIMESTAMP": "storage.log_results",
     "ProducerStateEntry": "storage.producer_state",
     "ProducerStateManager": "storage.producer_state",
+    "VerificationGuard": "storage.producer_state",
+    "VerificationRequired": "storage.producer_state",
     "Record": "storage.records.reader",
     "RecordBatch": "storage.records.reader",
     "RecordBatchBuilder": "storage.records.builder",

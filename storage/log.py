@@ -86,6 +86,7 @@ from storage.producer_state import (
     CompletedTxn,
     Duplicate,
     ProducerStateManager,
+    VerificationGuard,
     read_marker,
 )
 from storage.segment import LogSegment
@@ -209,6 +210,7 @@ class Log:
         leader_epoch: int = -1,
         assign_offsets: bool = True,
         origin: AppendOrigin | str = AppendOrigin.CLIENT,
+        verify: bool = False,
     ) -> LogAppendInfo:
         """Append complete record batches and return where they went.
 
@@ -232,6 +234,11 @@ class Log:
         TransactionCoordinatorFencedError or InvalidRecordError, with nothing written. A
         request repeating one of its producer's last five batches appends nothing and
         returns that batch's original offsets with ``duplicate=True``.
+
+        ``verify`` (a leader's CLIENT append, KIP-890): a transactional batch that would open
+        a transaction here needs the coordinator's confirmation first; without one the
+        append raises VerificationRequired and writes nothing (see
+        :mod:`storage.producer_state` and :meth:`verified`).
         """
         if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < batch_header.CURRENT_MAGIC:
             from storage.legacy import upconvert  # magic 0/1 message sets; imported only when met
@@ -295,7 +302,8 @@ class Log:
             analysis: Analysis | None = None
             if first.producer_id >= 0 or not single or first.attributes & _TXN_OR_CONTROL:
                 # Checked before anything is written: a refused batch leaves the log untouched.
-                analysis = self._producer_state.analyze(headers, source, origin)
+                verify_at = self._time() if verify and origin is AppendOrigin.CLIENT else None
+                analysis = self._producer_state.analyze(headers, source, origin, verify_at)
                 if type(analysis) is Duplicate:
                     return self._duplicate_info(analysis)
             segment = self.active_segment
@@ -750,6 +758,17 @@ class Log:
         if fuo is None:
             return None
         return max(fuo, self._log_start_offset)
+
+    def verified(self, guard: VerificationGuard) -> bool:
+        """The transaction coordinator confirmed ``guard`` (from VerificationRequired): the
+        append may be tried again. False when the guard went stale meanwhile."""
+        with self._write_lock:
+            return self._producer_state.verified(guard)
+
+    def forget_verification(self, guard: VerificationGuard) -> None:
+        """The coordinator refused ``guard``'s transaction: drop the verification."""
+        with self._write_lock:
+            self._producer_state.forget_verification(guard)
 
     def update_high_watermark(self, high_watermark: int) -> None:
         """The replica's high watermark moved: completed transactions below it stop holding the LSO."""

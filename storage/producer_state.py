@@ -26,6 +26,19 @@ Transactions: open ones (``ongoing``) and completed ones whose marker the high w
 has not passed yet (``unreplicated``) hold the first unstable offset, which bounds the
 last stable offset read_committed consumers read up to.
 
+Transaction verification (KIP-890, Kafka's VerificationStateEntry and VerificationGuard): on
+an append that asks for it (``verify``), a producer's transactional batch that would open a
+transaction here (the producer has none open in this partition) is appended only once the
+transaction coordinator confirmed that the partition is in an ongoing transaction of that
+producer id and epoch. The first such append raises :class:`VerificationRequired` with a
+fresh guard (nothing written); the leader asks the coordinator, marks the guard verified
+(:meth:`ProducerStateManager.verified`) and appends again. The entry is dropped as soon as a
+transactional batch or a marker of that producer is written, so a marker written between the
+coordinator's answer and the append makes the guard stale (InvalidTxnStateError), and the
+next transaction verifies again; the transaction's later batches find it open and pay no
+coordinator call. So no transaction the coordinator does not know is ever opened here (a
+forged or late batch would hold the last stable offset for good).
+
 Snapshots: ``<20-digit offset>.snapshot`` holds every entry as of that offset (version,
 CRC-32C, entries; written to a temporary file, fsynced and renamed). The log takes one at
 each roll and at clean close; on open it loads the newest valid one at or below where it
@@ -230,10 +243,44 @@ class ProducerStateEntry:
         )
 
 
+class VerificationRequired(Exception):  # noqa: N818 - a request to verify, not a failure
+    """An append whose transactional batch would open a transaction of ``producer_id`` that
+    the transaction coordinator has not confirmed yet: nothing was written; verify ``guard``
+    and append again."""
+
+    def __init__(self, producer_id: int, producer_epoch: int, guard: VerificationGuard) -> None:
+        super().__init__(f"producer {producer_id} epoch {producer_epoch}: the transaction needs verification")
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.guard = guard
+
+
+class VerificationGuard:
+    """One verification of one producer's transaction in one partition (Kafka's
+    VerificationGuard): unique, so a stale confirmation never applies to a newer attempt."""
+
+    __slots__ = ("producer_id", "producer_epoch", "created_ms", "confirmed")
+
+    def __init__(self, producer_id: int, producer_epoch: int, created_ms: int) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.created_ms = created_ms
+        self.confirmed = False  # the coordinator said the partition is in the transaction
+
+    def __repr__(self) -> str:
+        state = "confirmed" if self.confirmed else "pending"
+        return f"VerificationGuard(producer {self.producer_id} epoch {self.producer_epoch}, {state})"
+
+
+# Producers a partition verifies at once: a bound on what failed or abandoned verifications
+# (a hostile client's forged producer ids) hold until they expire; the oldest go first.
+MAX_VERIFICATIONS = 10_000
+
+
 class ProducerAppendInfo:
     """One producer's batches of one append, checked against its entry before the write (Kafka's)."""
 
-    __slots__ = ("producer_id", "origin", "current", "updated", "started_txns")
+    __slots__ = ("producer_id", "origin", "current", "updated", "started_txns", "transactional")
 
     def __init__(self, producer_id: int, current: ProducerStateEntry | None, origin: AppendOrigin) -> None:
         self.producer_id = producer_id
@@ -245,6 +292,7 @@ class ProducerAppendInfo:
             producer_id, c.producer_epoch, c.coordinator_epoch, c.last_timestamp, c.current_txn_first_offset
         )
         self.started_txns: list[TxnMetadata] = []
+        self.transactional = False  # a transactional batch or a marker: its verification is done with
 
     def _check_producer_epoch(self, epoch: int, offset: int) -> None:
         if epoch < self.updated.producer_epoch:
@@ -339,6 +387,8 @@ class ProducerAppendInfo:
     ) -> CompletedTxn | None:
         """Check and record the batch ``h`` (``marker``: its control type and coordinator epoch)."""
         ts = h.max_timestamp if timestamp is None else timestamp
+        if h.attributes & _TXN_OR_CONTROL:
+            self.transactional = True
         if h.attributes & CONTROL_MASK:
             if marker is None:
                 raise ValueError("a control batch needs its marker")
@@ -390,6 +440,7 @@ class ProducerStateManager:
         self._ongoing: dict[int, TxnMetadata] = {}  # first offset -> open transaction
         self._unreplicated: dict[int, TxnMetadata] = {}  # first offset -> completed, marker not below the HW
         self._first_unstable: int | None = None
+        self._verifications: dict[int, VerificationGuard] = {}  # producer id -> its verification
 
     # -- queries --------------------------------------------------------------------------
 
@@ -433,6 +484,52 @@ class ProducerStateManager:
                 return first
         return completed.last_offset + 1
 
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open in this partition."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
+    # -- transaction verification (KIP-890) -------------------------------------------------
+
+    def verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> VerificationGuard:
+        """The producer's verification in progress, or a new one (a newer epoch starts over)."""
+        guard = self._verifications.get(producer_id)
+        if guard is None or guard.producer_epoch != producer_epoch:
+            guard = VerificationGuard(producer_id, producer_epoch, now_ms)
+            self._verifications.pop(producer_id, None)
+            self._verifications[producer_id] = guard
+            while len(self._verifications) > MAX_VERIFICATIONS:
+                del self._verifications[next(iter(self._verifications))]
+        return guard
+
+    def verified(self, guard: VerificationGuard) -> bool:
+        """The coordinator confirmed ``guard``'s transaction: its batches may open it here.
+        False when the guard is no longer the producer's (a marker or a transactional write
+        ended it meanwhile): the confirmation is stale."""
+        if self._verifications.get(guard.producer_id) is not guard:
+            return False
+        guard.confirmed = True
+        return True
+
+    def forget_verification(self, guard: VerificationGuard) -> None:
+        """Drop ``guard`` (the coordinator refused it)."""
+        if self._verifications.get(guard.producer_id) is guard:
+            del self._verifications[guard.producer_id]
+
+    def _check_verified(self, h: BatchHeader, now_ms: int) -> None:
+        """A transactional data batch that would open a transaction needs a confirmed guard."""
+        pid = h.producer_id
+        if self.has_ongoing_txn(pid):
+            return
+        guard = self._verifications.get(pid)
+        if guard is not None and guard.confirmed:
+            if guard.producer_epoch == h.producer_epoch:
+                return
+            raise InvalidTxnStateError(
+                f"producer {pid}: epoch {h.producer_epoch} was not verified (epoch {guard.producer_epoch} was)"
+            )
+        raise VerificationRequired(pid, h.producer_epoch, self.verification(pid, h.producer_epoch, now_ms))
+
     # -- appends --------------------------------------------------------------------------
 
     def prepare_update(self, producer_id: int, origin: AppendOrigin) -> ProducerAppendInfo:
@@ -440,14 +537,21 @@ class ProducerStateManager:
         return ProducerAppendInfo(producer_id, self._producers.get(producer_id), origin)
 
     def analyze(
-        self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: AppendOrigin
+        self,
+        headers: list[BatchHeader],
+        buf: bytes | bytearray | memoryview,
+        origin: AppendOrigin,
+        verify_at_ms: int | None = None,
     ) -> Analysis | None:
         """Check the batches of an append (offsets assigned) against the state; change nothing.
 
         Returns None when no batch has a producer id, a Duplicate when (origin CLIENT)
         a batch equals one of its producer's last five, else the changes for :meth:`apply`.
         Raises the Kafka error of the first batch that breaks a rule. ``buf`` holds the
-        batches at their header positions (control batches are decoded from it).
+        batches at their header positions (control batches are decoded from it). With
+        ``verify_at_ms`` (origin CLIENT; the time now) a transactional batch that would open
+        a transaction needs its producer's confirmed verification (VerificationRequired
+        starts one; see the module docstring).
         """
         if len(headers) == 1:
             h = headers[0]
@@ -479,10 +583,14 @@ class ProducerStateManager:
                             )
         elif not any(h.producer_id >= 0 or h.attributes & _TXN_OR_CONTROL for h in headers):
             return None
-        return self._analyze(headers, buf, origin)
+        return self._analyze(headers, buf, origin, verify_at_ms)
 
     def _analyze(
-        self, headers: list[BatchHeader], buf: bytes | bytearray | memoryview, origin: AppendOrigin
+        self,
+        headers: list[BatchHeader],
+        buf: bytes | bytearray | memoryview,
+        origin: AppendOrigin,
+        verify_at_ms: int | None = None,
     ) -> Analysis:
         infos: dict[int, ProducerAppendInfo] = {}
         completed: list[CompletedTxn] = []
@@ -501,6 +609,8 @@ class ProducerStateManager:
                     duplicate = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
                     if duplicate is not None:
                         return Duplicate(duplicate)
+                if verify_at_ms is not None and h.attributes & TRANSACTIONAL_MASK:
+                    self._check_verified(h, verify_at_ms)
             info = infos.get(pid)
             if info is None:
                 info = infos[pid] = self.prepare_update(pid, origin)
@@ -550,6 +660,10 @@ class ProducerStateManager:
             self._producers[info.producer_id] = info.updated
         else:
             current.update(info.updated)
+        if info.transactional and self._verifications:
+            # Written into (or ended): the transaction's next batches find it open; the next
+            # transaction verifies anew, and a confirmation still on its way is stale.
+            self._verifications.pop(info.producer_id, None)
         for txn in info.started_txns:
             self._ongoing[txn.first_offset] = txn
         if info.started_txns:
@@ -602,6 +716,9 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self._producers[pid]
+        stale = [pid for pid, g in self._verifications.items() if now_ms - g.created_ms >= limit]
+        for pid in stale:
+            del self._verifications[pid]
         return len(expired)
 
     def clear(self) -> None:
@@ -610,6 +727,7 @@ class ProducerStateManager:
         self._ongoing.clear()
         self._unreplicated.clear()
         self._first_unstable = None
+        self._verifications.clear()
 
     # -- snapshots ------------------------------------------------------------------------
 

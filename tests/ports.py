@@ -18,6 +18,7 @@ def rayqueue_default_ports() -> dict[int, str]:
     from actors.config import BROKER_CONFIG
     from actors.listeners import parse_listener
     from rayqueue.cli import DEFAULT_LISTENERS, DEFAULT_METRICS_EXPORT_PORT
+    from rayqueue.cli.common import DEFAULT_SCHEMA_REGISTRY_LISTENERS
     from rayqueue.console import DEFAULT_PORT as CONSOLE_PORT
 
     first = parse_listener(DEFAULT_LISTENERS).port
@@ -25,6 +26,7 @@ def rayqueue_default_ports() -> dict[int, str]:
     ports = {first + rank: f"Kafka listener of broker rank {rank} (`rayqueue start`)" for rank in range(brokers)}
     ports[DEFAULT_METRICS_EXPORT_PORT] = "Prometheus metrics of `rayqueue start`'s embedded Ray"
     ports[CONSOLE_PORT] = "the web console (`rayqueue console`, `rayqueue start --console`)"
+    ports[int(DEFAULT_SCHEMA_REGISTRY_LISTENERS.rsplit(":", 1)[1])] = "the schema registry of `rayqueue start`"
     return ports
 
 

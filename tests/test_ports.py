@@ -149,6 +149,10 @@ def command_problems(source: str) -> list[tuple[int, str]]:
                     problems.append((node.lineno, "`rayqueue start` without --listeners takes 9092 and up"))
                 if not _has(rest, "--address") and not _has(rest, "--metrics-export-port"):
                     problems.append((node.lineno, "`rayqueue start` without --metrics-export-port takes 8080"))
+                if not _has(rest, "--schema-registry-listeners") and not any(
+                    t.startswith("schema.registry.listeners=") for t in rest
+                ):
+                    problems.append((node.lineno, "`rayqueue start` without --schema-registry-listeners takes 8081"))
                 if "--console" in rest and not _has(rest, "--console-port"):
                     problems.append((node.lineno, "`rayqueue start --console` without --console-port takes 8088"))
             elif command == ["console"] and not _has(rest, "--port"):
@@ -225,6 +229,7 @@ def test_the_literal_check_leaves_other_numbers_alone():
         ('Background([*RAYQUEUE, "start", "--config", "x.toml"], env, log)', "--listeners"),
         ('run([*RAYQUEUE, "start", "--listeners", "PLAINTEXT://127.0.0.1:0"], env)', "--metrics-export-port"),
         ('rq("start", "--console", "--listeners", "x", "--metrics-export-port", "0")', "--console-port"),
+        ('rq("start", "--listeners", "x", "--metrics-export-port", "0")', "--schema-registry-listeners"),
         ('run([sys.executable, "-m", "rayqueue.cli", "console", "--name", "x"], env)', "--port"),
         ('runner.invoke(app, ["console"])', "--port"),
         ('Background([RAY, "start", "--head", "--block"], env, log)', "--port"),
@@ -238,8 +243,10 @@ def test_the_command_check_finds_a_default(source, problem):
 
 def test_the_command_check_passes_free_ports():
     source = """
-Background([*RAYQUEUE, "start", "--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"], e, l)
-run([*RAYQUEUE, "start", "--address", a, "-o", "listeners=PLAINTEXT://127.0.0.1:0"], e)
+Background([*RAYQUEUE, "start", "--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0",
+            "--schema-registry-listeners", "http://127.0.0.1:0"], e, l)
+run([*RAYQUEUE, "start", "--address", a, "-o", "listeners=PLAINTEXT://127.0.0.1:0", "-o",
+     "schema.registry.listeners="], e)
 run([*RAYQUEUE, "console", "--port", "0"], e)
 rq("brokers", "start", "1")
 Background([RAY, "start", "--head", f"--port={p}", f"--ray-client-server-port={q}",

@@ -101,6 +101,13 @@ class BrokerHosts:
             out |= {HostId(broker_id, str(k)) for k in range(self.placement.num_hosts)}
         return out
 
+    def by_broker(self) -> dict[int, list[Any]]:
+        """The live host actors in use, by broker id."""
+        out: dict[int, list[Any]] = {}
+        for host_id, actor in self._hosts.items():
+            out.setdefault(host_id.broker_id, []).append(actor)
+        return out
+
     def describe(self) -> dict[str, Any]:
         """The placement setting and the host actors in use."""
         return {"placement": str(self.placement.placement), "host_actors": len(self._hosts)}

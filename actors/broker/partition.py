@@ -28,7 +28,7 @@ yet (UnknownLeaderEpochError); both are retriable and make the client refresh me
 
 What runs on a schedule (ISR expiry, high-watermark checkpoints, retention, the cleaner, the
 metrics) is the host's one tick over all of its replicas; a replica offers the steps
-(``maybe_shrink_isr``, ``checkpoint_due``, ``apply_retention``, ``needs_cleaning``, ...).
+(``maybe_shrink_isr``, ``checkpoint_due``, ``apply_retention``, ``cleaning_due``, ...).
 Long-polling fetches wait in the host as well (one wait for many partitions): a replica
 reads (``read``) and tells its host of every change (``on_change``).
 """
@@ -77,6 +77,7 @@ from actors.protocol import (
     require,
 )
 from actors.protocol_broker import LeaderAndIsrPartitionState, PartitionRequests, only_answer
+from actors.txn_verification import VERIFICATION_KEY, TransactionVerifier
 from actors.types import OffsetAndTimestamp
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import BatchHeader, has_control_batch
@@ -122,6 +123,7 @@ DEFAULT_REPLICATION = {
     "replica.fetch.max.bytes": 1048576,
     "replica.fetch.response.max.bytes": 10485760,
     "replica.high.watermark.checkpoint.interval.ms": 5000,
+    VERIFICATION_KEY: True,  # KIP-890: a transaction's first batch here is verified (actors.txn_verification)
 }
 
 
@@ -131,7 +133,8 @@ class HostServices:
     fetchers, how it reaches other hosts and the controller (``links``; ``controller`` is
     the controller's handle from the latest LeaderAndIsr, None before one), the check of
     native clients' principals against its one ACL view (``auth``), its metrics recorder,
-    the broker's replication settings, and the Ray node it runs on (for ``describe``)."""
+    the broker's replication settings, the Ray node it runs on (for ``describe``) and the
+    cluster's namespace."""
 
     broker_id: int
     clock: Clock
@@ -142,6 +145,7 @@ class HostServices:
     replication: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_REPLICATION))
     controller: Any = None
     node_id: str = ""
+    namespace: str = ""  # the cluster's Ray namespace (where the transaction coordinator is)
 
     @classmethod
     def alone(cls, broker_id: int, clock: Clock = SYSTEM) -> HostServices:
@@ -198,6 +202,8 @@ class PartitionReplica:
         self.checkpointing: asyncio.Future | None = None
         self._log.update_high_watermark(hw)
         self._leader_handle: Any = None  # the leader's ReplicaRef a follower fetches from
+        # KIP-890: a transaction's first batch here is verified with the transaction coordinator.
+        self._txn = TransactionVerifier(topic, partition, services.namespace, self._replication)
         self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its host's fetcher
         self.fetch_paused = False
         self.fetch_delay_s = 0.0  # fault injection: a slow network to the leader
@@ -376,7 +382,7 @@ class PartitionReplica:
                     f"{self.topic}-{self.partition}: ISR {list(self._state.isr)} is smaller than min.insync.replicas={min_isr}"
                 )
             try:
-                info = self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                info = await self._txn.append(self._log, request, lambda: self._state.leader_epoch, self._check_leader)
             except OutOfOrderSequenceError:
                 if origin is not AppendOrigin.CLIENT:
                     raise
@@ -455,7 +461,7 @@ class PartitionReplica:
             )
             self._check_leader(leader_epoch)
             try:
-                return self._log.append(records, leader_epoch=self._state.leader_epoch, origin=origin)
+                return self._txn.retry(self._log, records, origin, self._state.leader_epoch)
             except OutOfOrderSequenceError:
                 if not grew or self._clock.monotonic() >= deadline:
                     raise
@@ -499,28 +505,19 @@ class PartitionReplica:
         committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
         return self._read(request.fetch_offset, limit, follower, committed, min_one_batch)
 
-    def readable_end(self, follower: bool, committed: bool) -> int:
-        """How far a fetch may read now: the log end (a follower), the last stable offset
-        (READ_COMMITTED) or the high watermark."""
-        if follower:
-            return self._log.log_end_offset
-        return self._lso() if committed else self._state.hw
-
     @property
     def leader_epoch(self) -> int:
         """The leader epoch this replica knows."""
         return self._state.leader_epoch
 
-    def fetch_ready(self, offset: int, seen_epoch: int, end: int, follower: bool, committed: bool) -> bool:
-        """Whether a fetch waiting at ``offset`` (which saw leader epoch ``seen_epoch`` and
-        the readable end at ``end``) should read again: this replica closed or its epoch
-        changed, or its readable end moved past ``offset`` and past ``end``."""
+    def follower_fetch_ready(self, offset: int, seen_epoch: int, end: int) -> bool:
+        """Whether a follower's fetch waiting at ``offset`` (which saw leader epoch
+        ``seen_epoch`` and the log end at ``end``) should read again: this replica closed or
+        its epoch changed, or its log end moved past ``offset`` and past ``end``."""
         state = self._state
         if state.closed or state.leader_epoch != seen_epoch:
             return True
-        if not follower and state.role != ReplicaRole.LEADER:
-            return True
-        now = self.readable_end(follower, committed)
+        now = self._log.log_end_offset
         return now > offset and now != end
 
     async def offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
@@ -692,6 +689,13 @@ class PartitionReplica:
             self._set_hw(hw)
         if result.log_start_offset > self._log.log_start_offset:
             self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
+
+    def fetch_position(self, committed: bool) -> tuple[int, int, int, bool]:
+        """A parked consumer fetch's watch (``actors.broker.delayed_fetch``): the readable end
+        (the LSO if ``committed``, else the HW; -1 when closed), the log's bytes, the leader
+        epoch, and whether it is closed."""
+        s = self._state
+        return -1 if s.closed else self._lso() if committed else s.hw, self._log.size_in_bytes, s.leader_epoch, s.closed
 
     @property
     def replication(self) -> dict[str, Any]:

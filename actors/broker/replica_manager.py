@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
+from actors.broker import delayed_fetch
 from actors.broker.links import Links
 from actors.broker.partition import DEFAULT_REPLICATION, HostServices, PartitionReplica
 from actors.broker.replica_fetcher import ReplicaFetchers
@@ -88,6 +89,9 @@ CLEANER_CHECK_S = 1.0
 # The longest a follower's fetch may long-poll (Kafka bounds replica.fetch.wait.max.ms by
 # replica.lag.time.max.ms; this bounds what a hostile caller can park here).
 MAX_REPLICA_FETCH_WAIT_MS = 60000
+# The longest a consumer's fetch may park here, whatever its caller asks (the gateway bounds
+# it lower: rayqueue.fetch.wait.max.ms).
+MAX_FETCH_WAIT_MS = 60000
 
 Key = tuple[str, int]
 
@@ -121,14 +125,17 @@ class ReplicaManager:
         self._auth = auth
         self._fetchers = ReplicaFetchers(broker_id, self._links, clock)
         self._services = HostServices(
-            broker_id, clock, self._fetchers, self._links, auth, self._recorder, node_id=node_id
+            broker_id, clock, self._fetchers, self._links, auth, self._recorder, node_id=node_id, namespace=namespace
         )
         self._replicas: dict[Key, PartitionReplica] = {}
         # Replicas being closed: a replica opened again in the same directory (a topic deleted
         # and created again) waits until the old one has closed (and deleted its files).
         self._closing: dict[Key, asyncio.Future] = {}
-        # Long-polling fetches (followers' and consumers'), watched by partition.
+        # Long-polling fetches, watched by partition: followers' here, consumers' parked in the
+        # purgatory (actors.broker.delayed_fetch).
         self._waiters = PartitionWaiters()
+        self._purgatory = delayed_fetch.FetchPurgatory()
+        self._calls_in_flight = 0  # data calls under way (consumers' parked fetches too)
         self._wakes: dict[int, int] = {}  # follower broker -> wake_replica_fetch calls so far
         self._wakes_taken: dict[int, int] = {}  # follower broker -> the wakes its fetches answered
         self._retention_check_ms = 300000
@@ -182,7 +189,7 @@ class ReplicaManager:
             dict(spec.config),
             spec.topic_id,
             self._services,
-            on_change=lambda: self._waiters.notify(key),
+            on_change=lambda: self._changed(key),
         )
         return True
 
@@ -289,9 +296,13 @@ class ReplicaManager:
             except Exception as exc:  # noqa: BLE001 - each partition's error goes back in its answer
                 return exc
 
-        if len(entries) == 1:
-            return [await one(entries[0])]
-        return list(await asyncio.gather(*(one(entry) for entry in entries)))
+        self._calls_in_flight += 1
+        try:
+            if len(entries) == 1:
+                return [await one(entries[0])]
+            return list(await asyncio.gather(*(one(entry) for entry in entries)))
+        finally:
+            self._calls_in_flight -= 1
 
     async def fetch_messages(self, request: FetchMessagesRequest) -> list[Any]:
         """Kafka's fetchMessages: read every partition, then, unless enough is there, wait once
@@ -300,48 +311,96 @@ class ReplicaManager:
         partition with data left for the next round."""
         require(request, FetchMessagesRequest)
         request = request.checked()
-        follower = request.replica_id >= 0
-        if follower:
-            max_wait_ms = min(request.max_wait_ms, MAX_REPLICA_FETCH_WAIT_MS)
-            self._stats["replica_fetches_served"] += 1
-        else:
-            max_wait_ms = max(0, request.max_wait_ms)
-        if follower:
-            self._most("most_partitions_per_fetch", len(request.partitions))
-        started = self._clock.monotonic()
-        fetch = _Fetch(request, follower)
-        answers = [None] * len(request.partitions)
-        await self._resolve(fetch, answers)
-        total = self._read_all(fetch, answers)
+        if request.replica_id >= 0:
+            return await self._follower_fetch(request)
+        self._calls_in_flight += 1
+        try:
+            return await self._consumer_fetch(request)
+        finally:
+            self._calls_in_flight -= 1
+
+    async def _follower_fetch(self, request: FetchMessagesRequest) -> list[Any]:
+        """A follower broker's fetch (its fetcher's round for every partition it follows from
+        here): answered at once when a partition has data or an error, else once one has (or
+        its leader epoch changed, or the follower's broker asks to be answered:
+        ``wake_replica_fetch``), at most ``max_wait_ms`` later; the answer carries the newest
+        high watermarks either way."""
         replica_id = request.replica_id
+        max_wait_ms = min(request.max_wait_ms, MAX_REPLICA_FETCH_WAIT_MS)
+        self._stats["replica_fetches_served"] += 1
+        self._most("most_partitions_per_fetch", len(request.partitions))
+        started = self._clock.monotonic()
+        fetch = _Fetch(request, True)
+        answers: list[Any] = [None] * len(request.partitions)
+        await self._resolve(fetch, answers)
+        self._read_all(fetch, answers)
         # A wake that came before this fetch (Ray may run a caller's calls out of order) is
-        # not lost: a follower's fetch answers at once when one is not taken yet.
-        woken = follower and self._wakes.get(replica_id, 0) != self._wakes_taken.get(replica_id, 0)
-        if max_wait_ms > 0 and not woken and not fetch.done(answers, total):
-            deadline = started + max_wait_ms / 1000
+        # not lost: the fetch answers at once when one is not taken yet.
+        woken = self._wakes.get(replica_id, 0) != self._wakes_taken.get(replica_id, 0)
+        watched = [(r, p.fetch_offset, r.leader_epoch, r.log_end_offset) for p, r in fetch.live()]
+        if max_wait_ms > 0 and watched and not woken and not fetch.done(answers):
             wakes = self._wakes.get(replica_id, 0)
-            while True:
-                watched = [
-                    (r, p.fetch_offset, r.leader_epoch, r.readable_end(follower, fetch.committed))
-                    for p, r in fetch.live()
-                ]
-                if not watched:
-                    break
-                woke = await self._waiters.wait(
-                    [(p.topic, p.partition) for p, _ in fetch.live()],
-                    lambda watched=watched: (
-                        (follower and self._wakes.get(replica_id, 0) != wakes)
-                        or any(r.fetch_ready(o, e, end, follower, fetch.committed) for r, o, e, end in watched)
-                    ),
-                    deadline - self._clock.monotonic(),
-                )
-                total = self._read_all(fetch, answers)
-                if not woke or follower or fetch.done(answers, total) or self._clock.monotonic() >= deadline:
-                    break
-        if follower:
-            self._wakes_taken[replica_id] = self._wakes.get(replica_id, 0)
+            await self._waiters.wait(
+                [(p.topic, p.partition) for p, _ in fetch.live()],
+                lambda: (
+                    self._wakes.get(replica_id, 0) != wakes
+                    or any(r.follower_fetch_ready(o, e, end) for r, o, e, end in watched)
+                ),
+                started + max_wait_ms / 1000 - self._clock.monotonic(),
+            )
+            self._read_all(fetch, answers)
+        self._wakes_taken[replica_id] = self._wakes.get(replica_id, 0)
         fetch.record(answers, started)
         return answers
+
+    async def _consumer_fetch(self, request: FetchMessagesRequest) -> list[Any]:
+        """A consumer's fetch: its partitions checked here, then read and, when short of
+        ``min_bytes``, parked as one operation in the purgatory (``delayed_fetch``)."""
+        started = self._clock.monotonic()
+        fetch = _Fetch(request, False)
+        answers: list[Any] = [None] * len(request.partitions)
+        await self._resolve(fetch, answers)
+        reads = [
+            (
+                part.topic,
+                part.partition,
+                FetchRequest(
+                    part.fetch_offset,
+                    part.partition_max_bytes,
+                    0,
+                    1,
+                    request.isolation_level,
+                    part.current_leader_epoch,
+                ),
+            )
+            for _, part, _ in fetch.parts
+        ]
+        # A partition answered with its error already: the answer goes at once (DelayedFetch).
+        max_wait_ms = 0 if any(a is not None for a in answers) else min(max(0, request.max_wait_ms), MAX_FETCH_WAIT_MS)
+        if reads:
+            got = await delayed_fetch.fetch_messages(
+                self._lookup,
+                self._purgatory,
+                reads,
+                max_wait_ms,
+                max(0, request.min_bytes),
+                request.max_bytes,
+                self._clock,
+            )
+            for (i, _, _), answer in zip(fetch.parts, got, strict=True):
+                answers[i] = answer
+        fetch.record(answers, started)
+        return answers
+
+    def _lookup(self, entry: tuple[str, int, FetchRequest]) -> tuple[PartitionReplica, FetchRequest]:
+        """A consumer fetch's (topic, partition, request): its replica here, and the request."""
+        topic, partition, request = entry
+        return self._replica(topic, partition), request
+
+    def _changed(self, key: Key) -> None:
+        """A replica's log, high watermark or role changed: wake the fetches waiting on it."""
+        self._waiters.notify(key)
+        self._purgatory.changed(key)
 
     async def _resolve(self, fetch: _Fetch, answers: list[Any]) -> None:
         """Each partition's replica (its error in its answer when it has none here, when it is
@@ -373,44 +432,36 @@ class ReplicaManager:
             except Exception as exc:  # noqa: BLE001 - the partition's error, in its answer
                 answers[i] = exc
 
-    def _read_all(self, fetch: _Fetch, answers: list[Any]) -> int:
-        """Read every live partition of ``fetch`` within its byte budget; answers in place;
-        returns the bytes read."""
-        request, follower = fetch.request, fetch.follower
-        budget, total, any_records = request.max_bytes, 0, False
+    def _read_all(self, fetch: _Fetch, answers: list[Any]) -> None:
+        """Read every live partition of a follower's fetch within its byte budget (Kafka's
+        replica.fetch.response.max.bytes: each partition's first batch comes whole while the
+        budget lasts; past it a partition with data is left out, None, while a caught-up one
+        is still read, which tells the leader its log end); answers in place."""
+        request = fetch.request
+        budget = request.max_bytes
         for i, part, replica in fetch.parts:
-            if isinstance(answers[i], BaseException) and fetch.failed(i):
+            if fetch.failed(i):
                 continue
             try:
-                if budget <= 0:
-                    if follower and replica.log_end_offset > part.fetch_offset:
-                        answers[i] = None  # its data goes in a later round
-                        continue
-                    limit, min_one = 0, False
-                else:
-                    # A follower's partitions each get their first batch while the budget
-                    # lasts; a consumer's answer only its first batch past the budget (KIP-74).
-                    limit, min_one = min(part.partition_max_bytes, budget), follower or not any_records
+                if budget <= 0 and replica.log_end_offset > part.fetch_offset:
+                    answers[i] = None  # its data goes in a later round
+                    continue
                 read = FetchRequest(
                     part.fetch_offset,
                     part.partition_max_bytes,
                     0,
                     1,
-                    request.isolation_level,
+                    IsolationLevel.READ_UNCOMMITTED,
                     part.current_leader_epoch,
                     request.replica_id,
                 )
-                answer = replica.read(read, limit, min_one)
+                answer = replica.read(read, max(0, min(part.partition_max_bytes, budget)), budget > 0)
             except Exception as exc:  # noqa: BLE001 - the partition's error, in its answer
                 answers[i] = exc
                 fetch.fail(i)
                 continue
-            size = len(answer.records)
-            budget -= size
-            total += size
-            any_records = any_records or size > 0
+            budget -= len(answer.records)
             answers[i] = answer
-        return total
 
     # -- one partition (what a ReplicaRef sends), its error raised ----------------------------
 
@@ -598,14 +649,18 @@ class ReplicaManager:
         return self.broker_id
 
     async def describe_host(self) -> dict[str, Any]:
-        """The replicas open here, the fetchers (their partitions and rounds), and counts of
-        the calls served (for tests and tools)."""
+        """The replicas open here, the fetchers (their partitions and rounds), counts of the
+        calls served, and the calls under way and parked now (for tests and tools)."""
         return {
             "broker_id": self.broker_id,
             "name": self.name,
             "replicas": sorted(self._replicas),
             "fetchers": self._fetchers.describe(),
             **self._stats,
+            # Data calls under way (consumers' parked fetches included) and the consumers'
+            # fetches parked now.
+            "replica_calls_in_flight": self._calls_in_flight,
+            "parked_fetches": len(self._purgatory),
             "pid": os.getpid(),
         }
 
@@ -656,12 +711,11 @@ class _Fetch:
     """One fetch_messages call under way: its request, the partitions it reads (index,
     checked partition, replica), and which failed for good."""
 
-    __slots__ = ("request", "follower", "committed", "parts", "_failed")
+    __slots__ = ("request", "follower", "parts", "_failed")
 
     def __init__(self, request: FetchMessagesRequest, follower: bool) -> None:
         self.request = request
         self.follower = follower
-        self.committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
         self.parts: list[tuple[int, FetchPartition, PartitionReplica]] = []
         self._failed: set[int] = set()
 
@@ -677,13 +731,9 @@ class _Fetch:
         """The partitions still worth waiting for."""
         return [(part, replica) for i, part, replica in self.parts if i not in self._failed]
 
-    def done(self, answers: list[Any], total: int) -> bool:
-        """Whether to answer now: an error, or (a follower) any data, or ``min_bytes`` read."""
-        if any(isinstance(a, BaseException) for a in answers):
-            return True
-        if self.follower:
-            return any(a is not None and a.records for a in answers)
-        return total >= self.request.min_bytes
+    def done(self, answers: list[Any]) -> bool:
+        """Whether a follower's fetch answers now: an error, or any data."""
+        return any(isinstance(a, BaseException) or (a is not None and a.records) for a in answers)
 
     def record(self, answers: list[Any], started: float) -> None:
         """Each partition's fetch into its replica's metrics."""
@@ -716,4 +766,4 @@ def _key(entry: Any) -> Key:
     return entry
 
 
-__all__ = ["DEFAULT_REPLICATION", "MAX_REPLICA_FETCH_WAIT_MS", "ReplicaManager"]
+__all__ = ["DEFAULT_REPLICATION", "MAX_FETCH_WAIT_MS", "MAX_REPLICA_FETCH_WAIT_MS", "ReplicaManager"]

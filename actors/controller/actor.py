@@ -32,12 +32,12 @@ from actors.authorizer import StandardAuthorizer
 from actors.broker.lifecycle import BrokerHosts
 from actors.broker.partition import DEFAULT_REPLICATION
 from actors.broker.placement import HostId
+from actors.broker.probe import probe_brokers, probe_targets
 from actors.clock import SYSTEM, Clock
 from actors.config import broker_config
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
-from actors.gateway.probe import probe_listeners, probe_targets
 from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC
 from actors.protocol import (
@@ -248,8 +248,8 @@ class Controller:
         await self._auth.check(request, Op.DELETE, TOPIC, request.name)
         await self._ensure_started()
         async with self._mutex():
-            enabled = self._config["delete.topic.enable"]
-            replicas = self._quorum.commit(self._replication.delete_topic(request.name, enabled))
+            allowed = (self._config["delete.topic.enable"], request.internal_topics_allowed is True)
+            replicas = self._quorum.commit(self._replication.delete_topic(request.name, *allowed))
             # Closed under the controller's lock: a topic created again next opens new replicas.
             await self._stop_replicas(replicas, delete=True)
 
@@ -407,7 +407,7 @@ class Controller:
     def _acl_version(self) -> tuple[int, int]:
         return (self._cluster.controller_epoch, self._quorum.acls.version)
 
-    async def _own_acls(self) -> StandardAuthorizer:
+    async def _own_acls(self, _at_least: tuple[int, int] | None = None) -> StandardAuthorizer:
         """The authorizer native principals are checked with: this controller's ACLs, taken
         again when they changed."""
         version = self._acl_version()
@@ -825,13 +825,13 @@ class Controller:
 
     async def _probe_listeners(self) -> None:
         """Set the listener-up gauge of every broker Metadata names (alive, with a registered
-        listener) from an ApiVersions round trip to its advertised address; a broker no
-        longer named reads 0. A change of state is logged once."""
+        listener) from an ApiVersions round trip to its advertised address and a ping of its
+        host actors; a broker no longer named reads 0. A change of state is logged once."""
         rec = self._recorder
         listed = probe_targets(
             [b for b in self._cluster.brokers.values() if b.alive and b.host and b.port > 0], self._config
         )
-        reasons = await probe_listeners(listed)
+        reasons = await probe_brokers(listed, self._hosts.by_broker())
         for broker_id, host, port, _ in listed:
             reason = reasons[broker_id]
             if reason is not None and broker_id not in self._listeners_down:

@@ -424,9 +424,17 @@ class ReplicationControlManager:
             result,
         )
 
-    def delete_topic(self, name: str, enabled: bool) -> ControllerResult[list[Replica]]:
+    def delete_topic(self, name: str, enabled: bool, internal_allowed: bool = False) -> ControllerResult[list[Replica]]:
         """Delete a topic (Kafka's DeleteTopics; POLICY_VIOLATION unless
-        ``delete.topic.enable``); the answer is its replicas, to stop with their data."""
+        ``delete.topic.enable``); the answer is its replicas, to stop with their data.
+
+        An internal topic (``__consumer_offsets``, ``__transaction_state``) is never deleted:
+        its records are the coordinators' state (every committed offset, every open
+        transaction). It is INVALID_TOPIC_EXCEPTION, Kafka's error for a client's write or
+        DeleteRecords on an internal topic, with or without an authorizer; only
+        ``internal_allowed`` (rayqueue's own tools and tests) lifts it."""
+        if name in INTERNAL_TOPICS and not internal_allowed:
+            raise InvalidTopicError(f"cannot delete internal topic {name}")
         if not enabled:
             raise PolicyViolationError("delete.topic.enable is false")
         topic = self.require_topic(name)

@@ -150,13 +150,13 @@ class Gateway:
             launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
         )
         # The ACLs are loaded before the listener opens: no request is answered without them.
-        acls = AclView(self._config, view.controller)
+        acls = AclView(self._config, view.internal.controller)
         await acls.start()
         view.acls = acls
         metrics = None
         if self._config.get("rayqueue.metrics.enabled", True):
             metrics = GatewayMetrics(self._namespace, broker_id)
-        controller = view.controller
+        controller = view.internal.controller
         view.scram_credentials = ScramCredentialCache(
             lambda user, mechanism: controller.scram_credential.remote(user, mechanism)
         )
@@ -223,7 +223,7 @@ class Gateway:
 
     async def stats(self) -> dict[str, Any]:
         """Process, address, open connections, requests served (and by API key and
-        version), connections closed for bad input, request memory in use."""
+        version) and being worked on, connections closed for bad input, request memory in use."""
         servers = self._servers
         served: collections.Counter[tuple[int, int]] = collections.Counter()
         for server in servers:
@@ -235,6 +235,7 @@ class Gateway:
             "listening": bool(servers),
             "connections": sum(len(s.connections) for s in servers),
             "requests": sum(s.requests for s in servers),
+            "requests_in_flight": sum(s.inflight for s in servers),  # being worked on (parked ones too)
             "closed_for_errors": sum(s.closed_for_errors for s in servers),
             "served": dict(served),
             "read_ahead_hits": servers[0].state.read_ahead_hits if servers else 0,

@@ -6,7 +6,10 @@ gateway listens and kept fresh by a long poll: an ACL created or deleted anywher
 effect on a connected client's next request.
 
 The checks take the request's context: its principal (``ctx.principal``, set by the
-listener's authentication; ``User:ANONYMOUS`` without) and the client's address. A refusal
+listener's authentication; ``User:ANONYMOUS`` without) and the client's address. The same
+principal goes with every call the handler makes to the controller or a coordinator
+(:func:`client`, a ``ClientPrincipal``), which check it again: a listener never calls an
+actor as the super user a principal-less call is. A refusal
 is counted by resource type (``rayqueue_authorization_denied_total``) and answered with
 Kafka's code for the resource type (TOPIC_, GROUP_, CLUSTER_, TRANSACTIONAL_ID_
 AUTHORIZATION_FAILED). Without ``authorizer.class.name`` every check passes at the cost of
@@ -20,7 +23,17 @@ from typing import Any
 
 from actors.acl import CLUSTER_NAME, AclOperation, ResourceType
 from actors.acl_view import AclView, watch_acls
-from actors.auth_helper import CLUSTER, DENIED, GROUP, TOPIC, TRANSACTIONAL_ID, Op, authorize, denied
+from actors.auth_helper import (
+    CLUSTER,
+    DENIED,
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    ClientPrincipal,
+    Op,
+    authorize,
+    denied,
+)
 from actors.metrics import count_authorization_denied
 
 # -- the checks the handlers call ---------------------------------------------------------------
@@ -28,6 +41,14 @@ from actors.metrics import count_authorization_denied
 
 def _acls(ctx: Any) -> AclView | None:
     return getattr(ctx.state, "acls", None)
+
+
+def client(ctx: Any) -> ClientPrincipal:
+    """The request's principal as the controller and the coordinators take it: with the
+    client's address and the version of the ACLs this gateway authorizes with."""
+    view = _acls(ctx)
+    version = view.version if view is not None and view.authorizer.enabled else None
+    return ClientPrincipal(ctx.principal, ctx.connection.ip or "", version)
 
 
 def authorized(ctx: Any, op: AclOperation, resource_type: ResourceType, name: str, count: bool = True) -> bool:
@@ -101,6 +122,7 @@ __all__ = [
     "authorized_by_resource_type",
     "authorized_cluster",
     "check",
+    "client",
     "denied_code",
     "enabled",
     "unauthorized_topics",

@@ -7,6 +7,14 @@ partitions it leads: any other answer is NOT_LEADER_OR_FOLLOWER, and the client 
 metadata again). The replica itself has the last word: it fences stale epochs and refuses
 when it no longer leads.
 
+The handles the handlers call (``controller``, ``group_coordinator``,
+``transaction_coordinator``) are :class:`ListenerHandle`: a call through them that carries
+no client principal (``authorization.client(ctx)`` in a request message, or a ``principal``
+keyword) is refused before it leaves the gateway. A principal-less call is a super user's,
+so a listener can never make one. The gateway's own calls (the metadata cache, its listener
+registration, SCRAM credentials, the ACL watch, creating an internal topic) go through
+``internal``, the plain handles, as a Kafka broker reads its own metadata.
+
 A Metadata request always asks the controller (so a client refreshing after an error sees
 the newest leaders); the cache serves the data path and is refreshed when a replica says
 it no longer leads, or when a partition seems to be led elsewhere (at most every
@@ -25,6 +33,7 @@ from typing import Any
 
 import ray
 
+from actors.auth_helper import ClientPrincipal
 from actors.clock import SYSTEM, Clock
 from actors.protocol import MetadataRequest
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
@@ -75,6 +84,55 @@ async def _register_listener(
     await controller.register_listener.remote(broker_id, host, port, endpoints)
 
 
+# -- the handles the handlers call ---------------------------------------------------------------
+
+
+class MissingPrincipalError(RuntimeError):
+    """A handler called an actor without the client's principal (a bug: it is answered
+    UNKNOWN_SERVER_ERROR and never reaches the actor)."""
+
+
+def _carries_principal(value: Any) -> bool:
+    return type(getattr(value, "principal", None)) is ClientPrincipal
+
+
+class _ListenerMethod:
+    __slots__ = ("_method", "_name")
+
+    def __init__(self, method: Any, name: str) -> None:
+        self._method = method
+        self._name = name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """The actor call, when some argument carries a client principal."""
+        principal = kwargs.get("principal")
+        if type(principal) is not ClientPrincipal and not any(_carries_principal(a) for a in args):
+            raise MissingPrincipalError(f"{self._name} called from a listener without the client's principal")
+        return self._method.remote(*args, **kwargs)
+
+
+class ListenerHandle:
+    """An actor handle for the listener's handlers: every call must carry the client's
+    principal (see the module docstring)."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str) -> _ListenerMethod:
+        return _ListenerMethod(getattr(self._handle, name), name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InternalHandles:
+    """The plain handles, for the gateway's own calls (no client behind them)."""
+
+    controller: Any
+    transaction_coordinator: Any = None
+    group_coordinator: Any = None
+
+
 # -- the broker's view ----------------------------------------------------------------------
 
 
@@ -95,9 +153,10 @@ class BrokerView:
         self.clock = clock  # the metadata cache's ages
         self.namespace = namespace
         self.config = config
-        self.controller = controller
-        self.transaction_coordinator = transaction_coordinator
-        self.group_coordinator = group_coordinator
+        self.internal = InternalHandles(controller, transaction_coordinator, group_coordinator)
+        self.controller = ListenerHandle(controller)
+        self.transaction_coordinator = ListenerHandle(transaction_coordinator)
+        self.group_coordinator = ListenerHandle(group_coordinator)
         self.cluster_id = ""
         self.read_ahead_hits = 0  # Fetch answers taken from a read-ahead (fetch.py)
         # The gateway's copy of the ACLs (actors.gateway.authorization.AclView); None: no checks.
@@ -112,22 +171,29 @@ class BrokerView:
     async def register(self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()) -> None:
         """Tell the controller where this broker's gateway is reached: its primary address
         and every listener's (name, security protocol, host, port)."""
-        await _register_listener(self.controller, self.broker_id, host, port, endpoints)
+        await _register_listener(self.internal.controller, self.broker_id, host, port, endpoints)
 
-    async def cluster(self, topics: list[str] | None, auto_create: bool = False) -> ClusterMetadata:
+    async def cluster(
+        self, topics: list[str] | None, auto_create: bool = False, principal: ClientPrincipal | None = None
+    ) -> ClusterMetadata:
         """Fresh metadata from the controller (``None``: every topic); refreshes the cache.
-        Many names are asked in batches: one call's arguments are pickled on the event loop."""
+        Many names are asked in batches: one call's arguments are pickled on the event loop.
+        An auto-creation is the client's act: it carries the client's ``principal``."""
+        if auto_create and type(principal) is not ClientPrincipal:
+            raise MissingPrincipalError("auto-creating topics without the client's principal")
         if topics is not None and len(topics) > METADATA_BATCH:
             parts = [
-                await self.cluster(topics[i : i + METADATA_BATCH], auto_create)
+                await self.cluster(topics[i : i + METADATA_BATCH], auto_create, principal)
                 for i in range(0, len(topics), METADATA_BATCH)
             ]
             merged: dict[str, TopicMetadata] = {}
             for part in parts:
                 merged.update(part.topics)
             return dataclasses.replace(parts[-1], topics=merged)
-        request = MetadataRequest(None if topics is None else tuple(topics), auto_create)
-        snapshot = await _get_metadata(self.controller, request)
+        request = MetadataRequest(
+            None if topics is None else tuple(topics), auto_create, principal if auto_create else None
+        )
+        snapshot = await _get_metadata(self.internal.controller, request)
         self._remember(snapshot, topics)
         return snapshot
 

@@ -6,7 +6,8 @@ The client says which mechanism with SaslHandshake, then exchanges tokens with
 SaslAuthenticate (or, after a SaslHandshake v0, as raw size-prefixed frames: Kafka's
 original framing). Until a token exchange completes, the connection may send only
 ApiVersions, SaslHandshake and SaslAuthenticate; anything else closes it, as Kafka does.
-A failed exchange answers SASL_AUTHENTICATION_FAILED and closes the connection. The
+A failed exchange answers SASL_AUTHENTICATION_FAILED and closes the connection; so does a
+SCRAM message longer than ``SCRAM_MAX_MESSAGE_BYTES``, before scramp reads it. The
 principal is ``User:<name>`` for the authenticated name.
 
 With ``connections.max.reauth.ms`` > 0 a session lasts that long (SaslAuthenticate v1+
@@ -39,6 +40,13 @@ API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 18, 17, 36
 AUTHENTICATION_APIS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+# The longest SCRAM message taken (client-first or client-final). Kafka's clients send a
+# client-first of about 40 bytes besides the user name (twice, with an authzid) and a
+# client-final of about 200 (SHA-512's proof and both nonces); 1 KB leaves room for user names
+# of hundreds of characters. Kafka itself takes any size up to sasl.server.max.receive.size
+# (512 KB), but scramp's work grows with a message's length (a tenth of a second of the event
+# loop for a 480 KB nonce): a longer message fails the login before scramp sees it.
+SCRAM_MAX_MESSAGE_BYTES = 1024
 # Kafka's message for a SCRAM exchange that fails on the credentials.
 _SCRAM_FAILED = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
 
@@ -154,6 +162,11 @@ class _Scram:
         self._user = ""
 
     async def evaluate(self, token: bytes) -> bytes:
+        if len(token) > SCRAM_MAX_MESSAGE_BYTES:
+            raise AuthenticationFailed(
+                f"Invalid SCRAM message from the client ({self.name}): {len(token)} bytes, above the"
+                f" {SCRAM_MAX_MESSAGE_BYTES} a SCRAM message may have"
+            )
         try:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
@@ -183,13 +196,44 @@ class _Scram:
             raise AuthenticationFailed(_SCRAM_FAILED.format(self.name))
         c = credential
         server = ScramMechanism(self.name).make_server(lambda _user: (c.salt, c.stored_key, c.server_key, c.iterations))
+        # scramp refuses any authzid; Kafka accepts one equal to the username (checked above).
+        # scramp is given the message without it, and checks the client-final's channel
+        # binding against the header the client really sent (with ``a=``), over which the
+        # client computed its proof.
+        gs2_flag, sent_header, bare = _split_gs2(text)
         try:
-            server.set_client_first(text)
+            server.set_client_first(f"{gs2_flag},,{bare}" if authzid else text)
+            if authzid:
+                server.gs2_header = _SentGs2Header(server.gs2_header, sent_header)
             first = server.get_server_first()
         except ScramException as exc:
             raise AuthenticationFailed(f"Invalid SCRAM client-first message ({exc})") from None
         self._server, self._user = server, user
         return first.encode("utf-8")
+
+
+class _SentGs2Header:
+    """scramp's gs2-header of a client-first message, as the client sent it (with its
+    authzid): what the client-final's channel binding (``c=``) must carry."""
+
+    def __init__(self, parsed: Any, sent: str) -> None:
+        self._parsed = parsed
+        self._sent = sent.encode("utf-8")
+
+    def make_cbind_input(self, _cb: Any) -> bytes:
+        """The channel binding input of a client without channel binding (``n`` or ``y``)."""
+        return self._sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parsed, name)
+
+
+def _split_gs2(text: str) -> tuple[str, str, str]:
+    """(cbind flag, gs2-header as sent, client-first-message-bare) of a client-first message
+    that ``_client_first`` accepted."""
+    flag, rest = text.split(",", 1)
+    authzid, bare = rest.split(",", 1)
+    return flag, f"{flag},{authzid},", bare
 
 
 def _client_first(text: str) -> tuple[str, str, set[str]]:

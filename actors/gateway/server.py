@@ -1,11 +1,17 @@
 """The gateway's TCP server: Kafka's framing and connection handling (no Ray in here).
 
 A connection reads size-prefixed requests into its receive buffer, decodes each with kio
-(``codec``), and runs its handler as a task. Requests of one connection may be in flight
-together (clients pipeline them); their responses go out in request order, as Kafka's
-protocol requires. Handlers marked ``exclusive`` (metadata-changing admin requests) run
-with nothing else of their connection in flight, as a Kafka broker runs every request.
-Produce order per partition is kept by the produce handler.
+(``codec``), and runs its handler as a task. As Kafka's SocketServer mutes a channel while
+its request is processed, a connection has one request in processing at a time by default
+(``max_inflight``, ``rayqueue.gateway.max.inflight.requests``): the next one is read once the
+answer is written, so a client that pipelines is paced by the broker, never queued without
+bound, and answers go out in request order. A connection read no more while its request is
+processed sees no end of file: once a second the server asks TCP whether the client has
+closed its end (``Connection.peer_closed``), and closes such a connection. With a higher limit, requests of one connection
+may be in flight together; their responses still go out in request order, handlers marked
+``exclusive`` (metadata-changing admin requests) run with nothing else of their connection in
+flight, and produce order per partition is kept by the produce handler. A connection that
+closes cancels its requests in flight (each handler cancels the actor calls it awaits).
 
 Limits, each breach closing the one connection with one log line and touching nothing
 else: a size prefix beyond ``socket.request.max.bytes`` (or below a header's size), a
@@ -89,6 +95,10 @@ _SIZE = struct.Struct(">i")
 # The first bytes of a TLS handshake record (content type 22, version 3.x): a TLS client on a
 # listener without TLS.
 _TLS_RECORD = (0x16, 0x03)
+# TCP_INFO's first byte is the connection's state; ESTABLISHED until the client closes its end
+# (Linux; elsewhere a closed client is seen once its request is answered).
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+_TCP_ESTABLISHED = 1
 # Closings that a client's retries repeat (a TLS client on a plaintext port, a failed login)
 # are logged once per client address and kind per this many seconds.
 LOG_INTERVAL_S = 60.0
@@ -119,7 +129,7 @@ class Limits:
     max_connections_per_ip: int = 1000  # max.connections.per.ip
     max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)  # by IP address
     queued_max_request_bytes: int = 512 * 1024 * 1024  # queued.max.request.bytes (-1: unbounded)
-    max_inflight: int = 100
+    max_inflight: int = 1  # rayqueue.gateway.max.inflight.requests
     write_buffer_high: int = 8 * 1024 * 1024
 
     def connections_per_ip(self, ip: str) -> int:
@@ -321,7 +331,8 @@ class KafkaServer:
 
     async def _reap_idle(self) -> None:
         """Close connections with no traffic for connections.max.idle.ms (Kafka's
-        Selector does the same): ones that never send, and ones that never read."""
+        Selector does the same): ones that never send, and ones that never read; and
+        connections whose client left while their request was processed."""
         idle = self.limits.idle_ms / 1000
         while True:
             await asyncio.sleep(min(1.0, idle / 4))
@@ -333,7 +344,9 @@ class KafkaServer:
         now = self.clock.monotonic()
         auth_timeout = self.security.auth_timeout_s
         for conn in list(self.connections):
-            if conn.idle_since(now) > idle:
+            if conn.peer_closed():
+                conn.close()  # its requests in flight are cancelled with it
+            elif conn.idle_since(now) > idle:
                 conn.fail(f"idle for more than {self.limits.idle_ms} ms (connections.max.idle.ms)")
             elif conn.unauthenticated_for(now) > auth_timeout:
                 conn.fail(
@@ -852,6 +865,21 @@ class Connection(asyncio.BufferedProtocol):
         if self._tls_pending or (self.sasl is not None and not self.sasl.authenticated):
             return now - self._accepted
         return 0.0
+
+    def peer_closed(self) -> bool:
+        """Whether the client closed its end while nothing is read from it (a request being
+        processed): a paused transport sees no end of file, so TCP's state is asked."""
+        transport = self._transport
+        if not self._read_paused or transport is None or self._closing or _TCP_INFO is None:
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            state = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0]
+        except OSError:
+            return True  # the socket is gone already
+        return state != _TCP_ESTABLISHED
 
     def idle_since(self, now: float) -> float:
         """Seconds without traffic; 0 while a request is being worked on and the client reads."""

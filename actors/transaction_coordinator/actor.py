@@ -272,8 +272,16 @@ class TransactionCoordinator(Coordinator):
 
     async def add_partitions_to_txn(self, request: AddPartitionsToTxnRequest) -> None:
         """AddPartitionsToTxn: record the partitions in the transaction (durably) before the
-        producer writes to them; starts the transaction if none is open."""
+        producer writes to them; starts the transaction if none is open. With
+        ``verify_only`` (a partition leader, KIP-890) nothing is added: the partitions must
+        be in the ongoing transaction of that producer id and epoch (``state.verify``)."""
         require(request, AddPartitionsToTxnRequest)
+        if request.verify_only is True:
+            # A partition leader's KIP-890 check (Kafka: CLUSTER_ACTION, broker to broker).
+            await self._auth.check(request, Op.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+            self._check_loaded()
+            tps = [TopicPartition(tp.topic, tp.partition) for tp in request.partitions]
+            return self.state.verify(request.transactional_id, request.producer_id, request.producer_epoch, tps)
         await self._auth.check(request, Op.WRITE, TRANSACTIONAL_ID, request.transactional_id)
         self._check_loaded()
         wanted = {TopicPartition(tp.topic, tp.partition) for tp in request.partitions}

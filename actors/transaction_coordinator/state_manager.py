@@ -328,6 +328,24 @@ class TransactionStateManager:
             return None
         return TxnTransit(txn, txn.prepare_add_partitions(wanted, self._clock.wall_ms()))
 
+    def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> None:
+        """KIP-890's verification for a partition leader (Kafka's
+        handleVerifyPartitionsInTransaction): the partitions are in the ongoing transaction
+        of this producer id and epoch, else INVALID_PRODUCER_ID_MAPPING (another producer or
+        an unknown id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS (one still
+        completing) or INVALID_TXN_STATE (not added, or no transaction open)."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidRequestError("verifying a transaction needs its transactional id")
+        txn = self.owned(transactional_id, producer_id, producer_epoch)
+        if txn.state in PREPARE_STATES:
+            raise ConcurrentTransactionsError(f"{transactional_id!r}: the previous transaction is still completing")
+        missing = set(partitions) - txn.partitions if txn.state == TransactionState.ONGOING else set(partitions)
+        if missing:
+            listed = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(missing)[:10])
+            raise InvalidTxnStateError(f"{listed} is not in an ongoing transaction of {transactional_id!r}")
+
     def plan_add(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> AddPlan:

@@ -8,7 +8,7 @@ reuses that Ray. This is the one package that prints; the library only logs.
 
 One module per command group (``cluster``: start/stop/console/status/health, ``clients``:
 produce/consume, ``topics``, ``groups``, ``partitions``, ``brokers``, ``transactions``,
-``acls``, ``perf``, ``users``), what they share in ``common``; the app is assembled here, in the order ``--help``
+``acls``, ``perf``, ``users``, ``schemas``), what they share in ``common``; the app is assembled here, in the order ``--help``
 lists the commands.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from rayqueue.cli import acls, brokers, clients, cluster, groups, partitions, perf, topics, transactions, users
+from rayqueue.cli import acls, brokers, clients, cluster, groups, partitions, perf, schemas, topics, transactions, users
 from rayqueue.cli.cluster import status_view
 from rayqueue.cli.common import DEFAULT_LISTENERS, DEFAULT_METRICS_EXPORT_PORT, CliError, quiet_ray
 
@@ -44,6 +44,7 @@ app.add_typer(brokers.brokers_app, name="brokers")
 app.add_typer(transactions.transactions_app, name="transactions")
 app.add_typer(users.users_app, name="users")
 app.add_typer(acls.acls_app, name="acls")
+app.add_typer(schemas.schemas_app, name="schemas")
 app.add_typer(perf.perf_app, name="perf")
 
 

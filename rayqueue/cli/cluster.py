@@ -28,9 +28,11 @@ from rayqueue.console import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
 from rayqueue.errors import as_kafka_error
 from rayqueue.snapshot import (
     LISTENER_PROBE_TIMEOUT_S,
+    PING_TIMEOUT_S,
     ClusterSnapshot,
     RateSampler,
     TopicRate,
+    brokers_not_answering,
     listeners_down,
     take_snapshot,
 )
@@ -42,6 +44,7 @@ from rayqueue.cli.common import (
     DEFAULT_CONFIG,
     DEFAULT_LISTENERS,
     DEFAULT_METRICS_EXPORT_PORT,
+    DEFAULT_SCHEMA_REGISTRY_LISTENERS,
     AddressOpt,
     CliError,
     NameOpt,
@@ -80,6 +83,14 @@ def start(
             "--listeners",
             help=f"Kafka protocol listeners of the brokers' gateways (default: the config's, else {DEFAULT_LISTENERS};"
             " consecutive ports per broker; port 0: free ports; '' for none).",
+        ),
+    ] = None,
+    schema_registry_listeners: Annotated[
+        str | None,
+        typer.Option(
+            "--schema-registry-listeners",
+            help="Where the schema registry serves Confluent's REST API (default: the config's"
+            f" schema.registry.listeners, else {DEFAULT_SCHEMA_REGISTRY_LISTENERS}; '' for none).",
         ),
     ] = None,
     console: Annotated[
@@ -144,6 +155,10 @@ def start(
         overrides["listeners"] = listeners
     elif "listeners" not in overrides and not values.get("listeners"):
         overrides["listeners"] = DEFAULT_LISTENERS
+    if schema_registry_listeners is not None:
+        overrides["schema.registry.listeners"] = schema_registry_listeners
+    elif "schema.registry.listeners" not in overrides and "schema.registry.listeners" not in values:
+        overrides["schema.registry.listeners"] = DEFAULT_SCHEMA_REGISTRY_LISTENERS
 
     quiet_ray()
     embedded = not address
@@ -176,6 +191,9 @@ def start(
         )
         if cluster.bootstrap_servers:
             out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
+        registry_url = cluster.schema_registry_url
+        if registry_url:
+            out.print(f"Schema registry: {registry_url} (Confluent's REST API; `rayqueue schemas`)")
         _metrics_banner(embedded)
         if console:
             hosts = [*cluster.config["rayqueue.console.allowed.hosts"], *(console_allowed_host or ())]
@@ -267,12 +285,13 @@ def _console_banner(server: ConsoleServer, host_option: str = "--host", hosts_op
 
 
 def _console_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """ConsoleServer's TLS context and session lifetime from a broker config."""
+    """ConsoleServer's TLS context, session lifetime and trusted proxies from a broker config."""
     from rayqueue.console.app import console_ssl_context  # the web stack only when asked for
 
     return {
         "ssl_context": console_ssl_context(config),
         "session_lifetime_ms": config["rayqueue.console.session.lifetime.ms"],
+        "trusted_proxies": config["rayqueue.console.trusted.proxies"],
     }
 
 
@@ -510,9 +529,9 @@ def health(
     address: AddressOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the controller.", min=0.1)] = 10.0,
 ) -> None:
-    """Readiness check: exit 0 when the controller answers, no partition is offline and every
-    broker's Kafka listener answers an ApiVersions request; otherwise print the reasons and
-    exit 1 (for a deployment's probe)."""
+    """Readiness check: exit 0 when the controller answers, no partition is offline, every
+    broker's Kafka listener answers an ApiVersions request and every broker's process answers a
+    ping; otherwise print the reasons and exit 1 (for a deployment's probe)."""
     try:
         cluster = connect_cluster(name, address)
         # A bounded wait: a probe must answer, not ride through a long controller restart.
@@ -532,6 +551,9 @@ def health(
         problems.append(
             one_line(f"unhealthy: broker {broker.broker_id}'s listener {broker.host}:{broker.port} is down: {reason}")
         )
+    # A listener runs apart from its broker's process: that process must answer too.
+    for broker, reason in brokers_not_answering(meta, cluster.namespace, timeout_s=min(timeout, PING_TIMEOUT_S)):
+        problems.append(one_line(f"unhealthy: broker {broker.broker_id} does not answer: {reason}"))
     if problems:
         for problem in problems[:-1]:
             err.print(Text(problem, style="bold red"))

@@ -28,6 +28,8 @@ CONNECT_TIMEOUT_S = 10.0
 DEFAULT_CONFIG = Path("configs/local.toml")
 # Where `rayqueue start` listens for Kafka clients unless told otherwise (Kafka's own port).
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+# Confluent's port: where `rayqueue start` serves the schema registry unless told otherwise.
+DEFAULT_SCHEMA_REGISTRY_LISTENERS = "http://127.0.0.1:8081"
 # Where `rayqueue start`'s embedded Ray serves Prometheus metrics (the port Ray's docs use).
 DEFAULT_METRICS_EXPORT_PORT = 8080
 

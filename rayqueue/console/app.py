@@ -41,6 +41,7 @@ from rayqueue.console.login import LOGIN_PAGE, Authentication, LoginRequiredMidd
 from rayqueue.console.login import router as login_router
 from rayqueue.console.metrics import ray_metrics_endpoints
 from rayqueue.console.routes import AUTHORIZATION_ERRORS, router
+from rayqueue.console.schemas import router as schemas_router
 from rayqueue.console.sessions import (
     DEFAULT_SESSION_LIFETIME_MS,
     CredentialSource,
@@ -72,6 +73,7 @@ PAGES = (
     "/groups",
     "/groups/{group_id:path}",
     "/transactions",
+    "/schemas",
 )
 
 _STATUS = {
@@ -208,6 +210,7 @@ def create_app(
     )
     app.include_router(login_router)
     app.include_router(router)
+    app.include_router(schemas_router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(Exception)
@@ -244,7 +247,10 @@ class ConsoleServer:
     """uvicorn serving the console in a background thread (for `rayqueue start --console`
     and tests); ``rayqueue console`` runs the same in the foreground through ``serve``.
     HTTPS with ``ssl_context`` (:func:`console_ssl_context`); ``app_options`` go to
-    :func:`create_app` as they are."""
+    :func:`create_app` as they are. ``X-Forwarded-For`` / ``X-Forwarded-Proto`` are believed
+    only from the ``trusted_proxies`` (addresses or networks: uvicorn's forwarded_allow_ips;
+    rayqueue.console.trusted.proxies); without any, a client is its TCP peer's address, so a
+    client cannot pick the address the login limit counts."""
 
     def __init__(
         self,
@@ -257,6 +263,7 @@ class ConsoleServer:
         authentication: bool | None = None,
         session_lifetime_ms: int = DEFAULT_SESSION_LIFETIME_MS,
         app_options: Mapping[str, Any] | None = None,
+        trusted_proxies: Iterable[str] = (),
     ) -> None:
         # The Host names it answers: its own address, loopback names and ``extra_hosts``.
         self.allowed_hosts = allowed_hosts(host, extra_hosts)
@@ -286,9 +293,18 @@ class ConsoleServer:
         if ssl_context is not None:
             # uvicorn serves the context as it is (ssl_factory made it from Kafka's keys).
             tls["ssl_context_factory"] = lambda config, default: ssl_context
+        # uvicorn believes forwarded headers from 127.0.0.1 unless told otherwise: told here.
+        proxies = [p.strip() for p in trusted_proxies if p.strip()]
         self._server = uvicorn.Server(
             uvicorn.Config(
-                self.app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5, **tls
+                self.app,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+                proxy_headers=bool(proxies),
+                forwarded_allow_ips=proxies,
+                **tls,
             )
         )
         self._thread: threading.Thread | None = None

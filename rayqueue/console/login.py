@@ -5,9 +5,11 @@ has authentication (``rayqueue.console.sessions`` checks passwords and keeps ses
 Without a session, an API request is answered 401 ``LOGIN_REQUIRED`` (the page's script
 then opens the login page) and a page request is redirected to ``/login?next=<path>``.
 The login page and the static assets (rayqueue's own code, no data) need no session.
-A failed login is answered ``SASL_AUTHENTICATION_FAILED`` after a pause; a client address
-with too many recent failures is answered 429 ``THROTTLING_QUOTA_EXCEEDED`` with
-``Retry-After``, without its password being looked at.
+A failed login is answered ``SASL_AUTHENTICATION_FAILED`` after a pause; a client address,
+or a user name, with too many recent failures is answered 429 ``THROTTLING_QUOTA_EXCEEDED``
+with ``Retry-After``, without its password being looked at. The client address is the TCP
+peer's: ``X-Forwarded-For`` counts only from the proxies ``rayqueue.console.trusted.proxies``
+names (``ConsoleServer``'s ``trusted_proxies``).
 """
 
 from __future__ import annotations
@@ -149,9 +151,9 @@ async def login(request: Request, body: LoginBody) -> Response:
         message = "this console has no login: the cluster has no authentication"
         return JSONResponse({"error": "INVALID_REQUEST", "code": 42, "message": message}, status_code=400)
     client = request.client.host if request.client is not None else "unknown"
-    wait_s = auth.limiter.begin(client)
+    wait_s = auth.limiter.begin(client, body.user)
     if wait_s:
-        message = f"too many failed logins from {client}: try again in {math.ceil(wait_s)} s"
+        message = f"too many failed logins from {client} or for this user: try again in {math.ceil(wait_s)} s"
         return JSONResponse(
             {"error": "THROTTLING_QUOTA_EXCEEDED", "code": 89, "message": message},
             status_code=429,
@@ -164,7 +166,7 @@ async def login(request: Request, body: LoginBody) -> Response:
         outcome = verified is not None
     finally:
         # A controller that did not answer counts neither way.
-        auth.limiter.done(client, outcome)
+        auth.limiter.done(client, outcome, body.user)
     if verified is None:
         logger.warning("console login failed for user %r from %s", body.user[:64], client)
         await asyncio.sleep(auth.failed_login_delay_s)

@@ -52,11 +52,14 @@ MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 # Sessions held at once; past it the oldest ends (only logged-in users make sessions).
 DEFAULT_MAX_SESSIONS = 1000
 # Failed logins: each failure is answered after a pause, and a client address with this many
-# failures (and attempts under way) within the window is refused until the oldest ages out.
+# failures (and attempts under way) within the window is refused until the oldest ages out;
+# so is a user name with MAX_FAILED_LOGINS_PER_USER, from whatever addresses (a brute force
+# spread over addresses, or over forged X-Forwarded-For headers, meets it).
 FAILED_LOGIN_DELAY_S = 0.5
 MAX_FAILED_LOGINS = 5
+MAX_FAILED_LOGINS_PER_USER = 10
 FAILED_LOGIN_WINDOW_S = 60.0
-# Client addresses remembered by the limiter (the oldest are forgotten first).
+# Client addresses and user names remembered by the limiter (the oldest are forgotten first).
 MAX_TRACKED_CLIENTS = 10000
 # Kafka's words for a failed SCRAM exchange (actors/gateway/sasl.py says the same).
 AUTHENTICATION_FAILED = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
@@ -258,9 +261,11 @@ class SessionStore:
 
 
 class LoginLimiter:
-    """Failed logins per client address: at most ``max_failures`` (counting attempts still
-    being checked) within ``window_s``; past that the address is refused until its oldest
-    failure ages out. A success forgets the address's failures. Thread-safe, bounded."""
+    """Failed logins per client address and per user name: at most ``max_failures`` from one
+    address and ``max_user_failures`` for one user (each counting attempts still being
+    checked) within ``window_s``; past either, the attempt is refused until the oldest of
+    those failures ages out. A success forgets the address's and the user's failures.
+    Thread-safe, bounded (``max_clients`` addresses and users together)."""
 
     def __init__(
         self,
@@ -268,49 +273,64 @@ class LoginLimiter:
         window_s: float = FAILED_LOGIN_WINDOW_S,
         clock: Clock = SYSTEM,
         max_clients: int = MAX_TRACKED_CLIENTS,
+        max_user_failures: int = MAX_FAILED_LOGINS_PER_USER,
     ) -> None:
         self.max_failures = max_failures
+        self.max_user_failures = max_user_failures
         self.window_s = window_s
         self._clock = clock
         self._max_clients = max_clients
-        self._failures: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
-        self._in_flight: dict[str, int] = {}
+        # ("client", address) or ("user", name) -> failure times
+        self._failures: collections.OrderedDict[tuple[str, str], collections.deque[float]] = collections.OrderedDict()
+        self._in_flight: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def begin(self, client: str) -> float:
-        """Start an attempt from ``client``: 0 when it may go on (then call :meth:`done`),
-        else how many seconds until it may try again."""
+    def _keys(self, client: str, user: str | None) -> list[tuple[tuple[str, str], int]]:
+        keys = [(("client", client), self.max_failures)]
+        if user is not None:
+            keys.append((("user", user), self.max_user_failures))
+        return keys
+
+    def begin(self, client: str, user: str | None = None) -> float:
+        """Start an attempt from ``client`` for ``user``: 0 when it may go on (then call
+        :meth:`done`), else how many seconds until it may try again."""
         now = self._clock.monotonic()
         with self._lock:
-            failures = self._failures.get(client)
-            if failures is not None:
-                while failures and now - failures[0] >= self.window_s:
-                    failures.popleft()
-            count = (len(failures) if failures else 0) + self._in_flight.get(client, 0)
-            if count >= self.max_failures:
-                oldest = failures[0] if failures else now
-                return max(0.1, self.window_s - (now - oldest))
-            self._in_flight[client] = self._in_flight.get(client, 0) + 1
+            wait = 0.0
+            for key, limit in self._keys(client, user):
+                failures = self._failures.get(key)
+                if failures is not None:
+                    while failures and now - failures[0] >= self.window_s:
+                        failures.popleft()
+                count = (len(failures) if failures else 0) + self._in_flight.get(key, 0)
+                if count >= limit:
+                    oldest = failures[0] if failures else now
+                    wait = max(wait, 0.1, self.window_s - (now - oldest))
+            if wait:
+                return wait
+            for key, _ in self._keys(client, user):
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
             return 0.0
 
-    def done(self, client: str, succeeded: bool | None) -> None:
+    def done(self, client: str, succeeded: bool | None, user: str | None = None) -> None:
         """End an attempt :meth:`begin` let through: succeeded, failed, or None when the
         password could not be checked (the controller did not answer: no one's fault)."""
         now = self._clock.monotonic()
         with self._lock:
-            left = self._in_flight.get(client, 1) - 1
-            if left > 0:
-                self._in_flight[client] = left
-            else:
-                self._in_flight.pop(client, None)
-            if succeeded is None:
-                return
-            if succeeded:
-                self._failures.pop(client, None)
-                return
-            failures = self._failures.setdefault(client, collections.deque(maxlen=self.max_failures))
-            failures.append(now)
-            self._failures.move_to_end(client)
+            for key, limit in self._keys(client, user):
+                left = self._in_flight.get(key, 1) - 1
+                if left > 0:
+                    self._in_flight[key] = left
+                else:
+                    self._in_flight.pop(key, None)
+                if succeeded is None:
+                    continue
+                if succeeded:
+                    self._failures.pop(key, None)
+                    continue
+                failures = self._failures.setdefault(key, collections.deque(maxlen=limit))
+                failures.append(now)
+                self._failures.move_to_end(key)
             while len(self._failures) > self._max_clients:
                 self._failures.popitem(last=False)
 

@@ -379,6 +379,8 @@ class Sender:
                 AppendOrigin.CLIENT,
                 order,
                 self.principal,
+                # The leader verifies a transaction's first batch with the coordinator (KIP-890).
+                self._txn.transactional_id if self._transactional else None,
             )
         )
 

@@ -1,4 +1,9 @@
-"""The replica's side of exactly-once: duplicates, markers, the LSO and read_committed fetches."""
+"""The replica's side of exactly-once: duplicates, markers, the LSO and read_committed fetches.
+
+A transactional batch reaches a leader only in a transaction the coordinator knows (KIP-890:
+the leader asks it before the transaction's first batch there), so these tests open each
+transaction at the coordinator (``transactions``), then drive the replica's markers
+themselves."""
 
 from __future__ import annotations
 
@@ -7,13 +12,75 @@ import itertools
 import pytest
 import ray
 
-from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest, ProduceRequest, WriteTxnMarkersRequest
-from rayqueue.errors import InvalidProducerEpochError, NotEnoughReplicasError, OutOfOrderSequenceError
+from actors.protocol import (
+    AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    FetchRequest,
+    InitProducerIdRequest,
+    IsolationLevel,
+    ListOffsetsRequest,
+    ProduceRequest,
+    WriteTxnMarkersRequest,
+)
+from actors.types import TopicPartition
+from rayqueue.errors import (
+    InvalidProducerEpochError,
+    NotEnoughReplicasError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
 from storage import RecordBatchBuilder, iter_batches
 from tests.helpers import kill_broker, wait_for
 
 # Producer ids far above anything the coordinator hands out in a test session.
 _pids = itertools.count(10**12)
+_tids = itertools.count()
+# Long enough that the coordinator never aborts one of these transactions by itself mid-test.
+TXN_TIMEOUT_MS = 900_000
+
+
+@pytest.fixture
+def transactions(cluster):
+    """``open(topic) -> (transactional id, producer id)``: a transaction the coordinator
+    knows, at epoch 0, holding partition 0 of ``topic``. Afterwards each is aborted through
+    the coordinator (one already fenced is left as it is) and its end waited for, so none
+    outlives its test."""
+    yield from _transactions(cluster)
+
+
+@pytest.fixture
+def failover_transactions(failover_cluster):
+    """``transactions`` on the failover cluster."""
+    yield from _transactions(failover_cluster)
+
+
+def _transactions(cluster):
+    coordinator = cluster.transaction_coordinator
+    opened: list[tuple[str, int]] = []
+
+    def open_(topic: str) -> tuple[str, int]:
+        tid = f"partition-txn-{next(_tids)}"
+        pid = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, TXN_TIMEOUT_MS))).producer_id
+        tp = TopicPartition(topic, 0)
+        ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, 0, (tp,))))
+        opened.append((tid, pid))
+        return tid, pid
+
+    yield open_
+    for tid, pid in opened:
+        try:
+            ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, 0, False)), timeout=30)
+        except ProducerFencedError:
+            continue
+        wait_for(
+            lambda tid=tid: (
+                ray.get(coordinator.describe_transactions.remote(DescribeTransactionsRequest((tid,))))[0].state
+                in ("CompleteAbort", "Empty")
+            ),
+            60,
+            what=f"the end of {tid}",
+        )
 
 
 def txn_batch(pid: int, epoch: int, seq: int, values: list[bytes], transactional: bool = True) -> bytes:
@@ -41,12 +108,16 @@ def values_of(records: bytes) -> list[bytes]:
     return [r.value for b in iter_batches(records) if not b.is_control for r in b]
 
 
-def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(cluster, new_topic):
+def txn_produce(tid: str, records: bytes, epoch: int) -> ProduceRequest:
+    return ProduceRequest(records, -1, 30000, epoch, transactional_id=tid)
+
+
+def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(cluster, new_topic, transactions):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
-    aborted_pid, committed_pid = next(_pids), next(_pids)
+    aborted_tid, aborted_pid = transactions(topic)
     ray.get(leader.produce.remote(ProduceRequest(plain_batch([b"a", b"b"]), -1, 30000, epoch)))  # 0-1
-    ray.get(leader.produce.remote(ProduceRequest(txn_batch(aborted_pid, 0, 0, [b"x", b"y"]), -1, 30000, epoch)))  # 2-3
+    ray.get(leader.produce.remote(txn_produce(aborted_tid, txn_batch(aborted_pid, 0, 0, [b"x", b"y"]), epoch)))  # 2-3
     ray.get(leader.produce.remote(ProduceRequest(plain_batch([b"c"]), -1, 30000, epoch)))  # 4
 
     uncommitted = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
@@ -67,18 +138,19 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(cluste
     control = [b for b in iter_batches(committed.records) if b.is_control]
     assert len(control) == 1 and not control[0].control_record().is_commit
 
-    ray.get(leader.produce.remote(ProduceRequest(txn_batch(committed_pid, 0, 0, [b"z"]), -1, 30000, epoch)))  # 6
+    committed_tid, committed_pid = transactions(topic)
+    ray.get(leader.produce.remote(txn_produce(committed_tid, txn_batch(committed_pid, 0, 0, [b"z"]), epoch)))  # 6
     ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(committed_pid, 0, 0, True, epoch)))  # 7
     after = ray.get(leader.fetch.remote(FetchRequest(6, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
     assert values_of(after.records) == [b"z"] and after.aborted_transactions == ()
     assert after.last_stable_offset == 8
 
 
-def test_read_committed_long_poll_waits_for_the_lso(cluster, new_topic):
+def test_read_committed_long_poll_waits_for_the_lso(cluster, new_topic, transactions):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
-    pid = next(_pids)
-    ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"open"]), -1, 30000, epoch)))
+    tid, pid = transactions(topic)
+    ray.get(leader.produce.remote(txn_produce(tid, txn_batch(pid, 0, 0, [b"open"]), epoch)))
     pending = leader.fetch.remote(FetchRequest(0, 1 << 20, 60000, 1, IsolationLevel.READ_COMMITTED))
     ready, _ = ray.wait([pending], timeout=0.5)
     assert not ready  # the data is below the HW but above the LSO: nothing to return yet
@@ -107,12 +179,14 @@ def test_marker_needs_min_insync_replicas(cluster, new_topic):
         ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(next(_pids), 0, 0, True, epoch)))
 
 
-def test_marker_fences_older_epochs_and_survives_a_leader_change(failover_cluster, failover_topic):
-    cluster, new_topic = failover_cluster, failover_topic
+def test_marker_fences_older_epochs_and_survives_a_leader_change(
+    failover_cluster, failover_topic, failover_transactions
+):
+    cluster, new_topic, transactions = failover_cluster, failover_topic, failover_transactions
     topic = new_topic(replication_factor=3)
     leader, epoch = leader_of(cluster, topic)
-    pid = next(_pids)
-    ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 0, [b"t1", b"t2"]), -1, 30000, epoch)))
+    tid, pid = transactions(topic)
+    ray.get(leader.produce.remote(txn_produce(tid, txn_batch(pid, 0, 0, [b"t1", b"t2"]), epoch)))
     kill_broker(leader)  # the controller elects another ISR member
     meta = wait_for(
         lambda: (
@@ -131,16 +205,25 @@ def test_marker_fences_older_epochs_and_survives_a_leader_change(failover_cluste
         ).last_stable_offset
         == 0
     )
-    # An abort from the coordinator with a bumped epoch (a fencing abort) ...
-    offset = ray.get(new_leader.write_txn_marker.remote(WriteTxnMarkersRequest(pid, 1, 3, False, meta.leader_epoch)))
-    assert offset.base_offset == 2
-    result = ray.get(new_leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
-    assert result.last_stable_offset == 3 and result.aborted_transactions == ((pid, 0),)
-    # ... leaves the old epoch unable to write.
-    with pytest.raises(InvalidProducerEpochError):
-        ray.get(
-            new_leader.produce.remote(ProduceRequest(txn_batch(pid, 0, 2, [b"zombie"]), -1, 30000, meta.leader_epoch))
-        )
+    # A new instance of the transactional id fences the old one: the coordinator aborts its
+    # transaction with a bumped epoch, its marker lands on the new leader ...
+    ray.get(cluster.transaction_coordinator.init_producer_id.remote(InitProducerIdRequest(tid, TXN_TIMEOUT_MS)))
+    result = wait_for(
+        lambda: (
+            (
+                r := ray.get(new_leader.fetch.remote(FetchRequest(0, 1 << 20, 0, 1, IsolationLevel.READ_COMMITTED)))
+            ).last_stable_offset
+            == 3
+            and r
+        ),
+        60,
+        what="the fencing abort",
+    )
+    assert result.aborted_transactions == ((pid, 0),)
+    # ... and the old epoch cannot write (the coordinator refuses to vouch for it; the log
+    # would refuse the epoch as well).
+    with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
+        ray.get(new_leader.produce.remote(txn_produce(tid, txn_batch(pid, 0, 2, [b"zombie"]), meta.leader_epoch)))
 
 
 def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):

@@ -112,9 +112,12 @@ def leader_of(cluster, topic: str, partition: int = 0):
     return meta.leader_handle, meta.leader_epoch
 
 
-def produce(cluster, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[bytes]):
+def produce(cluster, tid: str, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[bytes]):
+    """A transactional batch of ``tid``'s producer, with its transactional id (the leader
+    verifies a transaction's first batch with the coordinator, KIP-890)."""
     leader, leader_epoch = leader_of(cluster, tp.topic, tp.partition)
-    return ray.get(leader.produce.remote(ProduceRequest(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch)))
+    request = ProduceRequest(txn_batch(pid, epoch, seq, values), -1, 30000, leader_epoch, transactional_id=tid)
+    return ray.get(leader.produce.remote(request))
 
 
 def open_transaction(cluster, tid: str, tp: TopicPartition, value: bytes) -> tuple[int, int]:
@@ -123,7 +126,7 @@ def open_transaction(cluster, tid: str, tp: TopicPartition, value: bytes) -> tup
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [value])
+    produce(cluster, tid, tp, pid, epoch, 0, [value])
     return pid, epoch
 
 
@@ -196,7 +199,7 @@ def test_commit_writes_markers_everywhere_and_makes_offsets_visible(cluster, new
     desc = state_of(coordinator, tid)
     assert desc.state == "Ongoing" and set(desc.partitions) == set(tps) and desc.start_ms > 0
     for i, tp in enumerate(tps):
-        produce(cluster, tp, pid, epoch, 0, [f"v{i}".encode()])
+        produce(cluster, tid, tp, pid, epoch, 0, [f"v{i}".encode()])
         assert (
             read(cluster, tp, IsolationLevel.READ_COMMITTED).last_stable_offset == 0
         )  # the open transaction holds the LSO
@@ -244,7 +247,7 @@ def test_the_markers_of_one_broker_go_in_one_call(cluster, new_topic, request):
     for seq in (0, 1):
         ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, tps)))
         for tp in tps:
-            produce(cluster, tp, pid, epoch, seq, [b"v"])
+            produce(cluster, tid, tp, pid, epoch, seq, [b"v"])
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
         completed(coordinator, tid)
     led: dict[int, tuple[object, int]] = {}
@@ -264,7 +267,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"gone"])
+    produce(cluster, tid, tp, pid, epoch, 0, [b"gone"])
     ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
     ray.get(
         groups.txn_offset_commit.remote(
@@ -281,7 +284,7 @@ def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):
 
     # The next transaction of the same producer starts from a clean state.
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 1, [b"kept"])
+    produce(cluster, tid, tp, pid, epoch, 1, [b"kept"])
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
     completed(coordinator, tid)
     result = read(cluster, tp, IsolationLevel.READ_COMMITTED)
@@ -298,7 +301,7 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
     ray.get(
         coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, first.producer_id, first.epoch, [tp]))
     )
-    produce(cluster, tp, first.producer_id, first.epoch, 0, [b"zombie"])
+    produce(cluster, tid, tp, first.producer_id, first.epoch, 0, [b"zombie"])
     ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, first.producer_id, first.epoch, group)))
     commit = cluster.group_coordinator.txn_offset_commit
     ray.get(
@@ -332,8 +335,10 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
         )
     with pytest.raises(ProducerFencedError):
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, first.producer_id, first.epoch, True)))
-    with pytest.raises(InvalidProducerEpochError):  # nor can it write data
-        produce(cluster, tp, first.producer_id, first.epoch, 1, [b"more"])
+    # Nor can it write data: the coordinator will not vouch for its epoch (KIP-890: Kafka
+    # answers PRODUCER_FENCED), and the log holds a newer epoch.
+    with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
+        produce(cluster, tid, tp, first.producer_id, first.epoch, 1, [b"more"])
     with pytest.raises(ProducerFencedError):  # nor commit offsets
         ray.get(
             commit.remote(
@@ -357,7 +362,7 @@ def test_second_instance_fences_the_first_and_aborts_its_transaction(cluster, ne
     ray.get(
         coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, second.producer_id, second.epoch, [tp]))
     )
-    produce(cluster, tp, second.producer_id, second.epoch, 0, [b"fresh"])
+    produce(cluster, tid, tp, second.producer_id, second.epoch, 0, [b"fresh"])
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, second.producer_id, second.epoch, True)))
     completed(coordinator, tid)
     assert markers(read(cluster, tp).records)[-1] == (second.producer_id, True)
@@ -437,7 +442,7 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_t
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid, 1000)))
     pid, epoch = ident.producer_id, ident.epoch
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"hung"])
+    produce(cluster, tid, tp, pid, epoch, 0, [b"hung"])
     # The background loop (every transaction.abort.timed.out.transaction.cleanup.interval.ms) aborts it.
     desc = wait_for(lambda: (d := state_of(coordinator, tid)).state == "CompleteAbort" and d, 60, what="timeout abort")
     assert desc.producer_epoch == epoch + 1
@@ -445,8 +450,8 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(cluster, new_t
     assert markers(result.records) == [(pid, False)] and result.aborted_transactions == ((pid, 0),)
     with pytest.raises(ProducerFencedError):
         ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
-    with pytest.raises(InvalidProducerEpochError):
-        produce(cluster, tp, pid, epoch, 1, [b"late"])
+    with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):  # as above
+        produce(cluster, tid, tp, pid, epoch, 1, [b"late"])
 
 
 def test_coordinator_restart_mid_transaction_keeps_it(cluster, new_topic, request):
@@ -456,7 +461,7 @@ def test_coordinator_restart_mid_transaction_keeps_it(cluster, new_topic, reques
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"survives"])
+    produce(cluster, tid, tp, pid, epoch, 0, [b"survives"])
     restart(coordinator)
     desc = state_of(coordinator, tid)
     assert desc.state == "Ongoing" and desc.partitions == (tp,) and desc.producer_epoch == epoch
@@ -473,7 +478,7 @@ def test_coordinator_restart_after_prepare_commit_completes_the_commit(cluster, 
     ident = ray.get(coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
     pid, epoch = ident.producer_id, ident.epoch
     ray.get(coordinator.add_partitions_to_txn.remote(AddPartitionsToTxnRequest(tid, pid, epoch, [tp])))
-    produce(cluster, tp, pid, epoch, 0, [b"committed-after-restart"])
+    produce(cluster, tid, tp, pid, epoch, 0, [b"committed-after-restart"])
     ray.get(coordinator.add_offsets_to_txn.remote(AddOffsetsToTxnRequest(tid, pid, epoch, group)))
     ray.get(
         groups.txn_offset_commit.remote(
@@ -785,7 +790,7 @@ def test_the_next_add_writes_complete_commit_and_its_ongoing_in_one_batch(cluste
     assert markers(read(cluster, tp).records) == [(pid, True)]
 
     # The second transaction commits with no add waiting: its completion writes CompleteCommit.
-    produce(cluster, tp, pid, epoch, 1, [b"second"])
+    produce(cluster, tid, tp, pid, epoch, 1, [b"second"])
     ray.get(coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, True)))
     completed(coordinator, tid)
     assert state_log(cluster, tid)[-2:] == [["PrepareCommit"], ["CompleteCommit"]]

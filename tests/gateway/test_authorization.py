@@ -19,6 +19,7 @@ from actors.gateway.handlers import acls, groups, produce, transactions
 from actors.gateway.server import RequestContext
 from actors.metrics import current_request
 from actors.types import PartitionMetadata
+from storage import RecordBatchBuilder
 from tests.gateway.wire import build_request
 
 ALICE = "User:alice"
@@ -102,14 +103,20 @@ def context(view: _View, api_key: int, version: int, principal: str = ALICE, ip:
     return RequestContext(connection, api_key, version, 1, "test")  # type: ignore[arg-type]
 
 
-def produce_request(topics: list[str], transactional_id: str | None = None):
+def transactional_batch() -> bytes:
+    builder = RecordBatchBuilder(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    builder.append(b"v")
+    return bytes(builder.build())
+
+
+def produce_request(topics: list[str], transactional_id: str | None = None, records: bytes = b"\x00" * 70):
     return build_request(
         produce.PRODUCE_KEY,
         9,
         transactional_id=transactional_id,
         acks=1,
         timeout=datetime.timedelta(seconds=5),
-        topic_data=[{"name": t, "partition_data": [{"index": 0, "records": b"\x00" * 70}]} for t in topics],
+        topic_data=[{"name": t, "partition_data": [{"index": 0, "records": records}]} for t in topics],
     )
 
 
@@ -135,12 +142,20 @@ def test_without_an_authorizer_everything_is_allowed():
 
 
 def test_transactional_produce_needs_write_on_the_transactional_id():
+    """As Kafka's KafkaApis: transactional records need their transactional id and WRITE on
+    it (a transactional batch without an id is forged); other records need the topic only."""
+    batch = transactional_batch()
     view = view_with(allow(TOPIC, "t", Op.WRITE))
+    for tid in ("txn-1", None):
+        response = asyncio.run(produce.handle_produce(context(view, 0, 9), produce_request(["t"], tid, batch)))
+        assert codes_of(response) == {"t": 53} and view.calls == []  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     response = asyncio.run(produce.handle_produce(context(view, 0, 9), produce_request(["t"], "txn-1")))
-    assert codes_of(response) == {"t": 53} and view.calls == []  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert codes_of(response) == {"t": 0}  # not transactional records: the topic's WRITE is enough
     view = view_with(allow(TOPIC, "t", Op.WRITE), allow(TXN, "txn-", Op.WRITE, pattern=PatternType.PREFIXED))
-    response = asyncio.run(produce.handle_produce(context(view, 0, 9), produce_request(["t"], "txn-1")))
+    response = asyncio.run(produce.handle_produce(context(view, 0, 9), produce_request(["t"], "txn-1", batch)))
     assert codes_of(response) == {"t": 0}
+    ((kind, appended),) = view.calls
+    assert kind == "produce" and appended.transactional_id == "txn-1"  # the leader verifies with it
 
 
 def test_deny_for_a_host_beats_allow_for_every_host():

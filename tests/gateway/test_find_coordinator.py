@@ -18,10 +18,13 @@ import asyncio
 import itertools
 
 import pytest
+import ray
 
+from actors.gateway.broker_view import InternalHandles
 from actors.gateway.handlers.groups import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, _coordinator_of
 from actors.group_coordinator import GroupCoordinator
 from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
+from actors.protocol import DeleteTopicsRequest
 from actors.transaction_coordinator import TransactionCoordinator
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.errors import CoordinatorNotAvailableError
@@ -73,8 +76,12 @@ class FakeView:
     def __init__(self, controller: FakeController, groups: GroupCoordinator, txns: TransactionCoordinator) -> None:
         self.broker_id = 0
         self.controller = controller
-        self.group_coordinator = type("Handle", (), {"ensure_topic": _Method(groups.ensure_topic)})()
-        self.transaction_coordinator = type("Handle", (), {"ensure_topic": _Method(txns.ensure_topic)})()
+        # Creating an internal topic is the gateway's own call (no client principal).
+        self.internal = InternalHandles(
+            controller,
+            type("Handle", (), {"ensure_topic": _Method(txns.ensure_topic)})(),
+            type("Handle", (), {"ensure_topic": _Method(groups.ensure_topic)})(),
+        )
 
     async def cluster(self, topics):
         return await self.controller._get_metadata(type("R", (), {"topics": tuple(topics)})())
@@ -207,7 +214,9 @@ def test_deleted_internal_topics_are_created_again_and_serve_kafka_clients(ray_s
         with Wire(parse_bootstrap(handle.bootstrap_servers)) as wire:
             for key_type, topic in ((KEY_TYPE_GROUP, OFFSETS_TOPIC), (KEY_TYPE_TRANSACTION, TRANSACTION_STATE_TOPIC)):
                 assert topic in handle.metadata([topic]).topics  # created at launch
-                admin.delete_topic(topic)
+                # No client deletes an internal topic: rayqueue's own flag does (Kafka's
+                # internalTopicsAllowed), to make the state an older version's data leaves.
+                ray.get(handle.controller.delete_topic.remote(DeleteTopicsRequest(topic, internal_topics_allowed=True)))
                 assert topic not in handle.metadata([topic]).topics
                 first = wire.call(build_request(FIND, 3, key="k", key_type=key_type))
                 assert first.error_code == COORDINATOR_NOT_AVAILABLE and first.node_id == -1

@@ -404,3 +404,56 @@ def test_the_listener_probe_speaks_tls_to_a_tls_listener(pki):
     sasl = ssl_config(pki, **{"ssl.client.auth": "none"})
     with serve("SASL_SSL", _Scram({}), **sasl) as (_, (host, port)):
         assert asyncio.run(probe_listener(host, port, 5.0, client_context(broker_config(sasl)))) is None
+
+
+def test_a_flood_of_huge_scram_messages_is_refused_before_scramp_and_holds_up_no_one(monkeypatch):
+    """SCRAM client-first messages with a 480 KB nonce on one SASL listener: each login fails
+    (SASL_AUTHENTICATION_FAILED, connection closed) without scramp reading the message, while
+    a client logged in on another listener of the same event loop keeps being served."""
+    import scramp.core
+
+    read: list[int] = []
+    set_client_first = scramp.core.ScramServer.set_client_first
+
+    def spy(self, client_first):
+        read.append(len(client_first))
+        return set_client_first(self, client_first)
+
+    monkeypatch.setattr(scramp.core.ScramServer, "set_client_first", spy)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    scram = _Scram({"alice": "alice-secret"})
+    servers = []
+    for name in ("FLOODED", "OTHER"):
+        security = listener_security(broker_config({}), name, "SASL_PLAINTEXT", scram)
+        servers.append(KafkaServer(APIS, _Probe(), Limits(), name=f"flood-{name}", security=security))
+    flooded, other = (asyncio.run_coroutine_threadsafe(s.start("127.0.0.1", 0), loop).result(10) for s in servers)
+    huge = ("n,,n=alice,r=" + "x" * 480_000).encode()
+    attackers: list[Wire] = []
+    try:
+        with Wire(other, timeout=60) as alice:
+            assert scram_login(alice, "alice", "alice-secret").error_code == 0
+            assert len(read) == 1  # alice's own client-first
+            for _ in range(100):
+                wire = Wire(flooded, timeout=60)
+                attackers.append(wire)
+                assert wire.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code == 0
+                wire.send(SaslAuthenticateRequest(auth_bytes=huge))
+                # Meanwhile alice's requests on the other listener are answered.
+                assert alice.call(metadata("0")).topics[0].name == "0"
+            for wire in attackers:
+                _, answer = wire.receive(36, 2)
+                assert answer.error_code == 58 and "SCRAM message" in answer.error_message  # SASL_AUTHENTICATION_FAILED
+                assert closed(wire.sock)
+            assert alice.call(metadata("0")).topics[0].name == "0"
+        assert read == [read[0]] and read[0] < 100  # scramp never saw a huge message
+        assert servers[1].closed_for_errors == 0 and servers[0].closed_for_errors == 100
+    finally:
+        for wire in attackers:
+            wire.close()
+        for server in servers:
+            asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

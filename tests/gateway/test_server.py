@@ -146,8 +146,19 @@ def test_api_versions_lists_what_is_served_and_falls_back_to_v0():
             assert wire.call(metadata("0")).topics[0].name == "0"
 
 
-def test_pipelined_requests_run_together_and_are_answered_in_order():
+def test_pipelined_requests_are_processed_one_at_a_time_by_default():
+    """Kafka's muted channel: the next request of a connection is read once the answer to the
+    one before is written, so a pipelining client is paced and answered in order."""
     with serve() as (_, address, probe), Wire(address) as wire:
+        ids = [wire.send(metadata(delay)) for delay in ("0.3", "0.0", "0.1")]
+        answers = [wire.receive(3, 12) for _ in ids]
+        assert [cid for cid, _ in answers] == ids
+        assert [a.topics[0].name for _, a in answers] == ["0.3", "0.0", "0.1"]
+        assert probe.started == ["0.3", "0.0", "0.1"] and probe.max_running == 1
+
+
+def test_pipelined_requests_run_together_with_a_higher_limit_and_are_answered_in_order():
+    with serve(Limits(max_inflight=3)) as (_, address, probe), Wire(address) as wire:
         # The first takes longest: its answer must still come first.
         ids = [wire.send(metadata(delay)) for delay in ("0.5", "0.0", "0.2")]
         answers = [wire.receive(3, 12) for _ in ids]

@@ -329,7 +329,9 @@ def test_start_in_the_foreground_stops_cleanly_on_sigterm(tmp_path):
         # Free ports: the default 127.0.0.1:9092 may be taken on a shared machine.
         + ["--listeners", "PLAINTEXT://127.0.0.1:0"]
         # And Ray's choice of metrics port: 8080 may be taken too.
-        + ["--metrics-export-port", "0"],
+        + ["--metrics-export-port", "0"]
+        # And a free port for the schema registry (8081 may be taken).
+        + ["--schema-registry-listeners", "http://127.0.0.1:0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -404,7 +406,8 @@ def test_start_serves_metrics_on_loopback_only_when_the_listeners_are(tmp_path):
     start = Background(
         [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}"]
         + ["-o", "rayqueue.num.brokers=1", "--name", "rayqueue-metrics-bind-test"]
-        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"],
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"]
+        + ["--schema-registry-listeners", ""],
         user_env(home),
         tmp_path / "start.log",
     )
@@ -436,6 +439,8 @@ def test_the_metrics_cannot_be_bound_to_one_outside_address(monkeypatch):
         "PLAINTEXT://127.0.0.1:0",
         "--metrics-export-port",
         "0",
+        "--schema-registry-listeners",
+        "",
         ok=False,
     )
     assert result.exit_code == 1 and "loopback (127.0.0.1) or on every interface (0.0.0.0)" in result.output

@@ -36,7 +36,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
     start = Background(
         [*RAYQUEUE, "start", "--config", "configs/local.toml", "-o", f"log.dirs={tmp_path / 'data'}", *ns]
         # Free ports: Kafka's default listeners and Ray's usual metrics port are taken (above).
-        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"],
+        + ["--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-export-port", "0"]
+        + ["--schema-registry-listeners", "http://127.0.0.1:0"],
         env,
         tmp_path / "start.log",
     )
@@ -60,9 +61,9 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
         )
         assert code == 0 and {"a", "b", "c"} <= set(outputs["consume"].splitlines())
         code, outputs["status"] = run([*RAYQUEUE, "status", *at], env)
-        # quiet's 18 and the internal topics' 6 (configs/local.toml: 3 partitions each, RF 1),
-        # created when the cluster starts.
-        assert code == 0 and re.search(r"Replicas open:\s+24 in 3 host actors", outputs["status"])
+        # quiet's 18, the internal topics' 6 (configs/local.toml: 3 partitions each, RF 1) and
+        # the schema registry's _schemas (1 partition, RF 3), created when the cluster starts.
+        assert code == 0 and re.search(r"Replicas open:\s+27 in 3 host actors", outputs["status"])
         assert re.search(r"Placement:\s+broker", outputs["status"])
         code, outputs["health"] = run([*RAYQUEUE, "health", *at], env)
         assert code == 0 and "healthy:" in outputs["health"] and "none offline" in outputs["health"]
@@ -89,7 +90,8 @@ def _console_serves_the_cluster(at: list[str], env: dict[str, str], tmp_path) ->
         with urllib.request.urlopen(f"{url}/api/overview", timeout=60) as answer:
             overview = json.load(answer)
         assert overview["namespace"] == at[-1]
-        assert len(overview["brokers"]) == 3 and overview["topics"] == 1 and overview["partitions"] == 6
+        # quiet's 6 partitions and the schema registry's _schemas (an ordinary topic, as Confluent's).
+        assert len(overview["brokers"]) == 3 and overview["topics"] == 2 and overview["partitions"] == 7
     finally:
         code = console.stop()
     assert code == 0 and "Stopped." in console.output(), console.output()

@@ -448,3 +448,65 @@ def test_the_oldest_session_ends_past_the_cap(users, clock):
     assert len(store) == 1 and closed == ["User:alice", "User:bob", "User:alice"]
     store.close()
     assert len(store) == 0
+
+
+def test_failed_logins_per_user_are_limited_whatever_the_address(clock, users):
+    limiter = LoginLimiter(max_failures=100, max_user_failures=3, window_s=60.0, clock=clock)
+    for i in range(3):
+        assert limiter.begin(f"10.0.0.{i}", "alice") == 0
+        limiter.done(f"10.0.0.{i}", False, "alice")
+    assert 0 < limiter.begin("10.0.0.99", "alice") <= 60  # a new address: alice is refused all the same
+    assert limiter.begin("10.0.0.99", "bob") == 0  # another user is not
+    limiter.done("10.0.0.99", True, "bob")
+    clock.advance(60_000)
+    assert limiter.begin("10.0.0.99", "alice") == 0
+    limiter.done("10.0.0.99", True, "alice")  # a success forgets the user's failures
+    assert limiter.begin("10.0.0.5", "alice") == 0
+
+
+def _forged_logins(server, attempts: int, user=lambda i: "alice") -> list[int]:
+    """Failed logins each claiming another client address in X-Forwarded-For; their statuses."""
+    origin = f"http://localhost:{server.port}"
+    with httpx.Client(base_url=origin, headers={"Origin": origin}) as c:
+        return [
+            c.post(
+                "/api/login",
+                json={"user": user(i), "password": "guess"},
+                headers={"X-Forwarded-For": f"203.0.113.{i}"},
+            ).status_code
+            for i in range(attempts)
+        ]
+
+
+def _console(users, **options) -> ConsoleServer:
+    server = ConsoleServer(
+        no_ray_cluster(),
+        "127.0.0.1",
+        0,
+        authentication=True,
+        app_options={"credentials": users, "sample": False},
+        **options,
+    )
+    server.app.state.authentication.failed_login_delay_s = 0.01
+    return server.start()
+
+
+def test_forwarded_headers_are_not_believed_unless_the_proxy_is_trusted(users):
+    """A brute force that changes X-Forwarded-For each time meets the 429: by default the
+    header is ignored (the address is the TCP peer's), and from a trusted proxy the user's
+    own limit counts every address."""
+    server = _console(users)
+    try:
+        statuses = _forged_logins(server, 7, user=lambda i: f"user-{i}")
+        assert statuses[:5] == [401] * 5 and statuses[5:] == [429, 429]  # all from 127.0.0.1
+    finally:
+        server.stop()
+    server = _console(users, trusted_proxies=["127.0.0.1"])
+    try:
+        # Believed: seven addresses with one failure each, no limit met...
+        assert _forged_logins(server, 7, user=lambda i: f"user-{i}") == [401] * 7
+        # ...but one user's failures count over every address.
+        statuses = _forged_logins(server, 12)
+        assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
+    finally:
+        server.stop()

@@ -82,6 +82,8 @@ def test_readme_multinode_flow_on_a_ray_with_token_authentication(tmp_path):
                 address,
                 "--listeners",
                 "PLAINTEXT://127.0.0.1:0",
+                "--schema-registry-listeners",
+                "",
             ],
             env,
         )

@@ -76,7 +76,7 @@ async def _refresh(view: BrokerView) -> None:
     """Take the controller's ACLs now (this connection's next request sees the change)."""
     if view.acls is not None:
         try:
-            view.acls.apply(await authz.watch_acls(view.controller, None, 0.0))
+            view.acls.apply(await authz.watch_acls(view.internal.controller, None, 0.0))
         except Exception:  # noqa: BLE001 - the watch brings the change a moment later
             pass
 
@@ -109,7 +109,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
             except KafkaError as exc:
                 creations.append(exc)
         try:
-            answers = await _create_acls(view.controller, CreateAclsRequest(tuple(creations)))
+            answers = await _create_acls(view.controller, CreateAclsRequest(tuple(creations), authz.client(ctx)))
             results = [(NONE, None) if e is None else (e.code, error_message_of(e)) for e in answers]
         except Exception as exc:  # noqa: BLE001 - every entry gets the error
             results = [(_code(exc), error_message_of(exc))] * len(creations)
@@ -132,7 +132,7 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
     try:
         if refused is not None:
             raise refused
-        found = await _describe_acls(view.controller, DescribeAclsRequest(_filter_of(request)))
+        found = await _describe_acls(view.controller, DescribeAclsRequest(_filter_of(request), authz.client(ctx)))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code, message, found = _code(exc), error_message_of(exc), []
     return ctx.schema.response_of(
@@ -192,7 +192,9 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
                 filters.append(exc)
         valid = [f for f in filters if isinstance(f, AclBindingFilter)]
         try:
-            deleted = iter(await _delete_acls(view.controller, DeleteAclsRequest(tuple(valid))) if valid else ())
+            deleted = iter(
+                await _delete_acls(view.controller, DeleteAclsRequest(tuple(valid), authz.client(ctx))) if valid else ()
+            )
             for f in filters:
                 if isinstance(f, KafkaError):
                     outcomes.append((f.code, error_message_of(f), []))

@@ -11,7 +11,10 @@ as every request does on a Kafka broker.
 With an authorizer, as Kafka's KafkaApis: CreateTopics needs CREATE on the cluster or the
 topic, DeleteTopics DELETE, CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS and
 IncrementalAlterConfigs ALTER_CONFIGS (on the topic; on the cluster for broker configs),
-DeleteRecords DELETE; refused ones get TOPIC_ or CLUSTER_AUTHORIZATION_FAILED.
+DeleteRecords DELETE, ElectLeaders ALTER on the cluster; refused ones get TOPIC_ or
+CLUSTER_AUTHORIZATION_FAILED. Every controller call carries the client's principal, which
+the controller checks again. Internal topics are Kafka's to keep: DeleteTopics and
+DeleteRecords of one answer INVALID_TOPIC_EXCEPTION, whatever the authorizer.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, ne
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.handlers.offsets import per_partition, per_topic
 from actors.gateway.server import Api, RequestContext
+from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     AlterableConfig,
     CreatePartitionsRequest,
@@ -52,6 +56,7 @@ from storage.errors import (
     EligibleLeadersNotAvailableError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    InvalidTopicError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -169,21 +174,22 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 _assignments(t.assignments),
                 {c.name: c.value for c in t.configs},
                 bool(request.validate_only),
+                principal=authz.client(ctx),
             )
             meta = await _create_topic(view.controller, asked)
             view.invalidate(t.name)
             configs = {}
             if not asked.validate_only and authz.authorized(ctx, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC, t.name):
-                configs = await _topic_configs(view, t.name)
+                configs = await _topic_configs(ctx, t.name)
             results.append(_created(topic_cls, t.name, NONE, None, meta, configs))
         except Exception as exc:  # noqa: BLE001 - the topic's error code
             results.append(_created(topic_cls, t.name, _code(exc), error_message_of(exc), None))
     return ctx.schema.response_of(throttle_time=ZERO_MS, topics=tuple(results))
 
 
-async def _topic_configs(view: BrokerView, name: str) -> dict:
+async def _topic_configs(ctx: RequestContext, name: str) -> dict:
     try:
-        return await _describe_configs(view.controller, DescribeConfigsRequest(name))
+        return await _describe_configs(ctx.state.controller, DescribeConfigsRequest(name, principal=authz.client(ctx)))
     except Exception:  # noqa: BLE001 - the topic exists; its config list is a courtesy
         return {}
 
@@ -257,7 +263,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
             if meta is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             tid = topic_uuid(meta.topic_id)
-            await _delete_topic(view.controller, DeleteTopicsRequest(name))
+            await _delete_topic(view.controller, DeleteTopicsRequest(name, principal=authz.client(ctx)))
         except Exception as exc:  # noqa: BLE001 - the topic's error code
             code, message = _code(exc), error_message_of(exc)
         finally:
@@ -287,7 +293,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             assignments = None
             if t.assignments is not None:
                 assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments)
-            asked = CreatePartitionsRequest(t.name, int(t.count), assignments, bool(request.validate_only))
+            asked = CreatePartitionsRequest(
+                t.name, int(t.count), assignments, bool(request.validate_only), principal=authz.client(ctx)
+            )
             await _create_partitions(view.controller, asked)
             view.invalidate(t.name)
         except Exception as exc:  # noqa: BLE001 - the topic's error code
@@ -312,7 +320,8 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         try:
             if r.resource_type == TOPIC_RESOURCE:
                 authz.check(ctx, authz.Op.DESCRIBE_CONFIGS, authz.TOPIC, r.resource_name)
-                described = await _describe_configs(view.controller, DescribeConfigsRequest(r.resource_name, keys))
+                asked = DescribeConfigsRequest(r.resource_name, keys, principal=authz.client(ctx))
+                described = await _describe_configs(view.controller, asked)
                 for key, (value, source) in sorted(described.items()):
                     entries.append((key, value, source, False, LOG_CONFIG.keys.get(key)))
             elif r.resource_type == BROKER_RESOURCE:
@@ -388,7 +397,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
             if r.resource_type != TOPIC_RESOURCE:
                 raise InvalidRequestError("only topic configs can be altered; broker configs are static")
             changes = tuple(AlterableConfig(c.name, int(c.config_operation), c.value) for c in r.configs)
-            asked = IncrementalAlterConfigsRequest(r.resource_name, changes, bool(request.validate_only))
+            asked = IncrementalAlterConfigsRequest(
+                r.resource_name, changes, bool(request.validate_only), principal=authz.client(ctx)
+            )
             await _alter_configs(view.controller, asked)
         except Exception as exc:  # noqa: BLE001 - the resource's error code
             code, message = _code(exc), error_message_of(exc)
@@ -416,6 +427,8 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
 
     async def one(name: str, p: Any, code: int | None) -> Any:
         done = None
+        if code is None and name in INTERNAL_TOPICS:
+            code = InvalidTopicError.code  # Kafka's ReplicaManager: no client deletes their records
         if code is None:
             asked = DeleteRecordsRequest(p.offset)
             code, done = await per_partition(view, name, p.partition_index, lambda r: _delete_records(r, asked))
@@ -447,9 +460,10 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     ELECTION_NOT_NEEDED and one without is ELIGIBLE_LEADERS_NOT_AVAILABLE. Unknown partitions
     are UNKNOWN_TOPIC_OR_PARTITION each, the others still elected. When the controller cannot
     be asked, every partition named gets its error (all partitions: the top-level error, v1+).
+    Without ALTER on the cluster: CLUSTER_AUTHORIZATION_FAILED (top-level, and each partition
+    named), before anything is looked up.
     """
     view: BrokerView = ctx.state
-    resp_cls = ctx.schema.response
     unclean = int(getattr(request, "election_type", PREFERRED_ELECTION)) == UNCLEAN_ELECTION
     everything = request.topic_partitions is None
     wanted: list[tuple[str, int]] = []
@@ -457,6 +471,13 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
         wanted = list(dict.fromkeys((t.topic, int(p)) for t in request.topic_partitions for p in t.partitions))
     results: dict[tuple[str, int], tuple[int, str | None]] = {}
     top_code = NONE
+    if not authz.authorized_cluster(ctx, authz.Op.ALTER):
+        # As Kafka's KafkaApis: ALTER on the cluster first, nothing looked up (so the answer
+        # tells no topic that exists from one that does not); the request's error and each
+        # partition named with it.
+        top_code = authz.denied_code(authz.CLUSTER)
+        message = f"{ctx.principal} may not ALTER the cluster"
+        return _elected(ctx, top_code, {tp: (top_code, message) for tp in wanted})
     try:
         snapshot = await view.cluster(None if everything else sorted({name for name, _ in wanted}))
         if everything:
@@ -478,7 +499,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
                 electable.append(TopicPartition(name, p))
         if electable:
             elected = await _elect_leaders(
-                view.controller, ElectLeadersRequest(None if everything else tuple(electable))
+                view.controller, ElectLeadersRequest(None if everything else tuple(electable), authz.client(ctx))
             )
             for tp, reason in elected.items():
                 if reason is None:
@@ -493,6 +514,12 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     if everything:
         # Kafka's controller leaves out what needed no election when asked for everything.
         results = {tp: r for tp, r in results.items() if r[0] != ElectionNotNeededError.code}
+    return _elected(ctx, top_code if everything else NONE, results)
+
+
+def _elected(ctx: RequestContext, top_code: int, results: dict[tuple[str, int], tuple[int, str | None]]) -> Any:
+    """ElectLeaders' answer: the request's error (v1+) and each partition's."""
+    resp_cls = ctx.schema.response
     result_cls = nested(resp_cls, "replica_election_results")
     by_topic: dict[str, list[Any]] = {}
     for (name, p), (code, message) in results.items():
@@ -501,7 +528,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
         )
     return ctx.schema.response_of(
         throttle_time=ZERO_MS,
-        error_code=error_code(top_code if everything else NONE),
+        error_code=error_code(top_code),
         replica_election_results=tuple(
             make(resp_cls, "replica_election_results", topic=name, partition_result=tuple(parts))
             for name, parts in by_topic.items()

@@ -1,15 +1,20 @@
-"""Fetch: the leaders' stored batches, as they are on disk, to the client.
+"""Fetch: the leader's stored batches, as they are on disk, to the client.
 
-A request's partitions go to their leaders' hosts together: one ``fetch_messages`` call per
-host, carrying every partition of the request it leads (Kafka's ReplicaManager reads a
-request's partitions at once and waits for them with one wait). Each replica reads whole
+A request for one partition is one call to its leader replica's host, which reads whole
 batches up to the high watermark (the last stable offset for read_committed, with the
-aborted transactions of the range) and fences stale leader epochs. When one host leads every
-partition (one host per broker, the default placement) that one call also long-polls, for
-``min_bytes`` over all of them or ``max_wait_ms``. When several hosts do, each is read once
-without waiting; if that gives fewer than ``min_bytes``, all of them long-poll together until
-enough bytes came or ``max_wait_ms`` passed, and the polls still open are cancelled. The
-gateway's event loop never blocks on any of it, so one client's long poll holds up no other.
+aborted transactions of the range), fences stale leader epochs and long-polls. A request for
+several is one call per host that leads some of them (``fetch_messages``: one with the
+default placement, one host per broker): it reads them all and, with fewer than
+``min_bytes``, parks as one operation until enough bytes are readable or ``max_wait_ms``
+passed, as Kafka's DelayedFetch (however many partitions a request names, it holds one of
+the host's calls). The gateway's event loop never blocks on any of it, so one
+client's long poll holds up no other.
+
+Bounds: ``max_wait_ms`` is cut to ``rayqueue.fetch.wait.max.ms`` (Kafka's clients give up
+on a request after ``request.timeout.ms``, 30 s by default, so no client waits longer). When
+the connection closes, its fetch's broker call is cancelled with it (``ray.cancel``: Ray
+stops an async actor call's coroutine only when told; cancelling the await alone leaves it
+parked in the broker).
 
 Byte limits as Kafka's: ``partition_max_bytes`` per partition, ``max_bytes`` (capped by the
 broker's ``fetch.max.bytes``) for the response, counted in request order and cut at batch
@@ -39,7 +44,6 @@ from typing import Any
 
 import ray
 
-from actors.clock import SYSTEM
 from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
@@ -54,23 +58,37 @@ FETCH_KEY = 1
 READ_COMMITTED = IsolationLevel.READ_COMMITTED
 READ_AHEAD_BYTES = 16 * 1024 * 1024  # per connection
 READ_AHEAD_DEPTH = 3  # ranges per partition
+READ_AHEAD_CALLS = 64  # read-ahead calls one connection has under way, however small
 
 
 # -- actor calls (one function each) --------------------------------------------------------
 
 
 def _fetch(replica: Any, request: FetchRequest) -> Any:
-    """One replica's fetch call (a read-ahead); returns its ObjectRef (awaitable, cancellable)."""
+    """The replica's fetch call; returns its ObjectRef (awaitable, cancellable)."""
     return replica.fetch.remote(request)
 
 
-def _fetch_messages(host: Any, request: FetchMessagesRequest) -> Any:
-    """A host's fetch of many partitions; returns its ObjectRef (awaitable, cancellable)."""
+def _fetch_many(host: Any, request: FetchMessagesRequest) -> Any:
+    """A host's fetch_messages call for many partitions; returns its ObjectRef."""
     return host.fetch_messages.remote(request)
 
 
+async def _answer(ref: Any) -> Any:
+    """The answer of an actor call; when this wait is cancelled (the connection closed), the
+    call is cancelled in the actor as well."""
+    try:
+        return await ref
+    except asyncio.CancelledError:
+        _cancel(ref)
+        raise
+
+
 def _cancel(ref: Any) -> None:
-    """Cancel a long poll that is no longer needed (it would end at its max wait anyway)."""
+    """Cancel a call that is no longer needed (a long poll would end at its max wait anyway)."""
+    if isinstance(ref, asyncio.Future):  # a read-ahead's future: its call ends by itself
+        ref.cancel()
+        return
     try:
         ray.cancel(ref)
     except Exception:  # noqa: BLE001 - already finished, or not cancellable: harmless
@@ -90,14 +108,22 @@ class _Partition:
     offset: int
     max_bytes: int
     leader_epoch: int
-    handle: Any = None  # the leader's ReplicaRef
+    handle: Any = None
     code: int = NONE
     result: FetchResponse | None = None
     ahead: asyncio.Future | None = None  # a read-ahead answering this request
     next_offset: int = -1  # where the records returned end
 
+    def request(self, isolation: int, max_wait_ms: int = 0, min_bytes: int = 1) -> FetchRequest:
+        """This partition's FetchRequest."""
+        return FetchRequest(self.offset, self.max_bytes, max_wait_ms, min_bytes, isolation, self.leader_epoch)
+
+    def call(self, max_wait_ms: int, min_bytes: int, isolation: int) -> Any:
+        """This partition's fetch from its leader replica (an ObjectRef)."""
+        return _fetch(self.handle, self.request(isolation, max_wait_ms, min_bytes))
+
     def asked(self) -> FetchPartition:
-        """This partition as its host's fetch_messages reads it."""
+        """This partition in its host's fetch_messages."""
         return FetchPartition(self.topic, self.partition, self.offset, self.max_bytes, self.leader_epoch)  # type: ignore[arg-type]
 
 
@@ -105,7 +131,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     """Fetch v4-v17, sessionless."""
     view: BrokerView = ctx.state
     version = ctx.version
-    max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
+    max_wait_ms = min(
+        max(0, int(request.max_wait.total_seconds() * 1000)), int(view.config["rayqueue.fetch.wait.max.ms"])
+    )
     min_bytes = max(1, int(request.min_bytes))
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), int(view.config["fetch.max.bytes"]))
     isolation = int(getattr(request, "isolation_level", 0))  # the replica refuses a bad value
@@ -160,15 +188,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     aheads = _read_aheads(ctx)
     for part in live:
         part.ahead = aheads.take(part, isolation)
-    if len(live) == 1 and await _take_ahead(view, live):
-        pass
-    elif len(_by_host(live)) == 1 and not any(p.ahead is not None for p in live):
-        await _read_all(view, live, max_wait_ms, min_bytes, isolation, max_bytes)
-    elif live:
-        await _read_all(view, live, 0, 1, isolation, max_bytes)
-        got = sum(len(p.result.records) for p in live if p.result is not None)
-        if got < min_bytes and max_wait_ms > 0 and all(p.code == NONE for p in live):
-            await _long_poll(view, live, max_wait_ms, min_bytes - got, isolation, max_bytes)
+    if len(live) == 1 and not await _take_ahead(view, live):
+        await _read_one(view, live[0], max_wait_ms, min_bytes, isolation)
+    elif len(live) > 1:
+        await _read_many(view, live, (max_wait_ms, min_bytes, max_bytes), isolation)
     response = _response(ctx, parts, max_bytes, isolation, by_id)
     aheads.start(live, isolation)
     return response
@@ -192,44 +215,51 @@ async def _take_ahead(view: BrokerView, parts: list[_Partition]) -> bool:
     return True
 
 
-def _by_host(parts: list[_Partition]) -> dict[Any, tuple[Any, list[_Partition]]]:
-    """The partitions by the host of their leader."""
-    out: dict[Any, tuple[Any, list[_Partition]]] = {}
+async def _read_one(view: BrokerView, part: _Partition, max_wait_ms: int, min_bytes: int, isolation: int) -> None:
+    """One partition: its replica's fetch, long-polling in the replica."""
+    try:
+        result = await _answer(part.call(max_wait_ms, min_bytes, isolation))
+    except Exception as exc:  # noqa: BLE001 - the partition's error code
+        result = exc
+    _settle(view, part, result)
+
+
+async def _read_many(view: BrokerView, parts: list[_Partition], wait: tuple[int, int, int], isolation: int) -> None:
+    """Several partitions: the read-aheads made for them, then one fetch_messages call per
+    leader host for the rest, long-polling for what ``min_bytes`` still misses."""
+    max_wait_ms, min_bytes, max_bytes = wait
+    ahead = [p for p in parts if p.ahead is not None]
+    if ahead:
+        view.read_ahead_hits += len(ahead)
+        results = await asyncio.gather(*(_answer(p.ahead) for p in ahead), return_exceptions=True)
+        for part, result in zip(ahead, results, strict=True):
+            part.ahead = None
+            _settle(view, part, result)
+    got = sum(len(p.result.records) for p in ahead if p.result is not None)
+    if got >= min_bytes or any(p.code != NONE for p in ahead):
+        max_wait_ms = 0  # an error answers at once, as Kafka's DelayedFetch does
+    by_host: dict[Any, list[_Partition]] = {}
     for part in parts:
-        out.setdefault(part.handle.host_key, (part.handle.host, []))[1].append(part)
-    return out
-
-
-def _host_call(
-    host: Any, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int, max_bytes: int
-) -> Any:
-    """One host's fetch_messages for ``parts`` (an ObjectRef)."""
-    request = FetchMessagesRequest(tuple(p.asked() for p in parts), max_wait_ms, min_bytes, max_bytes, isolation)
-    return _fetch_messages(host, request)
-
-
-async def _read_all(
-    view: BrokerView, parts: list[_Partition], max_wait_ms: int, min_bytes: int, isolation: int, max_bytes: int
-) -> None:
-    """Read ``parts``: each read-ahead taken, the rest one call per host."""
-    aheads = [p for p in parts if p.ahead is not None]
-    view.read_ahead_hits += len(aheads)
-    groups = list(_by_host([p for p in parts if p.ahead is None]).values())
-    calls = [p.ahead for p in aheads]
-    calls += [_host_call(host, group, max_wait_ms, min_bytes, isolation, max_bytes) for host, group in groups]
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for part, result in zip(aheads, results, strict=False):
-        _settle(view, part, result)
-    for (_, group), answers in zip(groups, results[len(aheads) :], strict=True):
-        _settle_host(view, group, answers)
-
-
-def _settle_host(view: BrokerView, parts: list[_Partition], answers: Any) -> None:
-    """A host's answers (or the failure of its call) to its partitions."""
-    if isinstance(answers, BaseException):
-        answers = [answers] * len(parts)
-    for part, answer in zip(parts, answers, strict=True):
-        _settle(view, part, answer)
+        if part.result is None and part.code == NONE:
+            by_host.setdefault(part.handle.host_key, []).append(part)
+    groups = list(by_host.values())
+    if not groups:
+        return
+    calls = [
+        _answer(
+            _fetch_many(
+                group[0].handle.host,
+                FetchMessagesRequest(
+                    tuple(p.asked() for p in group), max_wait_ms, max(0, min_bytes - got), max_bytes, isolation
+                ),
+            )
+        )
+        for group in groups
+    ]
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    for group, answer in zip(groups, answers, strict=True):
+        for i, part in enumerate(group):
+            _settle(view, part, answer if isinstance(answer, BaseException) else answer[i])
 
 
 class _Chain:
@@ -284,7 +314,11 @@ class _ReadAheads:
 
     def _add(self, tp: tuple[str | None, int], chain: _Chain, offset: int) -> None:
         replica, max_bytes, isolation, epoch = chain.params
-        if len(chain.ranges) >= READ_AHEAD_DEPTH or (self._held + 1) * max_bytes > READ_AHEAD_BYTES:
+        if (
+            len(chain.ranges) >= READ_AHEAD_DEPTH
+            or self._held >= READ_AHEAD_CALLS
+            or (self._held + 1) * max_bytes > READ_AHEAD_BYTES
+        ):
             return
         future = asyncio.ensure_future(_fetch(replica, FetchRequest(offset, max_bytes, 0, 1, isolation, epoch)))
         chain.ranges.append((offset, future))
@@ -326,39 +360,6 @@ def _read_aheads(ctx: RequestContext) -> _ReadAheads:
         aheads = ctx.connection.handler_state["fetch"] = _ReadAheads()
         ctx.connection.on_close.append(aheads.close)
     return aheads
-
-
-async def _long_poll(
-    view: BrokerView, parts: list[_Partition], max_wait_ms: int, wanted: int, isolation: int, max_bytes: int
-) -> None:
-    """Wait on every host at once (each for any data among its partitions) until ``wanted``
-    more bytes or the deadline; cancel the polls still open. Partitions that answered keep
-    their new result."""
-    deadline = SYSTEM.monotonic() + max_wait_ms / 1000
-    refs = {}
-    for host, group in _by_host(parts).values():
-        ref = _host_call(host, group, max_wait_ms, 1, isolation, max_bytes)
-        refs[asyncio.ensure_future(ref)] = (group, ref)
-    pending = set(refs)
-    got = 0
-    try:
-        while pending and got < wanted:
-            remaining = deadline - SYSTEM.monotonic()
-            if remaining <= 0:
-                break
-            done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for future in done:
-                group, _ = refs[future]
-                _settle_host(view, group, future.exception() or future.result())
-                for part in group:
-                    if part.result is not None:
-                        got += len(part.result.records)
-                    elif part.code != NONE:
-                        got = wanted  # an error answers at once, as Kafka's DelayedFetch does
-    finally:
-        for future in pending:
-            _cancel(refs[future][1])
-            future.cancel()
 
 
 def _settle(view: BrokerView, part: _Partition, result: Any) -> None:

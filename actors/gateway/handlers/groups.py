@@ -45,6 +45,7 @@ from actors.protocol import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    ListGroupsRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
@@ -54,6 +55,7 @@ from actors.protocol import (
 from actors.types import BrokerMetadata, GroupDescription, JoinGroupResult, OffsetAndMetadata, TopicPartition
 from storage.errors import (
     CoordinatorNotAvailableError,
+    InconsistentGroupProtocolError,
     InvalidRequestError,
     KafkaError,
     MemberIdRequiredError,
@@ -121,8 +123,8 @@ async def _describe_groups(coordinator: Any, request: DescribeGroupsRequest) -> 
     return await coordinator.describe_groups.remote(request)
 
 
-async def _list_groups(coordinator: Any) -> list[tuple[str, str, str]]:
-    return await coordinator.list_groups.remote()
+async def _list_groups(coordinator: Any, request: ListGroupsRequest) -> list[tuple[str, str, str]]:
+    return await coordinator.list_groups.remote(request)
 
 
 async def _delete_groups(coordinator: Any, request: DeleteGroupsRequest) -> dict[str, KafkaError | None]:
@@ -198,7 +200,9 @@ async def _coordinator_of(view: BrokerView, key: str, key_type: int, listener: s
         # COORDINATOR_NOT_AVAILABLE until it exists: the client retries the lookup rather
         # than wait inside its first commit while the topic's replicas start (over 90 s on
         # a loaded machine; a Kafka client gives up on a request after 30 s).
-        owner = view.group_coordinator if key_type == KEY_TYPE_GROUP else view.transaction_coordinator
+        # The broker's own act, as Kafka's: the client needs no right to make it.
+        internal = view.internal
+        owner = internal.group_coordinator if key_type == KEY_TYPE_GROUP else internal.transaction_coordinator
         if not await _ensure_topic(owner):
             raise CoordinatorNotAvailableError(f"{topic} is being created")
         snapshot = await view.cluster([topic])
@@ -296,6 +300,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=request.protocol_type,
                 require_known_member_id=ctx.version >= 4,
                 client_host=client_host(ctx),
+                principal=authz.client(ctx),
             ),
         )
         values["member_id"] = result.member_id
@@ -330,6 +335,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
     try:
+        if ctx.version >= 5 and (protocol_type is None or protocol_name is None):
+            # Kafka's KafkaApis, before it authorizes: both are mandatory from v5.
+            raise InconsistentGroupProtocolError("SyncGroup v5+ needs its protocol type and name")
         authz.check(ctx, authz.Op.READ, authz.GROUP, request.group_id)
         answer = await _sync_group(
             view.group_coordinator,
@@ -340,6 +348,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
                 int(request.generation_id),
                 assignments if assignments else None,
                 decoded or None,
+                principal=authz.client(ctx),
             ),
         )
         data = answer.member_assignment
@@ -367,6 +376,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
                 request.member_id,
                 getattr(request, "group_instance_id", None),
                 int(request.generation_id),
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
@@ -388,7 +398,10 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     codes = []
     for member_id, instance_id in leaving:
         try:
-            await _leave_group(view.group_coordinator, LeaveGroupRequest(request.group_id, member_id, instance_id))
+            await _leave_group(
+                view.group_coordinator,
+                LeaveGroupRequest(request.group_id, member_id, instance_id, principal=authz.client(ctx)),
+            )
             codes.append(NONE)
         except Exception as exc:  # noqa: BLE001 - answered as its error code
             codes.append(_code(exc))
@@ -439,6 +452,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     request.member_id,
                     getattr(request, "group_instance_id", None),
                     int(request.generation_id_or_member_epoch),
+                    principal=authz.client(ctx),
                 ),
             )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
@@ -471,7 +485,8 @@ async def _fetch_group(
     partitions = None if asked is None else tuple(TopicPartition(t, p) for t, ps in asked for p in ps)
     try:
         committed = await _fetch_offsets(
-            view.group_coordinator, OffsetFetchRequest(group_id, partitions, require_stable)
+            view.group_coordinator,
+            OffsetFetchRequest(group_id, partitions, require_stable, principal=authz.client(ctx)),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
@@ -540,7 +555,12 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 )
             )
         return ctx.schema.response_of(throttle_time=ZERO_MS, groups=tuple(groups))
-    code, topics = await _fetch_group(ctx, request.group_id, _asked(request.topics), require_stable)
+    asked = _asked(request.topics)
+    code, topics = await _fetch_group(ctx, request.group_id, asked, require_stable)
+    if code != NONE and not has_field(resp, "error_code"):
+        # v0-v1 have no request-level error: as Kafka's OffsetFetchRequest.getErrorResponse,
+        # every partition asked carries it (GROUP_AUTHORIZATION_FAILED, ...).
+        topics = {t: [(p, None, code) for p in ps] for t, ps in asked or ()}
     return ctx.schema.response_of(
         throttle_time=ZERO_MS, error_code=error_code(code), topics=_fetched_topics(resp, "topics", topics)
     )
@@ -549,6 +569,10 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     """OffsetDelete v0."""
     view: BrokerView = ctx.state
+    if not authz.authorized(ctx, authz.Op.DELETE, authz.GROUP, request.group_id):
+        # As Kafka's KafkaApis: the request's error alone, no topic looked at.
+        refused = error_code(authz.denied_code(authz.GROUP))
+        return ctx.schema.response_of(error_code=refused, throttle_time=ZERO_MS, topics=())
     denied = authz.unauthorized_topics(ctx, authz.Op.READ, (t.name for t in request.topics))
     asked = [
         TopicPartition(t.name, int(p.partition_index))
@@ -558,9 +582,10 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     ]
     code, results = NONE, {}
     try:
-        authz.check(ctx, authz.Op.DELETE, authz.GROUP, request.group_id)
         if asked or not denied:
-            results = await _delete_offsets(view.group_coordinator, OffsetDeleteRequest(request.group_id, tuple(asked)))
+            results = await _delete_offsets(
+                view.group_coordinator, OffsetDeleteRequest(request.group_id, tuple(asked), principal=authz.client(ctx))
+            )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
     resp = ctx.schema.response
@@ -606,7 +631,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     allowed = [g for g in request.groups if authz.authorized(ctx, authz.Op.DESCRIBE, authz.GROUP, g)]
     refused = [g for g in request.groups if g not in set(allowed)]
     try:
-        described = await _describe_groups(view.group_coordinator, DescribeGroupsRequest(tuple(allowed)))
+        described = await _describe_groups(
+            view.group_coordinator, DescribeGroupsRequest(tuple(allowed), principal=authz.client(ctx))
+        )
     except Exception as exc:  # noqa: BLE001 - every group gets the error
         code = error_code(_code(exc))
         return ctx.schema.response_of(
@@ -677,7 +704,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     wanted = {s.lower() for s in getattr(request, "states_filter", ())}
     code, groups = NONE, []
     try:
-        groups = await _list_groups(view.group_coordinator)
+        groups = await _list_groups(view.group_coordinator, ListGroupsRequest(principal=authz.client(ctx)))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
     if groups and authz.enabled(ctx) and not authz.authorized_cluster(ctx, authz.Op.DESCRIBE, count=False):
@@ -704,7 +731,9 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     codes = dict.fromkeys(names, authz.denied_code(authz.GROUP))
     try:
         if allowed:
-            results = await _delete_groups(view.group_coordinator, DeleteGroupsRequest(allowed))
+            results = await _delete_groups(
+                view.group_coordinator, DeleteGroupsRequest(allowed, principal=authz.client(ctx))
+            )
             codes.update({g: (e.code if isinstance(e, KafkaError) else NONE) for g, e in results.items()})
     except Exception as exc:  # noqa: BLE001 - every group gets the error
         codes.update(dict.fromkeys(allowed, _code(exc)))

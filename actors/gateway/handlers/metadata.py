@@ -88,7 +88,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             kept = set(looked_up)
             creatable = [n for n in creatable if n not in kept]
     try:
-        snapshot = await view.cluster(None if requested is None else creatable, auto_create and bool(creatable))
+        snapshot = await view.cluster(
+            None if requested is None else creatable, auto_create and bool(creatable), authz.client(ctx)
+        )
     except Exception as exc:  # noqa: BLE001 - an auto-create that failed: answer without it
         if not (auto_create and creatable):
             raise

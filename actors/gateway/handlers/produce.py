@@ -9,7 +9,9 @@ so the client notices and refreshes its metadata); acks=1 answers after the lead
 appends, acks=all after the in-sync replicas have the batches.
 
 Each partition's part of the request becomes one ``ProduceRequest`` (its record bytes as
-they came, the request's acks and timeout), the same request rayqueue's own producer sends.
+they came, the request's acks, timeout and transactional id), the same request rayqueue's own
+producer sends. The leader verifies a transaction's first batch with the transaction
+coordinator (KIP-890, ``actors.txn_verification``).
 
 Order: Kafka appends a connection's produce requests in the order they came. Ray may start
 an async actor's calls in any order, so each partition's request carries a ``ProduceOrder``:
@@ -32,6 +34,7 @@ from actors.gateway.errors import NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import AppendOrigin, ProduceRequest, ProduceResponse, ProduceTurns
 from actors.protocol_broker import PartitionRequests
+from storage.batch_header import ATTRIBUTES_OFFSET, CURRENT_MAGIC, MAGIC_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import InvalidRecordError
 
 PRODUCE_KEY = 0
@@ -83,11 +86,14 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
     turns = _turns(ctx)
     parts: list[_Partition] = []
-    # Kafka's KafkaApis: a transactional produce needs WRITE on its transactional id, and
-    # every topic WRITE; a refused partition is answered without reaching its leader.
+    # Kafka's KafkaApis: transactional records need their transactional id and WRITE on it
+    # (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a batch with the
+    # transactional bit and no id is a forged one), and every topic WRITE; a refused
+    # partition is answered without reaching its leader.
     refused: int | None = None
-    if request.transactional_id and not authz.authorized(
-        ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, request.transactional_id
+    tid = request.transactional_id or None
+    if _has_transactional_records(request) and (
+        tid is None or not authz.authorized(ctx, authz.Op.WRITE, authz.TRANSACTIONAL_ID, tid)
     ):
         refused = authz.denied_code(authz.TRANSACTIONAL_ID)
     for topic in request.topic_data:
@@ -101,7 +107,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             # Numbered before anything is awaited: in the order the requests came.
             order = turns.take((topic.name, part.index))
             records = part.records if part.records is not None else b""
-            call = ProduceRequest(records, acks, timeout_ms, origin=AppendOrigin.CLIENT, order=order)
+            call = ProduceRequest(
+                records, acks, timeout_ms, origin=AppendOrigin.CLIENT, order=order, transactional_id=tid
+            )
             parts.append(_Partition(topic.name, part.index, call))
     try:
         await _produce(view, [p for p in parts if p.request is not None])
@@ -130,6 +138,22 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         ),
         throttle_time=ZERO_MS,
     )
+
+
+def _has_transactional_records(request: Any) -> bool:
+    """Whether some partition's first batch is transactional (Kafka's
+    RequestUtils.hasTransactionalRecords); one byte read per partition."""
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if (
+                records is not None
+                and len(records) > ATTRIBUTES_OFFSET + 1
+                and records[MAGIC_OFFSET] == CURRENT_MAGIC
+                and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK
+            ):
+                return True
+    return False
 
 
 async def _produce(view: BrokerView, parts: list[_Partition]) -> None:

@@ -4,13 +4,17 @@ the controller (``actors.controller.scram_control``), so that ``kafka-configs --
 user calls work. An alteration forgets the gateway's cached credentials of those users at
 once (the other gateways' caches expire within ``credentials.MAX_AGE_S``).
 
-Who may call them is the authorizer's to decide (ALTER / DESCRIBE on the cluster).
+With an authorizer, as Kafka's KafkaApis: DescribeUserScramCredentials needs DESCRIBE on the
+cluster (refused: CLUSTER_AUTHORIZATION_FAILED for the request and each user named) and
+AlterUserScramCredentials ALTER (refused: CLUSTER_AUTHORIZATION_FAILED for each user); nothing
+reaches the controller then, and the controller checks the client's principal again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
@@ -22,6 +26,7 @@ from actors.protocol_security import (
     ScramCredentialUpsertion,
     UserScramCredentialsResult,
 )
+from storage.errors import ClusterAuthorizationFailedError
 
 DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 50
 ALTER_USER_SCRAM_CREDENTIALS_KEY = 51
@@ -41,13 +46,20 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
     resp = ctx.schema.response
     users = None if request.users is None else tuple(u.name for u in request.users)
     try:
-        results = await _describe(view.controller, DescribeUserScramCredentialsRequest(users))
+        if not authz.authorized_cluster(ctx, authz.Op.DESCRIBE):
+            raise ClusterAuthorizationFailedError(f"{ctx.principal} may not DESCRIBE the cluster's users")
+        results = await _describe(view.controller, DescribeUserScramCredentialsRequest(users, authz.client(ctx)))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
+        # As Kafka's getErrorResponse: the request's error, and each user named with it.
+        code, message = error_code(error_code_of(exc, CONTROLLER_UNAVAILABLE)), error_message_of(exc)
         return ctx.schema.response_of(
             throttle_time=ZERO_MS,
-            error_code=error_code(error_code_of(exc, CONTROLLER_UNAVAILABLE)),
-            error_message=error_message_of(exc),
-            results=(),
+            error_code=code,
+            error_message=message,
+            results=tuple(
+                make(resp, "results", user=user, error_code=code, error_message=message, credential_infos=())
+                for user in users or ()
+            ),
         )
     result_cls = nested(resp, "results")
     return ctx.schema.response_of(
@@ -80,7 +92,11 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     )
     named = list(dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions]))
     try:
-        results = await _alter(view.controller, AlterUserScramCredentialsRequest(deletions, upsertions))
+        if not authz.authorized_cluster(ctx, authz.Op.ALTER):
+            raise ClusterAuthorizationFailedError(f"{ctx.principal} may not ALTER the cluster's users")
+        results = await _alter(
+            view.controller, AlterUserScramCredentialsRequest(deletions, upsertions, authz.client(ctx))
+        )
     except Exception as exc:  # noqa: BLE001 - every user answered with the error
         code, message = error_code_of(exc, CONTROLLER_UNAVAILABLE), error_message_of(exc)
         results = [UserScramCredentialsResult(user, code, message) for user in named]

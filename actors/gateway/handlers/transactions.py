@@ -106,6 +106,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             int(request.transaction_timeout.total_seconds() * 1000),
             int(getattr(request, "producer_id", -1)),
             int(getattr(request, "producer_epoch", -1)),
+            principal=authz.client(ctx),
         )
         result = await _init_producer_id(view.transaction_coordinator, asked)
         pid, epoch = result.producer_id, result.epoch
@@ -137,6 +138,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
                 int(request.v3_and_below_producer_id),
                 int(request.v3_and_below_producer_epoch),
                 tuple(TopicPartition(t.name, int(p)) for t in topics for p in t.partitions),
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
@@ -175,7 +177,11 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         await _add_offsets(
             view.transaction_coordinator,
             AddOffsetsToTxnRequest(
-                request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
+                request.transactional_id,
+                int(request.producer_id),
+                int(request.producer_epoch),
+                request.group_id,
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
@@ -192,7 +198,11 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
         await _end_txn(
             view.transaction_coordinator,
             EndTxnRequest(
-                request.transactional_id, int(request.producer_id), int(request.producer_epoch), bool(request.committed)
+                request.transactional_id,
+                int(request.producer_id),
+                int(request.producer_epoch),
+                bool(request.committed),
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
@@ -236,6 +246,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 getattr(request, "member_id", ""),
                 getattr(request, "group_instance_id", None),
                 int(getattr(request, "generation_id", -1)),
+                principal=authz.client(ctx),
             ),
         )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
@@ -260,7 +271,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         if allowed:
             found = {
                 d.transactional_id: d
-                for d in await _describe(view.transaction_coordinator, DescribeTransactionsRequest(allowed))
+                for d in await _describe(
+                    view.transaction_coordinator, DescribeTransactionsRequest(allowed, authz.client(ctx))
+                )
             }
         failed = NONE
     except Exception as exc:  # noqa: BLE001 - every id gets the error
@@ -283,6 +296,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                     transaction_start_time=_EPOCH,
                     producer_id=-1,
                     producer_epoch=-1,
+                    topics=(),
                 )
             )
             continue
@@ -318,7 +332,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     now_ms = SYSTEM.wall_ms()
     code, described = NONE, []
     try:
-        described = await _describe(view.transaction_coordinator, DescribeTransactionsRequest(None))
+        described = await _describe(view.transaction_coordinator, DescribeTransactionsRequest(None, authz.client(ctx)))
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
     if described and authz.enabled(ctx):

@@ -481,6 +481,7 @@ function route() {
   else if (path === "/groups") { nav = "groups"; groupsPage(); }
   else if ((m = path.match(/^\/groups\/(.+)$/))) { nav = "groups"; groupPage(m[1]); }
   else if (path === "/transactions") { nav = "transactions"; transactionsPage(); }
+  else if (path === "/schemas") { nav = "schemas"; schemasPage(); }
   else { app.innerHTML = "<h1>Not found</h1>"; }
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.dataset.nav === nav);
 }
