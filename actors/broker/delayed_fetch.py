@@ -11,12 +11,13 @@ host's :class:`FetchPurgatory`. A parked fetch costs one small entry per partiti
 future and one timer, however many partitions it names; a change to a partition costs each
 fetch watching that partition a constant amount of work (no read).
 
-What counts toward ``min_bytes`` while parked: a partition whose readable end (the high
-watermark; the last stable offset for read_committed) is past the fetch offset counts the
-bytes appended to its log since the wait began, and at least one byte once that end moved.
+What counts toward ``min_bytes`` while parked: when a partition's readable end (the high
+watermark; the last stable offset for read_committed) moves past the fetch offset, the bytes
+appended to its log since the fetch first parked, and at least one byte; bytes appended above
+the readable end count only once it moves (a leader's own appends wait for its followers).
 When the count reaches what was missing, every partition is read again and that is the
 answer; if the reads still fall short (bytes above the high watermark were counted) and time
-is left, the fetch parks again from there. ``min_bytes`` above ``max_bytes`` waits for
+is left, the fetch parks again, counting from where it first parked. ``min_bytes`` above ``max_bytes`` waits for
 ``max_bytes``: the answer could not carry more.
 
 Cancelling :func:`fetch_messages` (the client's connection closed: the gateway cancels the
@@ -50,7 +51,9 @@ class DelayedFetch:
 
     __slots__ = ("need", "counted", "touched", "future", "_entries")
 
-    def __init__(self, watched: dict[Key, tuple[Any, int, bool]], need: int) -> None:
+    def __init__(
+        self, watched: dict[Key, tuple[Any, int, bool]], need: int, starts: dict[Key, int] | None = None
+    ) -> None:
         self.need = need
         self.counted = 0
         self.touched = False  # some partition changed while parked
@@ -59,7 +62,14 @@ class DelayedFetch:
         self._entries: dict[Key, list[Any]] = {}
         for key, (replica, offset, committed) in watched.items():
             end, size, epoch, _ = replica.fetch_position(committed)
-            self._entries[key] = [replica, offset, committed, size, end, epoch, 0]
+            start = size if starts is None else starts.get(key, size)
+            self._entries[key] = [replica, offset, committed, start, end, epoch, 0]
+
+    @property
+    def starts(self) -> dict[Key, int]:
+        """Each partition's log size when the fetch first parked (a fetch parked again counts
+        from there: bytes appended above the readable end before then count once readable)."""
+        return {key: entry[3] for key, entry in self._entries.items()}
 
     @property
     def keys(self) -> list[Key]:
@@ -83,9 +93,9 @@ class DelayedFetch:
         if closed or now_epoch != epoch:
             future.set_result(True)
             return
-        if end <= offset:
-            return
-        counted = max(size - start, 1 if end != seen else 0)
+        if end <= offset or end == seen:
+            return  # nothing more is readable: bytes above the readable end do not count yet
+        counted = max(size - start, 1)
         entry[6] = counted
         self.counted += counted - before
         if self.counted >= self.need:
@@ -160,15 +170,17 @@ async def fetch_messages(
         return []  # nothing to wait on
     deadline = clock.monotonic() + max_wait_ms / 1000
     need = min(min_bytes, max_bytes)
+    starts: dict[Key, int] | None = None
     while True:
         answers, got = await _read(lookup, requests, max_bytes)
         remaining = deadline - clock.monotonic()
         if got >= need or remaining <= 0 or any(isinstance(a, BaseException) for a in answers):
             return answers
         try:
-            op = DelayedFetch(_watched(lookup, requests), need - got)
+            op = DelayedFetch(_watched(lookup, requests), need - got, starts)
         except Exception:  # noqa: BLE001 - a replica closed meanwhile: these answers stand
             return answers
+        starts = op.starts
         if not await purgatory.wait(op, remaining) and not op.touched:
             return answers  # expired with nothing changed: the reads stand
 

@@ -224,3 +224,26 @@ def test_bad_requests_are_answered_with_their_error():
         assert await fetch_messages(broker.lookup, broker.purgatory, [], 60_000, 1, 100) == []  # nothing to park
 
     run(scenario())
+
+
+def test_bytes_above_the_readable_end_count_once_it_moves():
+    """A leader's own append (above the high watermark) reads nothing new, so it does not
+    wake the fetch; once the high watermark moves over it, it counts."""
+
+    async def scenario():
+        broker = Broker(1)
+        replica = broker.replicas[("t", 0)]
+        replica.append(b"s" * 10)
+        task = asyncio.create_task(broker.fetch([0], min_bytes=30))
+        await parked(broker)
+        replica.append(b"L" * 40, committed=False)
+        broker.changed(0)
+        await asyncio.sleep(0)
+        assert not task.done() and replica.reads == 1  # nothing readable moved: no read
+        replica.readable += b"L" * 40  # the followers have it: the high watermark moves
+        replica.end += 1
+        broker.changed(0)
+        answers = await task
+        assert answers[0].records == b"s" * 10 + b"L" * 40
+
+    run(scenario())
