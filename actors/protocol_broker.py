@@ -4,7 +4,7 @@ the tuple of their fields).
 
 Kafka's ReplicaManager takes a request's partitions together: ``appendRecords`` a map of
 partitions to records, ``fetchMessages`` many partitions with one wait, and the controller's
-LeaderAndIsr carries every partition a broker hosts. A broker host (``actors.broker``) takes
+LeaderAndIsr carries every partition a broker hosts. A broker's host (``actors.broker``) takes
 the same shapes: :class:`PartitionRequests` pairs each partition with its one-partition
 request of :mod:`actors.protocol` (a ProduceRequest, a WriteTxnMarkersRequest, a
 ListOffsetsRequest, ...) and is answered with one answer per partition, in order: the

@@ -1,4 +1,4 @@
-"""The broker's actors called directly: replica data path, fencing, bad input, failures."""
+"""The broker's host actors called directly: replica data path, fencing, bad input, failures."""
 
 from __future__ import annotations
 
@@ -418,7 +418,7 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
 
 
 def _replica(cluster, topic: str, partition: int, broker: int):
-    """The replica in its broker's actor, found by name (not through the controller), or None
+    """The replica in its broker's host actor, found by name (not through the controller), or None
     when it is not open there."""
     try:
         actor = ray.get_actor(broker_actor_name(broker), namespace=cluster.namespace)

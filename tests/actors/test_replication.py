@@ -1,9 +1,9 @@
 """Replication: followers, ISR, high watermark, acks, elections, broker stop/start, reassignment.
 
 The session cluster has three brokers on one Ray node. Faults are injected by killing a
-replica's broker actor (``kill_broker``: every replica it hosts dies with it), stopping
-brokers through the controller, and pausing a follower's fetching (``pause_fetching``),
-which stands in for a network partition.
+replica's host actor (``kill_broker``: every replica it holds dies with it; on the failover
+cluster, never the session's), stopping brokers through the controller, and pausing a
+follower's fetching (``pause_fetching``), which stands in for a network partition.
 """
 
 from __future__ import annotations
