@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.clock import ManualClock
+from actors.consumer_group_config import ConsumerGroupSettings
 from actors.group_coordinator import consumer_records as cr
-from actors.group_coordinator.consumer_config import ConsumerGroupSettings
 from actors.group_coordinator.consumer_group import ConsumerGroupState, MemberState
 from actors.group_coordinator.consumer_protocol import decode_assignment, encode_assignment
 from actors.group_coordinator.metadata_image import MetadataImage, TopicImage
