@@ -74,6 +74,10 @@ class RayHostLink:
         """The host's list_offsets."""
         return await _answer(self._handle.list_offsets.remote(request), "leader host")
 
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """The host's inter_broker_endpoint."""
+        return await _answer(self._handle.inter_broker_endpoint.remote(), "leader host")
+
 
 class RayControllerLink:
     """The controller, reached by Ray calls on its actor handle."""
@@ -84,6 +88,10 @@ class RayControllerLink:
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """The controller's alter_partition."""
         return await _answer(self._handle.alter_partition.remote(request), "controller")
+
+    async def scram_credential(self, user: str, mechanism: str) -> Any:
+        """The controller's scram_credential."""
+        return await _answer(self._handle.scram_credential.remote(user, mechanism), "controller")
 
 
 class RayLinks(Links):
@@ -110,7 +118,10 @@ class BrokerHost:
 
     def __init__(self, broker_id: int, namespace: str = "", metrics_enabled: bool = True, name: str = "") -> None:
         node_id = ray.get_runtime_context().get_node_id() or ""
-        self._manager = ReplicaManager(broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name)
+        node_ip = ray.util.get_node_ip_address()
+        self._manager = ReplicaManager(
+            broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name, node_ip
+        )
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -180,6 +191,10 @@ class BrokerHost:
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """See ReplicaManager.wake_replica_fetch."""
         self._manager.wake_replica_fetch(replica_id)
+
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """See ReplicaManager.inter_broker_endpoint."""
+        return await self._manager.inter_broker_endpoint()
 
     # -- one partition (a ReplicaRef's calls) -------------------------------------------------
 
