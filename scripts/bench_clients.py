@@ -12,16 +12,34 @@ and the paced producer import this module in child processes.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import random
 import re
 import struct
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 STALL_S = 600.0  # a client that has not finished by then is stuck: fail, do not hang
+
+
+@contextmanager
+def steady_heap() -> Iterator[None]:
+    """Measure a client in a process whose heap holds the whole benchmark (Ray's driver, the
+    clusters' handles, earlier workloads' leftovers) as if it ran in a process of its own:
+    garbage collected first, then every object there is frozen (``gc.freeze``), so that the
+    collector's full passes during the workload walk what the workload allocates, not the
+    harness. Without it a full collection of the harness's heap (about 100 ms here) lands
+    inside whichever timed workload trips it, the same one run after run."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def payload(size: int, seed: int = 0) -> bytes:

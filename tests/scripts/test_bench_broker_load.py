@@ -173,3 +173,27 @@ def test_bench_replication_turns_the_order_every_round():
         ["ray", "kafka"],
         ["kafka", "ray"],
     ]
+
+
+def test_a_workload_is_measured_with_the_harness_heap_frozen():
+    import gc
+
+    import bench_clients
+
+    before = gc.get_freeze_count()
+    seen = {}
+
+    def workload() -> float:
+        seen["frozen"] = gc.get_freeze_count()
+        seen["collecting"] = gc.isenabled()
+        return 1.0
+
+    figures = bvk.Figures()
+    figures.define("x", "ms", False)
+    figures.measure("x", "kafka", workload)
+    assert seen["frozen"] > before and seen["collecting"]  # frozen, not switched off
+    assert gc.get_freeze_count() == before
+    with pytest.raises(RuntimeError):
+        with bench_clients.steady_heap():
+            raise RuntimeError("a failed workload")
+    assert gc.get_freeze_count() == before
