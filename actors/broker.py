@@ -27,6 +27,7 @@ import logging
 import os
 from typing import Any
 
+from actors.broker_iceberg import BrokerIceberg
 from actors.clock import SYSTEM, Clock
 from actors.delayed_fetch import FetchPurgatory, fetch_messages
 from actors.partition import DEFAULT_REPLICATION, PartitionReplica
@@ -92,6 +93,8 @@ class Broker:
         self._replica_fetches = 0  # replica_fetch calls served
         self._most_partitions_per_fetch = 0
         self._most_markers_per_call = 0
+        # Iceberg topics: the leaders' translation, on a tick of its own (actors.broker_iceberg).
+        self._iceberg = BrokerIceberg(broker_id, namespace, metrics_enabled, clock)
 
     # -- replicas: opened and closed by the controller ---------------------------------------
 
@@ -126,6 +129,7 @@ class Broker:
             on_change=functools.partial(self._replica_changed, key),
         )
         self._background[key] = asyncio.get_running_loop().create_task(replica.run())
+        self._iceberg.start(self._replicas.values)
         return True
 
     async def close_replica(self, topic: str, partition: int, delete: bool = False) -> None:
@@ -167,9 +171,12 @@ class Broker:
             raise InvalidRequestError(f"no replica call {method!r:.100}")
         self._replica_calls += 1
         try:
-            return await getattr(replica, method)(*args, **kwargs)
+            answer = await getattr(replica, method)(*args, **kwargs)
         finally:
             self._replica_calls -= 1
+        if method == "describe":  # with its Iceberg translation, when this broker translates it
+            answer["iceberg"] = self._iceberg.describe(topic, partition)
+        return answer
 
     async def fetch_messages(
         self, requests: list[tuple[str, int, FetchRequest]], max_wait_ms: int, min_bytes: int, max_bytes: int
@@ -317,6 +324,7 @@ class Broker:
     async def shutdown(self, delete: bool = False) -> None:
         """Close every replica (the controller's cluster shutdown); ``run`` then returns."""
         self._fetchers.stop()
+        await self._iceberg.close()
         for topic, partition in list(self._replicas):
             try:
                 await self.close_replica(topic, partition, delete)

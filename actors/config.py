@@ -14,6 +14,8 @@ from typing import Any
 
 from actors.authorizer import authorizer_enabled
 from actors.gateway.listeners import broker_endpoints, parse_listeners
+from actors.iceberg.config import BROKER_KEYS as ICEBERG_KEYS
+from actors.iceberg.config import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
 from actors.schema_registry.config import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
@@ -400,6 +402,8 @@ BROKER_CONFIG = _BrokerConfigDef(
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
         # The schema registry (actors/schema_registry): Confluent's keys under schema.registry.
         *REGISTRY_KEYS,
+        # Iceberg topics' catalog and warehouse (actors/iceberg).
+        *ICEBERG_KEYS,
     ],
 )
 

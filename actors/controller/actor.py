@@ -34,7 +34,7 @@ from actors.authorizer import StandardAuthorizer
 from actors.broker import Broker
 from actors.broker_probe import probe_brokers, probe_targets
 from actors.clock import SYSTEM, Clock
-from actors.config import broker_config
+from actors.config import ICEBERG_BROKER_KEYS, broker_config
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
@@ -738,7 +738,7 @@ class Controller:
             leader_handle=leader,
             controller=ray.get_runtime_context().current_actor,
             retention_check_ms=self._config["log.retention.check.interval.ms"],
-            replication={k: self._config[k] for k in DEFAULT_REPLICATION},
+            replication={k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
         )
         await self._call_replica(leader.become_leader.remote(state))
         calls = []
