@@ -224,10 +224,12 @@ def check_topic_config(config: Mapping[str, Any]) -> None:
 
 
 def table_name(topic: str) -> str:
-    """The table a topic's records go to (in the settings' namespace)."""
-    return topic
+    """The table a topic's records go to (in the settings' namespace): the topic's name with
+    ``.`` as ``_``, since readers split identifiers at dots (Kafka already refuses two topics
+    that differ only there, as their metric names would collide)."""
+    return topic.replace(".", "_")
 
 
 def dlq_table_name(topic: str) -> str:
     """The dead-letter table of a topic's records the mode could not type (Redpanda's name)."""
-    return topic + DLQ_SUFFIX
+    return table_name(topic) + DLQ_SUFFIX

@@ -1,0 +1,149 @@
+"""Iceberg topics on the session cluster: the table equals the topic (records, order within a
+partition, columns), aborted transactions stay out, a topic altered on translates from its log
+start, DuckDB and Ray Data read what pyiceberg reads, the configs are checked and set as any
+topic config (rayqueue's Admin and a Kafka client's IncrementalAlterConfigs), and the lag shows
+in ``rayqueue status``."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import rayqueue.iceberg as rqi
+from actors.types import TopicPartition
+from storage.errors import InvalidConfigError
+from tests.helpers import wait_for
+
+FAST = {"rayqueue_iceberg_target_lag_ms": 200}
+KV = {"rayqueue_iceberg_mode": "key_value", **FAST}
+_txn_ids = itertools.count()
+
+
+def committed_records(cluster, topic: str, partitions: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every record a read_committed consumer reads."""
+    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(tps)
+    out = []
+    try:
+        ends = consumer.end_offsets(tps)
+
+        def caught_up() -> bool:
+            out.extend(consumer.poll(200))
+            return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+        wait_for(caught_up, timeout=60, interval=0, what="the topic read to its end")
+    finally:
+        consumer.close()
+    return sorted((r.partition, r.offset, r.key, r.value) for r in out)
+
+
+def table_records(topic: str, cluster) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    rows = rqi.to_arrow(topic, cluster).to_pylist()
+    return sorted((r["rayqueue"]["partition"], r["rayqueue"]["offset"], r["key"], r["value"]) for r in rows)
+
+
+def test_a_key_value_topic_is_a_table(cluster, new_topic):
+    topic = new_topic(partitions=2, **KV)
+    producer = cluster.producer(linger_ms=5)
+    for i in range(60):
+        producer.send(topic, b"v%d" % i, key=b"k%d" % (i % 7), headers=[("n", b"%d" % i)], partition=i % 2)
+    producer.flush(30)
+    txn = cluster.producer(transactional_id=f"iceberg-{next(_txn_ids)}")
+    txn.init_transactions()
+    txn.begin_transaction()
+    for i in range(10):
+        txn.send(topic, b"aborted%d" % i, partition=i % 2)
+    txn.abort_transaction()
+    txn.begin_transaction()
+    for i in range(10):
+        txn.send(topic, b"committed%d" % i, partition=i % 2)
+    txn.commit_transaction()
+    txn.close(10)
+    producer.close(10)
+    rqi.wait_translated(topic, cluster, timeout_s=120)
+    want = committed_records(cluster, topic, 2)
+    assert len(want) == 70
+    got = table_records(topic, cluster)
+    assert got == want  # every committed record once, in offset order per partition; no aborted one
+    rows = rqi.to_arrow(topic, cluster).to_pylist()
+    row = next(r for r in rows if r["value"] == b"v3")
+    assert row["key"] == b"k3" and row["headers"] == [{"key": "n", "value": b"3"}]
+    assert row["rayqueue"]["topic"] == topic and row["rayqueue"]["timestamp_type"] == 0
+    # The other readers read what pyiceberg reads.
+    duck = rqi.duckdb(topic, cluster=cluster)
+    duck_rows = duck.query("t", 'SELECT t.rayqueue.partition, t.rayqueue."offset", key, value FROM t').fetchall()
+    assert sorted(tuple(r) for r in duck_rows) == got
+    ds = rqi.read(topic, cluster)
+    ray_rows = sorted(
+        (r["rayqueue"]["partition"], r["rayqueue"]["offset"], r["key"], r["value"]) for r in ds.take_all()
+    )
+    assert ray_rows == got
+    # The translation as the leaders report it.
+    report = rqi.translation(topic, cluster)
+    assert sorted(t.partition for t in report) == [0, 1]
+    assert all(t.lag_records == 0 and t.error is None and t.mode == "key_value" for t in report)
+
+
+def test_a_topic_altered_on_translates_from_its_log_start(cluster, admin, new_topic):
+    topic = new_topic(partitions=1, **FAST)
+    producer = cluster.producer()
+    for i in range(20):
+        producer.send(topic, b"r%d" % i)
+    producer.flush(30)
+    admin.delete_records({TopicPartition(topic, 0): 5})  # the log starts at 5
+    assert rqi.translation(topic, cluster) == []  # disabled: nothing translates
+    admin.alter_configs(topic, {"rayqueue.iceberg.mode": "key_value"})
+    rqi.wait_translated(topic, cluster, timeout_s=120)
+    assert [o for _, o, _, _ in table_records(topic, cluster)] == list(range(5, 20))
+    # Off again: the leader stops translating; the table stays.
+    admin.alter_configs(topic, {"rayqueue.iceberg.mode": "disabled"})
+    wait_for(lambda: rqi.translation(topic, cluster) == [], timeout=30, what="translation stopped")
+    producer.send(topic, b"while off")
+    producer.flush(30)
+    producer.close(10)
+    assert len(table_records(topic, cluster)) == 15
+    # On once more: it goes on from where it stopped (the table's summary), not the log start.
+    admin.alter_configs(topic, {"rayqueue.iceberg.mode": "key_value"})
+    rqi.wait_translated(topic, cluster, timeout_s=120)
+    assert [o for _, o, _, _ in table_records(topic, cluster)] == list(range(5, 21))
+
+
+def test_iceberg_configs_are_checked_as_topic_configs(admin, new_topic):
+    with pytest.raises(InvalidConfigError):
+        new_topic(rayqueue_iceberg_mode="parquet")
+    with pytest.raises(InvalidConfigError):
+        new_topic(rayqueue_iceberg_partition_spec="hour(rayqueue.timestamp)")  # no parentheses
+    topic = new_topic()
+    with pytest.raises(InvalidConfigError):
+        admin.alter_configs(topic, {"rayqueue.iceberg.target.lag.ms": "-5"})
+    described = admin.describe_configs(topic)
+    assert described["rayqueue.iceberg.mode"][0] == "disabled"
+    assert described["rayqueue.iceberg.partition.spec"][0] == "(hour(rayqueue.timestamp))"
+
+
+def test_a_kafka_client_turns_a_topic_into_an_iceberg_topic(cluster, admin, new_topic):
+    """confluent-kafka's AdminClient (what kafka-configs --alter sends): IncrementalAlterConfigs."""
+    kafka_admin = pytest.importorskip("confluent_kafka.admin")
+    topic = new_topic(**FAST)
+    client = kafka_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = kafka_admin.ConfigResource(
+        kafka_admin.ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            kafka_admin.ConfigEntry(
+                "rayqueue.iceberg.mode", "key_value", incremental_operation=kafka_admin.AlterConfigOpType.SET
+            )
+        ],
+    )
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(30)
+    assert admin.describe_configs(topic)["rayqueue.iceberg.mode"][0] == "key_value"
+    producer = cluster.producer()
+    producer.send(topic, b"through kafka-configs")
+    producer.flush(30)
+    producer.close(10)
+    rqi.wait_translated(topic, cluster, timeout_s=120)
+    assert [v for _, _, _, v in table_records(topic, cluster)] == [b"through kafka-configs"]
