@@ -21,6 +21,7 @@ the conflict and set back the other partitions' state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -150,10 +151,15 @@ def open_catalog(settings: IcebergSettings) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
     if settings.catalog_uri.startswith("sqlite:///"):
-        # SQLite makes the database file, not its directory.
         import os
+        import sqlite3
 
-        os.makedirs(os.path.dirname(settings.catalog_uri[len("sqlite:///") - 1 :]) or ".", exist_ok=True)
+        path = settings.catalog_uri[len("sqlite://") :]
+        # SQLite makes the database file, not its directory. In WAL mode (kept in the file) a
+        # reader of the catalog never holds up a broker's commit, nor a commit a reader.
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
     if settings.warehouse.startswith("file://"):
         import os
         from urllib.parse import urlparse
@@ -327,6 +333,8 @@ def commit(
     if table is None:
         raise RuntimeError(f"Iceberg table {name} disappeared")
     for attempt in range(MAX_COMMIT_ATTEMPTS):
+        if attempt and _has_commit(table, commit_id):
+            return CommitResult(True, new_state)  # an earlier attempt landed after all
         state = read_state(table, topic_id)
         current = state.get(partition)
         if current is not None and current.leader_epoch > new_state.leader_epoch:
@@ -340,17 +348,20 @@ def commit(
             return CommitResult(False, current)
         state[partition] = new_state
         txn = table.transaction()
-        with txn.update_snapshot(
-            snapshot_properties=_summary(state, topic_id, commit_id, broker_id)
-        ).fast_append() as app:
+        summary = _summary(state, topic_id, commit_id, broker_id)
+        with txn.update_snapshot(snapshot_properties=summary).fast_append() as app:
             for data_file in files:
                 app.append_data_file(data_file)
         try:
             txn.commit_transaction()
             return CommitResult(True, new_state)
         except Exception as exc:
-            if not _retriable(exc):
-                # The outcome is unknown (the catalog may have taken it): look for this commit.
+            from pyiceberg.exceptions import CommitFailedException
+
+            # CommitFailedException: the catalog refused the swap, nothing landed. Any other
+            # error (SQLite busy at COMMIT, a lost answer) leaves the outcome unknown: the next
+            # attempt looks for this commit's id before anything else.
+            if not _retriable(exc) and not isinstance(exc, CommitFailedException):
                 table = catalog.load(name)
                 if table is not None and _has_commit(table, commit_id):
                     return CommitResult(True, new_state)
@@ -364,7 +375,13 @@ def commit(
     raise AssertionError("unreachable")
 
 
-def _has_commit(table: Any, commit_id: str) -> bool:
-    return any(
-        s.summary is not None and s.summary.additional_properties.get(COMMIT_ID) == commit_id for s in table.snapshots()
-    )
+def _has_commit(table: Any, commit_id: str, depth: int = 100) -> bool:
+    """Whether one of the table's newest ``depth`` snapshots is commit ``commit_id``."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None and depth > 0:
+        if snapshot.summary is not None and snapshot.summary.additional_properties.get(COMMIT_ID) == commit_id:
+            return True
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        depth -= 1
+    return False

@@ -315,11 +315,14 @@ class PartitionTranslator:
             self._topic_id,
             self._broker_id,
         )
-        self._table_state = result.state
+        expected, self._table_state = self._table_state, result.state
         if not result.committed:
             self.stats.conflicts += 1
             self.stats.next_offset = None  # read the table's state again before going on
-            logger.info("Iceberg %s-%d: another leader translated this range first", self.topic, self.partition)
+            logger.warning(
+                "Iceberg %s-%d: the table's state moved from %s to %s under this step (another leader's commit)",
+                self.topic, self.partition, expected, result.state,
+            )  # fmt: skip
             return
         self.stats.commits += 1
         self.stats.translated_records += rows.num_rows

@@ -457,3 +457,33 @@ def test_the_translation_imports_no_ray() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["ray"]
+
+
+def test_a_commit_whose_answer_is_lost_is_found_not_redone(root: Path, monkeypatch) -> None:
+    """The catalog takes the commit but the answer is an error (SQLite busy at COMMIT, a lost
+    reply): the outcome is unknown, so the translator looks for its commit's id before anything
+    else. It finds it: nothing is written twice and none of its files is deleted."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy.exc import OperationalError
+
+    log = new_log(root, "lost-0")
+    append(log, [b"a", b"b"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "lost", **KV)
+    run(settle(t, [source], clock))
+    append(log, [b"c"])
+    real, lost = SqlCatalog.commit_table, []
+
+    def commit_then_lose_the_answer(self, table, requirements, updates):
+        answer = real(self, table, requirements, updates)
+        if not lost:
+            lost.append(answer.metadata_location)
+            raise OperationalError("COMMIT", {}, Exception("database is locked"))
+        return answer
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_lose_the_answer)
+    run(settle(t, [source], clock))
+    monkeypatch.undo()
+    assert lost and t.describe("lost", 0)["commits"] == 2 and t.describe("lost", 0)["conflicts"] == 0
+    assert [r["value"] for r in rows(t, "lost")] == [b"a", b"b", b"c"]  # every data file still there
