@@ -7,6 +7,7 @@ in ``rayqueue status``."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -147,3 +148,53 @@ def test_a_kafka_client_turns_a_topic_into_an_iceberg_topic(cluster, admin, new_
     producer.close(10)
     rqi.wait_translated(topic, cluster, timeout_s=120)
     assert [v for _, _, _, v in table_records(topic, cluster)] == [b"through kafka-configs"]
+
+
+def test_the_lag_shows_in_status_and_the_console(cluster, admin):
+    """A topic whose translation waits (a long target lag): ``rayqueue status`` and the
+    console's topic page show each partition's lag in records, from its leader."""
+    import os
+
+    topic = f"ice-lag-{os.getpid()}"  # short: the status table fits a terminal's width
+    admin.create_topic(
+        topic, 1, configs={"rayqueue.iceberg.mode": "key_value", "rayqueue.iceberg.target.lag.ms": 3_600_000}
+    )
+    try:
+        _lag_shows(cluster, topic)
+    finally:
+        admin.delete_topic(topic)
+
+
+def _lag_shows(cluster, topic: str) -> None:
+    from typer.testing import CliRunner
+
+    from rayqueue.cli import app
+    from rayqueue.console.app import create_app
+    from tests.rayqueue.test_console_api import ok, page_client
+
+    producer = cluster.producer()
+    for i in range(7):
+        producer.send(topic, b"%d" % i)
+    producer.flush(30)
+    producer.close(10)
+    wait_for(
+        lambda: [t.lag_records for t in rqi.translation(topic, cluster)] == [7], timeout=60, what="a lag of 7 records"
+    )
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    assert "Iceberg topics" in result.stdout, result.stdout
+    row = next(line for line in result.stdout.splitlines() if topic in line)
+    assert re.search(r"│\s+0\s+│\s+7\s+│", row), result.stdout  # partition 0, a lag of 7 records
+    from rich.console import Console
+
+    from rayqueue.cli import status_view
+    from rayqueue.snapshot import take_snapshot
+
+    frame = Console(width=200, record=True)
+    frame.print(status_view(take_snapshot(cluster), {}))
+    assert "Iceberg topics" in frame.export_text() and topic in frame.export_text()  # rayqueue status --watch
+    with page_client(create_app(cluster, sample_interval_s=0.3)) as client:
+        detail = ok(client.get(f"/api/topics/{topic}"))
+        assert detail["iceberg"]["lag_records"] == 7 and detail["partitions"][0]["iceberg"]["lag_records"] == 7
+        listed = next(t for t in ok(client.get("/api/topics"))["topics"] if t["name"] == topic)
+        assert listed["iceberg"]["lag_records"] == 7
