@@ -192,7 +192,8 @@ def _lag_shows(cluster, topic: str) -> None:
 
     frame = Console(width=200, record=True)
     frame.print(status_view(take_snapshot(cluster), {}))
-    assert "Iceberg topics" in frame.export_text() and topic in frame.export_text()  # rayqueue status --watch
+    text = frame.export_text()
+    assert "Iceberg topics" in text and topic in text  # rayqueue status --watch
     with page_client(create_app(cluster, sample_interval_s=0.3)) as client:
         detail = ok(client.get(f"/api/topics/{topic}"))
         assert detail["iceberg"]["lag_records"] == 7 and detail["partitions"][0]["iceberg"]["lag_records"] == 7
