@@ -108,16 +108,18 @@ def data_files(topic: str, cluster: ClusterHandle | None = None) -> list[str]:
 
 def duckdb(topic: str, connection: Any = None, cluster: ClusterHandle | None = None) -> Any:
     """A DuckDB relation over the topic's table: DuckDB's own ``read_parquet`` over the current
-    snapshot's data files, columns by name (``union_by_name``: files written before the
-    table's schema grew lack the newer columns, read as null). DuckDB's ``iceberg`` extension
-    would read the table itself but downloads at first use; this needs nothing beyond DuckDB."""
+    snapshot's data files of a local warehouse, columns by name (``union_by_name``: files
+    written before the table's schema grew lack the newer columns, read as null). DuckDB's
+    ``iceberg`` extension would read the table itself but downloads at first use; this needs
+    nothing beyond DuckDB. With an S3 warehouse DuckDB reads the table's Arrow (pyiceberg's)."""
     import duckdb as duckdb_module
 
     con = connection if connection is not None else duckdb_module.connect()
     files = data_files(topic, cluster)
-    if not files:
-        arrow = to_arrow(topic, cluster)
-        return con.from_arrow(arrow)
+    if not files or any("://" in f for f in files):
+        # No file yet, or a warehouse on S3 (DuckDB's httpfs extension downloads at first use
+        # too): DuckDB reads the Arrow table pyiceberg reads.
+        return con.from_arrow(to_arrow(topic, cluster))
     return con.read_parquet(files, union_by_name=True)
 
 
