@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
 	$(VENV)/bin/python scripts/bench_security.py
 	$(VENV)/bin/python scripts/bench_metrics.py
+	$(VENV)/bin/python scripts/bench_iceberg.py
 	$(VENV)/bin/python scripts/bench_vs_kafka.py
 
 clean:

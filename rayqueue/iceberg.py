@@ -196,7 +196,7 @@ def wait_translated(topic: str, cluster: ClusterHandle | None = None, timeout_s:
     while True:
         done = {t.partition: t.next_offset for t in translation(topic, cluster, admin)}
         last = done
-        if all((done.get(tp.partition) or -1) >= hw for tp, hw in targets.items()):
+        if all(done.get(tp.partition) is not None and done[tp.partition] >= hw for tp, hw in targets.items()):
             return
         if time.monotonic() > deadline:
             raise KafkaTimeoutError(

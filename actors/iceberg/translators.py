@@ -57,6 +57,7 @@ class Translators:
 
     def tick(self, sources: Iterable[PartitionSource]) -> None:
         """Follow the host's leaders and start the most overdue step (if none is running)."""
+        sources = list(sources)
         live: dict[Key, PartitionTranslator] = {}
         for source in sources:
             try:
@@ -88,6 +89,16 @@ class Translators:
         key = due[0][1]
         self._running_key = key
         self._running = asyncio.get_running_loop().create_task(live[key].step())
+        # The next step (this partition's rest, or another's) starts when this one ends, not
+        # at the host's next tick.
+        self._running.add_done_callback(lambda _: self._tick_again(sources))
+
+    def _tick_again(self, sources: list[PartitionSource]) -> None:
+        if self._translators:
+            try:
+                self.tick(sources)
+            except Exception:  # noqa: BLE001 - the host's next tick tries again
+                logger.exception("Iceberg: starting the next step failed")
 
     def describe(self, topic: str, partition: int) -> dict[str, Any] | None:
         """The translation stats of a partition this host leads and translates (None if none)."""
