@@ -1,9 +1,10 @@
 # The two commands of the README. Each creates (or reuses) .venv from pyproject.toml.
+# `make docs` serves the documentation site locally.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench setup twins jvm clean
+.PHONY: demo test test-fast docs lint bench setup twins jvm clean
 
 # The compiled twins (setup.py, */_compiled/*.pyx) are built by the editable install:
 # a changed .pyx reinstalls, which rebuilds them.
@@ -39,7 +40,12 @@ test: $(STAMP)
 	$(VENV)/bin/python -m ruff check rayqueue actors storage scripts tests
 	$(VENV)/bin/python -m ruff format --check rayqueue actors storage scripts tests
 	$(MAKE) --no-print-directory jvm PYTHON=$(VENV)/bin/python || test -z "$$CI"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest
+
+# The documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt as pages change.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not spark and not chaos and not multinode"
@@ -56,6 +62,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_metrics.py
 	$(VENV)/bin/python scripts/bench_iceberg.py
 	$(VENV)/bin/python scripts/bench_vs_kafka.py
+	$(VENV)/bin/python scripts/bench_rebalance.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

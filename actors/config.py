@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.authorizer import authorizer_enabled
 from actors.gateway.listeners import broker_endpoints, parse_listeners
+from actors.group_coordinator.consumer_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
 from actors.iceberg.config import BROKER_KEYS as ICEBERG_KEYS
 from actors.iceberg.config import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
 from actors.schema_registry.config import REGISTRY_KEYS
@@ -250,6 +251,8 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey(
             "rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1
         ),
+        # KIP-848's consumer group protocol (actors/group_coordinator/consumer_config.py).
+        *CONSUMER_GROUP_KEYS,
         # The Kafka wire protocol gateway (actors/gateway): one listener per broker; with
         # several brokers on one host each takes the next port. Empty: no gateways.
         ConfigKey(
@@ -434,6 +437,7 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
             if key.startswith(LISTENER_PREFIX) and key[len(LISTENER_PREFIX) :].partition(".")[0] not in named:
                 raise InvalidConfigError(f"{key}: there is no listener of that name in listeners")
     authorizer_enabled(config["authorizer.class.name"])  # an unknown authorizer fails the launch
+    check_consumer_group_config(config)
     return config
 
 

@@ -332,6 +332,38 @@ class BrokerMetrics:
             "Open Kafka client connections of a broker's gateway",
             ("broker",),
         )
+        # The schema registry (its actor), after Confluent Schema Registry's own metrics.
+        sr = "kafka.schema.registry:type={}"
+        self.registry_requests = _counter(
+            "rayqueue_schema_registry_requests_total",
+            sr.format("jersey-metrics (request-count; request-error-count by http_status_code)"),
+            "Schema registry HTTP requests by method, route (the path template) and status",
+            ("method", "route", "status"),
+        )
+        self.registry_request_time = _histogram(
+            "rayqueue_schema_registry_request_time_ms",
+            sr.format("jersey-metrics (request-latency-avg, request-latency-max)"),
+            "Time from a schema registry request's arrival to its answer, in ms",
+            ("method", "route"),
+        )
+        self.registry_subjects = _gauge(
+            "rayqueue_schema_registry_subjects",
+            "GET /subjects (no MBean)",
+            "Subjects with a live version",
+            (),
+        )
+        self.registry_versions = _gauge(
+            "rayqueue_schema_registry_versions",
+            sr.format("registered-count / deleted-count"),
+            "Subject versions, live and soft-deleted",
+            ("state",),
+        )
+        self.registry_schemas = _gauge(
+            "rayqueue_schema_registry_schemas",
+            sr.format("avro-schemas-created, json-schemas-created, protobuf-schemas-created"),
+            "Schemas (global ids) the registry holds, by type",
+            ("schema_type",),
+        )
 
 
 @functools.cache

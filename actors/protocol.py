@@ -772,6 +772,10 @@ class SyncGroupRequest(Message):
     assignments: Mapping[str, bytes] | None = None
     assigned_partitions: Mapping[str, tuple[TopicPartition, ...]] | None = None
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    # SyncGroup v5+: the protocol the member was told in its JoinGroup answer (checked in a
+    # consumer group, as Kafka's; None: not sent).
+    protocol_type: str | None = None
+    protocol_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -809,14 +813,16 @@ class LeaveGroupRequest(Message):
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest(Message):
     """Kafka's OffsetCommit for one group. Generation -1 with no member id is a standalone
-    commit (allowed only while the group has no members)."""
+    commit (allowed only while the group has no members). Answered with the partitions
+    refused one by one (a consumer group's commit of an earlier member epoch), if any."""
 
     group_id: str
     offsets: Mapping[TopicPartition, OffsetAndMetadata]
     member_id: str = ""
     group_instance_id: str | None = None
-    generation_id: int = -1
+    generation_id: int = -1  # a consumer group member's member epoch (KIP-848)
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    api_version: int | None = None  # the Kafka request's version (None: rayqueue's own client)
 
 
 @dataclass(frozen=True, slots=True)
@@ -843,6 +849,9 @@ class OffsetFetchRequest(Message):
     partitions: tuple[TopicPartition, ...] | None = None
     require_stable: bool = False
     principal: str | None = None  # a native client's, checked against the ACLs (None: a super user)
+    # OffsetFetch v9+ (KIP-848): a consumer group member's id and epoch, checked as Kafka does.
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The controller's security messages, beside :mod:`actors.protocol` (whose conventions they
 follow: frozen slotted dataclasses pickled as the tuple of their fields): the ACL requests
 (CreateAcls, DeleteAcls, DescribeAcls) and the copy of the ACLs a gateway authorizes with,
-and the SCRAM users' requests and credentials (issue 30).
+and the SCRAM users' requests and credentials.
 """
 
 from __future__ import annotations

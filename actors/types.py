@@ -159,6 +159,7 @@ class GroupDescription:
     generation_id: int
     leader_id: str
     members: tuple[MemberDescription, ...]
+    group_type: str = "classic"  # Kafka's GroupType: classic, or consumer (KIP-848's protocol)
 
 
 @dataclass(frozen=True, slots=True)

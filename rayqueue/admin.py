@@ -13,6 +13,7 @@ from typing import Any
 import ray
 
 from actors.acl import ANY_ACL, AclBinding, AclBindingFilter
+from actors.authorizer import authorizer_enabled
 from actors.protocol import (
     AlterableConfig,
     AlterConfigOp,
@@ -62,6 +63,7 @@ from rayqueue.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
+    SecurityDisabledError,
     TopicAuthorizationFailedError,
     as_kafka_error,
     error_for_code,
@@ -93,6 +95,7 @@ class GroupListing:
     group_id: str
     state: str
     protocol_type: str
+    group_type: str = "classic"  # Kafka's GroupType: classic, or consumer (KIP-848's protocol)
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,21 +503,31 @@ class Admin:
 
     # -- ACLs (Kafka's Admin.createAcls / describeAcls / deleteAcls) ------------------------
 
+    def _require_authorizer(self) -> None:
+        """SecurityDisabledError on a cluster without an authorizer, as Kafka answers the ACL
+        requests there: ACLs it would store would not be enforced."""
+        if not authorizer_enabled(self._cluster.config["authorizer.class.name"]):
+            raise SecurityDisabledError("No Authorizer is configured (authorizer.class.name is empty)")
+
     def create_acls(self, acls: Iterable[AclBinding]) -> None:
         """Create ACLs in the cluster's metadata log (an existing one is left as it is);
         the first refused binding raises its error (InvalidRequestError) after the others
-        are created."""
+        are created. SecurityDisabledError on a cluster without an authorizer."""
+        self._require_authorizer()
         answers = call_controller(self._controller.create_acls, CreateAclsRequest(tuple(acls), self.principal))
         for error in answers:
             if error is not None:
                 raise error
 
     def describe_acls(self, selector: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
-        """The ACLs a filter matches (every ACL by default)."""
+        """The ACLs a filter matches (every ACL by default); SecurityDisabledError without an authorizer."""
+        self._require_authorizer()
         return call_controller(self._controller.describe_acls, DescribeAclsRequest(selector, self.principal))
 
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
-        """Delete every ACL one of the filters matches; returns them (each once)."""
+        """Delete every ACL one of the filters matches; returns them (each once).
+        SecurityDisabledError without an authorizer."""
+        self._require_authorizer()
         deleted = call_controller(self._controller.delete_acls, DeleteAclsRequest(tuple(filters), self.principal))
         out: list[AclBinding] = []
         for matched in deleted:

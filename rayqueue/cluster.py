@@ -11,6 +11,7 @@ A :class:`Cluster` is a :class:`rayqueue.connection.ClusterHandle` that also mak
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,7 @@ class Cluster(ClusterHandle):
             pass
         actor_launch.kill(self.controller)
         if self._owns_ray:
+            _stop_spark_on_ray()
             ray.shutdown()
 
     def __enter__(self) -> Cluster:
@@ -161,6 +163,18 @@ class Cluster(ClusterHandle):
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _stop_spark_on_ray() -> None:
+    """Stop a Spark session RayDP runs on the Ray about to be stopped. RayDP's exit handler
+    would otherwise try at exit, find its actors gone with Ray, and print a traceback."""
+    raydp = sys.modules.get("raydp")
+    if raydp is None:  # never imported: no Spark on Ray in this process
+        return
+    try:
+        raydp.stop_spark()
+    except Exception:  # noqa: BLE001 - Ray is stopped next whatever Spark's state
+        logger.warning("could not stop Spark on Ray", exc_info=True)
 
 
 def _load_config(config: str | Path | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -138,6 +138,20 @@ CONSUMER_CONFIG = ConfigDef(
         ConfigKey("group.id", "string", None, "Consumer group; None for assign-only use.", nullable=True),
         ConfigKey("group.instance.id", "string", None, "Static membership id.", nullable=True),
         ConfigKey(
+            "group.protocol",
+            "string",
+            "classic",
+            "classic (JoinGroup/SyncGroup) or consumer (KIP-848: the coordinator assigns, members reconcile).",
+            choices=("classic", "consumer"),
+        ),
+        ConfigKey(
+            "group.remote.assignor",
+            "string",
+            None,
+            "group.protocol=consumer: the server-side assignor to ask for (uniform, range); None: the group's default.",
+            nullable=True,
+        ),
+        ConfigKey(
             "auto.offset.reset",
             "string",
             "latest",

@@ -25,23 +25,29 @@ from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata
 from rayqueue.metadata import call_controller
 from storage.config import Config
-from storage.errors import KafkaTimeoutError
+from storage.errors import InvalidConfigError, KafkaTimeoutError
 
 logger = logging.getLogger(__name__)
 
 # An embedded Ray on a small machine gets more logical CPUs than cores so that Spark
 # executors and Ray Data tasks never wait forever for a CPU slot (STACK.md).
 EMBEDDED_NUM_CPUS = 8
-# Every replica is an actor, and every actor a worker process of its own (num_cpus=0, mostly
-# waiting on I/O). Ray's raylet sends every driver a warning once its node holds 4x as many
-# worker processes as its "maximum startup concurrency", which defaults to the core count:
-# on a 2-core machine a 3-broker cluster with its internal topics passes 8 at once, and the
+# Every broker, gateway and coordinator is an actor, and every actor a worker process of its
+# own (num_cpus=0, mostly waiting on I/O), besides Spark's executors and Ray Data's tasks.
+# Ray's raylet sends every driver a warning once its node holds 4x as many worker processes
+# as its "maximum startup concurrency", which defaults to the core count: on a 2-core machine
+# a 3-broker cluster with its gateways, coordinators and a Spark session passes 8, and the
 # warning would print on every run. For the Ray it starts itself rayqueue lets 16 workers
 # start at once, so Ray warns past 64 worker processes (some 4.5 GB of actors), where it
 # means something on a small machine.
 EMBEDDED_WORKER_STARTUP_CONCURRENCY = 16
 # Ray's own logger for its token-authentication notices (Ray 2.60).
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its whitespace runs (newlines included) folded to single spaces."""
+    return " ".join(text.split())
 
 
 def is_loopback(host: str) -> bool:
@@ -260,11 +266,34 @@ class ClusterHandle:
 
 
 def connect(name: str = "rayqueue", *, address: str | None = None, timeout_s: float = 30.0) -> ClusterHandle:
-    """Attach to the rayqueue cluster running in Ray namespace ``name``."""
-    ensure_ray(address)
+    """Attach to the rayqueue cluster running in Ray namespace ``name``.
+
+    In a process that runs Ray already, that Ray is searched. Otherwise ``address`` (a Ray
+    address, ``host:port``), else RAY_ADDRESS, else the Ray started last on this machine
+    (Ray's "auto": ``rayqueue start`` or ``ray start``) is joined. A namespace without a
+    cluster is a KafkaTimeoutError naming the Ray that was searched.
+    """
+    if not ray.is_initialized():
+        given = address or os.environ.get("RAY_ADDRESS")
+        if given == "local":
+            raise InvalidConfigError("connect() joins a running Ray; address='local' would start an empty one")
+        try:
+            join_ray(given or "auto")
+        except ConnectionError as exc:
+            if given:
+                raise
+            raise ConnectionError(
+                f"no running Ray found on this machine ({one_line(str(exc))}); start a cluster with"
+                " `rayqueue start`, or name its Ray with address= / --address or RAY_ADDRESS"
+            ) from None
     controller = launch.wait_for_actor(CONTROLLER_NAME, name, timeout_s)
     if controller is None:
-        raise KafkaTimeoutError(f"no rayqueue cluster in Ray namespace {name!r}")
+        where = ray.get_runtime_context().gcs_address
+        raise KafkaTimeoutError(
+            f"no rayqueue cluster in Ray namespace {name!r} of the Ray at {where} (searched for {timeout_s:g} s);"
+            " the address `rayqueue start` prints names its Ray: pass it as --address / address=, or set"
+            " RAY_ADDRESS to it"
+        )
     # The configuration the cluster was launched with, as the controller holds it.
     cfg = BROKER_CONFIG.parse(call_controller(controller.broker_config))
     # None in a cluster launched before groups or transactions existed: their calls will say so.

@@ -33,8 +33,9 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 from actors.fetch import CompletedFetch
 from actors.protocol import FetchRequest, IsolationLevel, ListOffsetsRequest
 from actors.types import PartitionMetadata, TopicPartition
+from rayqueue.cluster import Cluster, connect
 from rayqueue.config import CONSUMER_CONFIG
-from rayqueue.connection import ClusterHandle, connect
+from rayqueue.connection import ClusterHandle
 from rayqueue.consumer.fetcher import Fetcher
 from rayqueue.consumer.subscription_state import SubscriptionState
 from rayqueue.errors import InvalidConfigError, NetworkError, is_retriable
@@ -100,8 +101,12 @@ class OffsetRange:
 # -- resolving offset specs on the driver ---------------------------------------------------
 
 
-def _cluster_or_connect(cluster: ClusterHandle | None) -> ClusterHandle:
-    return cluster if cluster is not None else connect()
+def _cluster_or_connect(cluster: ClusterHandle | None) -> Cluster:
+    """``cluster`` as a :class:`rayqueue.Cluster` (which also makes clients and names its
+    gateways), or the cluster :func:`rayqueue.connect` finds when none is given."""
+    if cluster is None:
+        return connect()
+    return cluster if isinstance(cluster, Cluster) else Cluster.of(cluster)
 
 
 def _topic_list(topics: str | Iterable[str]) -> list[str]:

@@ -40,6 +40,13 @@ def call_controller(method: Any, *args: Any, timeout_s: float = 60.0) -> Any:
             if time.monotonic() > deadline:
                 raise NetworkError(f"controller unavailable for {timeout_s}s: {exc}") from None
             time.sleep(0.2)
+        except ray.exceptions.RayTaskError as exc:
+            # The controller's own Kafka error (TopicAlreadyExistsError ...), not Ray's wrapper,
+            # whose message carries the actor's traceback in terminal colours.
+            error = as_kafka_error(exc)
+            if isinstance(error, KafkaError):
+                raise error from None
+            raise
 
 
 class MetadataCache:

@@ -14,6 +14,7 @@ writer needs, and ``read(..., via="connector")`` reads through it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,15 +23,17 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from actors import launch as actor_launch
 from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from rayqueue import data
-from rayqueue.connection import ensure_ray
+from rayqueue.connection import ensure_ray, join_ray
 from storage.errors import InvalidConfigError, KafkaError
 
 logger = logging.getLogger(__name__)
@@ -240,6 +243,95 @@ def _option_value(value: Any) -> str:
     return str(value)
 
 
+# The log4j2 configuration of Spark's JVMs (warnings and errors to stderr).
+LOG4J2_PROPERTIES = Path(__file__).with_name("spark_log4j2.properties")
+
+
+@contextlib.contextmanager
+def _driver_jvm_output_to_log() -> Iterator[Path | None]:
+    """Spark's driver JVM, started meanwhile, writes its stdout and stderr to a file in Ray's
+    session log directory (``spark-driver-<pid>.log``), as Ray's own workers do, instead of
+    the terminal: it runs Ray's Java runtime, whose C++ core logs at INFO to stderr before its
+    logging is set up (``GcsClient has no Cluster ID set``), with no setting to stop it. The
+    JVM inherits this process's file descriptors 1 and 2 when it starts, so they point at the
+    file for that moment only; Spark's errors still reach Python as exceptions."""
+    try:
+        logs = Path(ray._private.worker._global_node.get_logs_dir_path())  # where Ray keeps its logs
+    except AttributeError:  # no Ray node in this process (a Ray Client): leave the terminal
+        yield None
+        return
+    path = logs / f"spark-driver-{os.getpid()}.log"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield path
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _quiet_raydp_deprecations() -> None:
+    """RayDP 1.6.5 reads ``ray.worker.global_worker`` and ``DataFrame.sql_ctx``, which Ray and
+    PySpark announce as deprecated on every first use: notices about RayDP's code that a user
+    of rayqueue can do nothing about. Those two notices, and only them, are turned off."""
+    warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx is an internal property", category=UserWarning)
+    ray_logger = logging.getLogger("ray")
+    if not any(isinstance(f, _RayWorkerNotice) for f in ray_logger.filters):
+        ray_logger.addFilter(_RayWorkerNotice())
+
+
+class _RayWorkerNotice(logging.Filter):
+    """Drops Ray's notice that ``ray.worker.*`` is private (RayDP's access, not the user's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("DeprecationWarning: `ray.worker.")
+
+
+def _join_or_start_ray() -> None:
+    """The Ray Spark runs on: this process's, else the one RAY_ADDRESS names, else the one
+    running on this machine (where ``rayqueue start`` runs the cluster, as
+    :func:`rayqueue.connect` finds it), else an embedded one of this process's own."""
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        join_ray(address)
+        return
+    if address != "local":
+        try:
+            join_ray("auto")
+            return
+        except ConnectionError:  # no Ray runs on this machine
+            pass
+    ensure_ray("local")
+
+
+# How long a new session waits for the Spark master actor of a stopped one to be gone.
+MASTER_GONE_TIMEOUT_S = 60.0
+
+
+def _wait_for_stopped_master(app_name: str) -> None:
+    """Wait until no Spark master actor of ``app_name`` is alive. RayDP names it after the
+    application and ``stop_spark`` kills it without waiting, so a session started right after
+    ``stop()`` would find the name taken (ActorAlreadyExistsError)."""
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    name = app_name + RAYDP_SPARK_MASTER_SUFFIX
+    deadline = time.monotonic() + MASTER_GONE_TIMEOUT_S
+    namespace = ray.get_runtime_context().namespace  # RayDP names it in the driver's namespace
+    while time.monotonic() < deadline:
+        if actor_launch.find_actor(name, namespace) is None:
+            return
+        time.sleep(0.2)
+    raise InvalidConfigError(f"a Spark session named {app_name!r} still runs on this Ray; stop it or pick another name")
+
+
 def session(
     app_name: str = "rayqueue",
     num_executors: int = 1,
@@ -250,7 +342,8 @@ def session(
     kafka_connector: bool | str | Sequence[str] = False,
     iceberg: bool | str | Sequence[str] = False,
 ) -> Any:
-    """Start Spark on the current Ray (an embedded one if none) through RayDP.
+    """Start Spark through RayDP on this process's Ray, else the Ray running on this machine
+    (the one ``rayqueue start`` runs), else an embedded one.
 
     Sets what RayDP needs here: Python workers on this interpreter, the Java 17
     ``--add-opens`` options on driver, executors and app master, no console progress
@@ -268,11 +361,15 @@ def session(
         )
     import raydp
 
-    ensure_ray()
+    _join_or_start_ray()
     # Spark's Python workers must run this interpreter, or they miss pyspark and rayqueue.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     settings = {
+        # RayDP hands these to every JVM it starts as log4j2.configurationFile: without them
+        # log4j finds no configuration in the app master and reports so on the terminal.
+        "spark.log4j.config.file.name": str(LOG4J2_PROPERTIES),
+        "spark.ray.log4j.config.file.name": str(LOG4J2_PROPERTIES),
         "spark.driver.extraJavaOptions": JAVA_OPTIONS,
         "spark.executor.extraJavaOptions": JAVA_OPTIONS,
         "spark.ray.raydp_app_master.extraJavaOptions": JAVA_OPTIONS,
@@ -290,7 +387,11 @@ def session(
     if iceberg is not False:
         jars = iceberg_runtime_jars(None if iceberg is True else iceberg)
         settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
-    spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    _quiet_raydp_deprecations()
+    if getattr(raydp.context, "_global_spark_context", None) is None:  # else RayDP says a session runs
+        _wait_for_stopped_master(app_name)
+    with _driver_jvm_output_to_log():
+        spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
@@ -411,7 +512,11 @@ def _sink_dataset(df: Any) -> Any:
     a DataFrame without ``value`` is refused before anything leaves Spark."""
     if "value" not in df.columns:
         raise InvalidConfigError(f"writing to a topic needs a 'value' column; got {df.columns}")
-    return ray.data.from_spark(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
+    import raydp.spark
+
+    # RayDP's own conversion, which ray.data.from_spark wraps: Ray 2.60's wrapper passes its
+    # parallelism=None on as if it had been given and logs that the argument is deprecated.
+    return raydp.spark.spark_dataframe_to_ray_dataset(df.select(*[c for c in _SINK_COLUMNS if c in df.columns]))
 
 
 def write(df: Any, topic: str, *, cluster: Any = None, producer_config: Mapping[str, Any] | None = None) -> int:

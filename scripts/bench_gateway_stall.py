@@ -7,7 +7,7 @@ answer, and the other connection's worst and median latency meanwhile (the event
 stall), against the same small requests' latency measured in the same run with nothing
 else going on (the baseline).
 
-Big requests (issue 27's figures): ListOffsets v1 naming 50,000 partitions of one topic
+Big requests: ListOffsets v1 naming 50,000 partitions of one topic
 (600 KB), ListOffsets v7 likewise, and Metadata v12 naming 100,000 topics that do not exist
 (auto-creation off).
 

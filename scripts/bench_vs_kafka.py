@@ -83,7 +83,7 @@ class Scale:
     settle_s: float = 5.0
     spark_records: int = 1_000_000
     spark_partitions: int = 3
-    # Memory rayqueue must leave free when it hosts many replica actors (others share the machine).
+    # Memory rayqueue must leave free when its brokers host many replicas (others share the machine).
     memory_reserve_gb: float = 4.0
 
 

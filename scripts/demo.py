@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,30 +185,25 @@ def spark_session(rq_spark: Any) -> Any:
     return rq_spark.session("rayqueue-demo", num_executors=1, executor_cores=1, executor_memory="1G")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None, after: Callable[[Any], None] | None = None) -> int:
+    """Run the demo (``argv``: its command line); ``after(cluster)`` runs once the pipeline is
+    done, before the cluster is shut down (scripts/console_screenshots.py photographs the
+    console over the demo's topics and groups then)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--minutes", type=int, default=30, help="event-time span of the stream")
     parser.add_argument("--partitions", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import logging
-    import warnings
 
     import ray
 
     import rayqueue
     from rayqueue import spark as rq_spark
 
-    # A demo prints its own story: keep Ray Data's per-dataset progress logs and RayDP's
-    # deprecation notices out of it.
+    # A demo prints its own story: Ray Data logs each dataset's progress at INFO.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", category=UserWarning, module="pyspark")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    # RayDP calls Ray APIs that Ray has deprecated (ray.worker, read_datasource's parallelism);
-    # Ray logs a notice for each, which a reader of the demo can do nothing about.
-    for name in ("ray", "ray.data.read_api"):
-        logging.getLogger(name).addFilter(lambda record: "deprecat" not in record.getMessage().lower())
 
     figures: dict[str, str] = {}
     t_start = time.perf_counter()
@@ -341,6 +337,8 @@ def main() -> int:
         for step, figure in figures.items():
             summary.add_row(step, figure)
         console.print(summary)
+        if after is not None:
+            after(cluster)
         return 0
     finally:
         if spark is not None:

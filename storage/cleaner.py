@@ -333,8 +333,8 @@ class LogCleaner:
     """Cleans compacted logs (Kafka's LogCleaner, one thread's worth, called by the owner).
 
     ``offset_map_entries`` bounds the memory of the key map; ``hash_fn``/``check_fn``
-    replace the map's hash functions (tests inject colliding ones). The replica actor
-    calls :meth:`clean_filthiest` (or :func:`clean`) periodically.
+    replace the map's hash functions (tests inject colliding ones). The replica (in its
+    broker's actor) calls :meth:`clean_filthiest` (or :func:`clean`) periodically.
     """
 
     def __init__(

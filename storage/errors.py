@@ -431,7 +431,40 @@ class UnknownTopicIdError(KafkaError):
     code, retriable = 100, True
 
 
-# -- authentication (issue 30): raised by the gateway's SASL and the controller's SCRAM users --
+# -- KIP-848's consumer group protocol: raised by the group coordinator ----------------------
+
+
+class FencedMemberEpochError(KafkaError):
+    """FENCED_MEMBER_EPOCH: The member epoch is fenced; the member must give up its partitions and rejoin."""
+
+    code, retriable = 110, False
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    """UNRELEASED_INSTANCE_ID: Another member still holds this group.instance.id; it must leave first."""
+
+    code, retriable = 111, False
+
+
+class UnsupportedAssignorError(KafkaError):
+    """UNSUPPORTED_ASSIGNOR: The group coordinator has no server-side assignor of that name."""
+
+    code, retriable = 112, False
+
+
+class StaleMemberEpochError(KafkaError):
+    """STALE_MEMBER_EPOCH: The member epoch is stale; retry with the epoch of the last heartbeat."""
+
+    code, retriable = 113, False
+
+
+class InvalidRegularExpressionError(KafkaError):
+    """INVALID_REGULAR_EXPRESSION: The subscribed topic regex is not a valid RE2J expression."""
+
+    code, retriable = 128, False
+
+
+# -- authentication: raised by the gateway's SASL and the controller's SCRAM users --
 
 
 class UnsupportedSaslMechanismError(KafkaError):

@@ -79,6 +79,10 @@ def cluster(ray_session):
         log_dirs=root,
         log_retention_check_interval_ms=1000,
         listeners="PLAINTEXT://127.0.0.1:0",
+        # KIP-848's members heartbeat every second (Kafka's default is 5 s): the consumer
+        # protocol's tests reconcile in a few seconds, not tens.
+        group_consumer_heartbeat_interval_ms=1000,
+        group_consumer_min_heartbeat_interval_ms=1000,
         **SMALL_INTERNAL_TOPICS,
     )
     yield handle

@@ -27,7 +27,19 @@ from actors.acl_view import AclView
 from actors.config import connection_overrides
 from actors.gateway.broker_view import BrokerView, listed_brokers
 from actors.gateway.credentials import ScramCredentialCache
-from actors.gateway.handlers import acls, admin, fetch, groups, metadata, offsets, produce, sasl, scram, transactions
+from actors.gateway.handlers import (
+    acls,
+    admin,
+    consumer_groups,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    sasl,
+    scram,
+    transactions,
+)
 from actors.gateway.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
 from actors.gateway.security import check_listener_security, listener_security
 from actors.gateway.server import KafkaServer, Limits
@@ -51,6 +63,7 @@ FAMILIES = (
     offsets.APIS,
     admin.APIS,
     groups.APIS,
+    consumer_groups.APIS,
     transactions.APIS,
     sasl.APIS,
     scram.APIS,

@@ -21,7 +21,7 @@ client can retry lower), a connection beyond ``max.connections`` or
 ``max.connections.per.ip`` (the newest is closed), and a connection with no traffic for
 ``connections.max.idle.ms`` (one that never sends, or never reads its responses).
 
-Memory (issue 27): a receive buffer exists only while its connection has unparsed bytes
+Memory: a receive buffer exists only while its connection has unparsed bytes
 (an idle connection holds none); it starts at ``RECEIVE_BUFFER`` and grows by doubling as
 a larger request's bytes arrive, up to that request's declared size, never ahead of them,
 so a size prefix alone reserves nothing. Buffers are anonymous memory maps: a dropped
@@ -36,7 +36,7 @@ requests are worked on (beyond that the socket is not read), and while the clien
 not read its responses (the write buffer is above its high-water mark) nothing more is
 read either.
 
-Big requests (issue 27): decoding walks every element of a request, so one with tens of
+Big requests: decoding walks every element of a request, so one with tens of
 thousands of topics or partitions would hold the event loop for a long time. A request
 whose walk goes past ``LOOP_ELEMENTS`` elements is decoded, and its response encoded, on
 one worker thread instead (``codec.decode_request_split`` hands kio the request in small

@@ -1,8 +1,9 @@
 """The GroupCoordinator actor: the thin shell around the group state machines.
 
 One named, detached, restartable async actor serves every group of the cluster. The rules
-live in plain classes (:mod:`~actors.group_coordinator.shard`: membership in
-``GroupMetadataManager``, offsets in ``OffsetMetadataManager``); this shell does what needs
+live in plain classes (:mod:`~actors.group_coordinator.shard`: classic groups in
+``GroupMetadataManager``, KIP-848's consumer groups in ``ConsumerGroupManager``, offsets in
+``OffsetMetadataManager``); this shell does what needs
 Ray and an event loop: it parks the calls the state machine says must wait and wakes them
 with the answers it hands back, appends records to ``__consumer_offsets`` (through
 :class:`~actors.internal_topic.InternalTopic`, acks=all) before their offsets take effect,
@@ -12,8 +13,9 @@ and partition leaders for high watermarks, and records metrics.
 Durability: offset commits and group metadata are records in the compacted internal topic
 ``__consumer_offsets`` (format in :mod:`~actors.group_coordinator.records`). A restarted
 coordinator replays the topic before serving; until then every call raises the retriable
-CoordinatorLoadInProgressError. Group metadata is written in the background (a lost write
-costs the members a rejoin); offsets only count once they are durable.
+CoordinatorLoadInProgressError. A classic group's metadata is written in the background (a
+lost write costs the members a rejoin); a consumer group's records (member epochs and
+assignments) and offsets only count once they are durable: the call is answered then.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from actors import internal_records as stored
 from actors.acl import CLUSTER_NAME
 from actors.auth_helper import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, AuthHelper, LazyAclView, Op, denied
 from actors.clock import SYSTEM, Clock
+from actors.group_coordinator.consumer_config import ConsumerGroupSettings
+from actors.group_coordinator.consumer_group import ConsumerGroupState
+from actors.group_coordinator.consumer_records import group_tombstones
 from actors.group_coordinator.group_metadata_manager import check_group_id
+from actors.group_coordinator.metadata_image import MetadataImage, TopicImage
 from actors.group_coordinator.records import Record, group_key, offset_records, offset_tombstones
 from actors.group_coordinator.results import GroupResult, Parked, Wait
 from actors.group_coordinator.shard import GroupCoordinatorShard
@@ -54,12 +60,20 @@ from actors.protocol import (
     TxnOffsetCommitRequest,
     require,
 )
+from actors.protocol_consumer_groups import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescription,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from actors.types import GroupDescription, JoinGroupResult, OffsetAndMetadata, PartitionLag, TopicPartition
-from storage.errors import InvalidRequestError, KafkaError, RebalanceInProgressError
+from storage.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaError, RebalanceInProgressError
 from storage.log import LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
+# A heartbeat that names an unknown topic asks the controller at most this often.
+IMAGE_MIN_AGE_S = 0.1
 # The timer sleeps at least this long (deadlines that fall together are run together) and at
 # most this long (a deadline set while it sleeps wakes it anyway).
 _MIN_SLEEP_S = 0.01
@@ -75,7 +89,7 @@ def _topics(partitions: Any) -> set[str]:
 
 
 class GroupCoordinator(Coordinator):
-    """Consumer groups of one rayqueue cluster (see the module docstring)."""
+    """Consumer groups of one rayqueue cluster, of both protocols (see the module docstring)."""
 
     _kind = "group coordinator"
 
@@ -93,6 +107,7 @@ class GroupCoordinator(Coordinator):
             self._partition_for,
             self._config["offsets.retention.minutes"] * 60_000,
             self._config["group.initial.rebalance.delay.ms"],
+            ConsumerGroupSettings.of(self._config),
         )
         self._waiters: dict[tuple[Wait, str, str], asyncio.Future] = {}  # parked calls
         self._wake: asyncio.Event | None = None  # set when a call may have moved the next deadline
@@ -109,6 +124,9 @@ class GroupCoordinator(Coordinator):
         # Native clients' principals against the ACLs (loaded by the first request with one).
         self._acls = LazyAclView(self._controller_handle, self._config)
         self._auth = AuthHelper(self._acls, self._recorder, "group-coordinator")
+        # The consumer groups' topic image: when it was last learnt, and the refresh under way.
+        self._image_at = float("-inf")
+        self._image_refresh: asyncio.Task | None = None
 
     def _partition_for(self, group_id: str) -> int:
         return offsets_partition_for(group_id, self._topic.num_partitions)
@@ -160,9 +178,9 @@ class GroupCoordinator(Coordinator):
         self._check_loaded()
         groups = self.state.groups
         groups.validate_join(request)
-        if groups.needs_metadata(request):
-            await self._refresh_metadata()
-        return await self._run(groups.join_group(request))
+        if groups.needs_metadata(request) or self.state.consumer.get(request.group_id) is not None:
+            await self.refresh_image(IMAGE_MIN_AGE_S)
+        return await self._run(self.state.join_group(request))
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         """This member's assignment for ``generation_id`` (Kafka's SyncGroup; a follower in a
@@ -170,7 +188,7 @@ class GroupCoordinator(Coordinator):
         require(request, SyncGroupRequest)
         await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
-        return await self._run(self.state.groups.sync_group(request))
+        return await self._run(self.state.sync_group(request))
 
     async def heartbeat(self, request: HeartbeatRequest) -> None:
         """Keep the member alive (Kafka's Heartbeat); ``poll_age_ms`` is the time since its
@@ -182,7 +200,7 @@ class GroupCoordinator(Coordinator):
         require(request, HeartbeatRequest)
         await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
-        self.state.groups.heartbeat(request)  # moves deadlines later only: the timer need not wake
+        self.state.heartbeat(request)  # moves deadlines later only: the timer need not wake
 
     async def leave_group(self, request: LeaveGroupRequest) -> None:
         """Leave at once (Kafka's LeaveGroup: a rebalance starts without waiting for the
@@ -190,13 +208,16 @@ class GroupCoordinator(Coordinator):
         require(request, LeaveGroupRequest)
         await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
-        await self._run(self.state.groups.leave_group(request))
+        await self._run(self.state.leave_group(request))
 
     async def _run(self, result: GroupResult) -> Any:
         """Carry out what the state machine decided: park the call if it must wait, answer
-        the calls parked earlier, write the group records; returns the call's answer."""
+        the calls parked earlier, write the group records (and wait for them to be durable
+        when the answer depends on them: a consumer group's); returns the call's answer."""
         future = self._park(result.response) if isinstance(result.response, Parked) else None
         self._apply(result)
+        if result.durable and result.records:
+            await self._write(result.records)
         if future is None:
             return result.response
         parked: Parked = result.response
@@ -221,36 +242,136 @@ class GroupCoordinator(Coordinator):
                 future.set_exception(answer.result)
             else:
                 future.set_result(answer.result)
-        for group_id, record in result.records:
-            asyncio.get_running_loop().create_task(self._persist(group_id, record))
+        if not result.durable:
+            for group_id, record in result.records:
+                asyncio.get_running_loop().create_task(self._persist(group_id, record))
         if self._recorder is not None:
             for group_id in result.rebalances:
                 self._recorder.add(self._recorder.metrics.group_rebalances, 1, (("group", group_id),))
         self._deadline_moved()
 
+    async def _write(self, records: list[tuple[str, Record]]) -> None:
+        """Append records and wait until they are durable, a group's as one batch.
+
+        When they cannot be written the caller gets the retriable COORDINATOR_NOT_AVAILABLE;
+        the change stays in memory (a later record of the same key supersedes it, and a
+        coordinator that restarts without it fences the members that relied on it)."""
+        by_group: dict[str, list[Record]] = {}
+        for group_id, record in records:
+            by_group.setdefault(group_id, []).append(record)
+        for group_id, group_records in by_group.items():
+            try:
+                await self._append(group_id, group_records)
+            except KafkaError as exc:
+                logger.error("group %s: could not write its records: %s", group_id, exc)
+                raise CoordinatorNotAvailableError(f"group {group_id}: {exc}") from None
+
     def _deadline_moved(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
+    # -- KIP-848's consumer group protocol -----------------------------------------------
+    #
+    # The shell's part only: authorize (as Kafka's KafkaApis: READ on the group for a heartbeat,
+    # DESCRIBE on each subscribed topic; DESCRIBE on a group to describe it), make sure the
+    # topic image knows the topics a heartbeat names, run the state machine, and answer once
+    # its records are durable (_run). The image (metadata_image) comes from the controller:
+    # refreshed every rayqueue.group.metadata.check.interval.ms while consumer groups have
+    # members, and at once (at most every IMAGE_MIN_AGE_S) when a heartbeat names a topic or a
+    # regex the image has not seen.
+
+    async def consumer_group_heartbeat(self, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        """Kafka's ConsumerGroupHeartbeat: join (epoch 0), heartbeat, leave (-1; -2 for a static
+        member that will be back); answered once the group's records are durable. Errors are
+        Kafka's (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, ...)."""
+        require(request, ConsumerGroupHeartbeatRequest)
+        await self._auth.check(request, Op.READ, GROUP, request.group_id)
+        names = request.subscribed_topic_names
+        if request.principal is not None and names:
+            await self._auth.check_all(request, Op.DESCRIBE, TOPIC, list(names))
+        self._check_loaded()
+        if self._image_is_missing(request):
+            await self.refresh_image(IMAGE_MIN_AGE_S)
+        return await self._run(self.state.consumer_group_heartbeat(request))
+
+    async def consumer_group_describe(self, request: ConsumerGroupDescribeRequest) -> list[ConsumerGroupDescription]:
+        """Kafka's ConsumerGroupDescribe: each group, or its error (GROUP_ID_NOT_FOUND for one
+        that is not a consumer group, GROUP_AUTHORIZATION_FAILED without DESCRIBE on it)."""
+        require(request, ConsumerGroupDescribeRequest)
+        self._check_loaded()
+        refused = await self._auth.refused(request, Op.DESCRIBE, GROUP, list(request.group_ids))
+        allowed = [g for g in request.group_ids if g not in refused]
+        found = {d.group_id: d for d in self.state.consumer_group_describe(allowed)}
+        return [
+            found[g]
+            if g in found
+            else ConsumerGroupDescription(g, error=denied(request.principal, Op.DESCRIBE, GROUP, [g]))
+            for g in request.group_ids
+        ]
+
+    def _image_is_missing(self, request: ConsumerGroupHeartbeatRequest) -> bool:
+        """The heartbeat names a topic, or brings a regex, the image cannot answer for."""
+        consumer = self.state.consumer
+        if consumer.image.version == 0:
+            return True
+        if request.subscribed_topic_names and any(
+            consumer.image.topic(n) is None for n in request.subscribed_topic_names
+        ):
+            return True
+        regex = request.subscribed_topic_regex
+        group = consumer.get(request.group_id)
+        return bool(regex) and (group is None or regex not in group.resolved_regexes)
+
+    async def refresh_image(self, min_age_s: float = 0.0) -> None:
+        """Learn the topics from the controller (one call at a time; none when the image is
+        younger than ``min_age_s``), and let the consumer groups react to what changed."""
+        if self._image_refresh is not None and not self._image_refresh.done():
+            await asyncio.shield(self._image_refresh)
+            return
+        if self._clock.monotonic() - self._image_at < min_age_s:
+            return
+        self._image_refresh = asyncio.get_running_loop().create_task(self._refresh_metadata())
+        await asyncio.shield(self._image_refresh)
+
+    def _set_image(self, metadata: Any) -> None:
+        """The controller's answer as the consumer groups' topic image."""
+        consumer = self.state.consumer
+        image = MetadataImage.of(
+            (TopicImage(t.topic_id, name, len(t.partitions)) for name, t in metadata.topics.items()), consumer.image
+        )
+        self._image_at = self._clock.monotonic()
+        self._apply(consumer.set_image(image))
+
+    async def _fetch_metadata(self) -> Any:
+        return await self._controller_handle().get_metadata.remote(MetadataRequest())
+
     # -- offsets --------------------------------------------------------------------------
 
-    async def commit_offsets(self, request: OffsetCommitRequest) -> None:
+    async def commit_offsets(self, request: OffsetCommitRequest) -> dict[TopicPartition, KafkaError]:
         """Commit offsets (Kafka's OffsetCommit) once they are durable in ``__consumer_offsets``.
 
         Generation -1 with no member id is a standalone commit, allowed only while the group
-        has no members (Kafka's rule).
+        has no members (Kafka's rule). In a consumer group the generation is the member epoch:
+        an older one commits only the partitions the member held since then (Kafka 4.4); the
+        others are answered STALE_MEMBER_EPOCH, one by one (the returned map; empty when
+        every partition was committed).
         """
         require(request, OffsetCommitRequest)
         group_id = request.group_id
         await self._check_commit(request, group_id)
         self._check_loaded()
         check_group_id(group_id)
-        self.state.groups.validate_offset_commit(
-            group_id, request.member_id, request.group_instance_id, request.generation_id
+        check = self.state.validate_offset_commit(
+            group_id, request.member_id, request.group_instance_id, request.generation_id, request.api_version
         )
+        offsets, refused = dict(request.offsets), {}
+        if check is not None:
+            refused = {tp: error for tp in offsets if (error := check(tp)) is not None}
+            offsets = {tp: om for tp, om in offsets.items() if tp not in refused}
         if self._recorder is not None:
             self._recorder.add(self._recorder.metrics.offset_commits, 1, (("group", group_id),))
-        await self._store_offsets(group_id, request.offsets)
+        await self._store_offsets(group_id, offsets)
+        return refused
 
     async def _check_commit(self, request: Any, group_id: str) -> None:
         """A native caller's principal may commit the request's offsets: READ on the group
@@ -282,9 +403,14 @@ class GroupCoordinator(Coordinator):
         await self._check_commit(request, group_id)
         self._check_loaded()
         check_group_id(group_id)
-        self.state.groups.validate_txn_offset_commit(
+        check = self.state.validate_txn_offset_commit(
             group_id, request.member_id, request.group_instance_id, request.generation_id
         )
+        if check is not None:
+            for tp in request.offsets:
+                error = check(tp)
+                if error is not None:
+                    raise error
         values = self.state.offsets.stamp(request.offsets)
         if not values:
             return
@@ -311,6 +437,7 @@ class GroupCoordinator(Coordinator):
         require(request, OffsetFetchRequest)
         if request.principal is None:
             self._check_loaded()
+            self.state.validate_offset_fetch(request.group_id, request.member_id, request.member_epoch)
             return self.state.offsets.fetch(request.group_id, request.partitions, request.require_stable)
         # Kafka's OffsetFetch: DESCRIBE on the group and on each topic named; asked for all,
         # the topics the caller may not describe are left out.
@@ -318,6 +445,7 @@ class GroupCoordinator(Coordinator):
         if request.partitions is not None:
             await self._auth.check_all(request, Op.DESCRIBE, TOPIC, _topics(request.partitions))
         self._check_loaded()
+        self.state.validate_offset_fetch(request.group_id, request.member_id, request.member_epoch)
         found = self.state.offsets.fetch(request.group_id, request.partitions, request.require_stable)
         return await self._describable(request, found)
 
@@ -328,12 +456,12 @@ class GroupCoordinator(Coordinator):
 
     # -- admin ----------------------------------------------------------------------------
 
-    async def list_groups(self, request: ListGroupsRequest | None = None) -> list[tuple[str, str, str]]:
-        """(group id, state, protocol type) of every group (Kafka's ListGroups: a native
-        caller's principal sees every group with DESCRIBE on the cluster, else those it may
-        DESCRIBE)."""
+    async def list_groups(self, request: ListGroupsRequest | None = None) -> list[tuple[str, str, str, str]]:
+        """(group id, state, protocol type, group type) of every group (Kafka's ListGroups: a
+        native caller's principal sees every group with DESCRIBE on the cluster, else those it
+        may DESCRIBE)."""
         self._check_loaded()
-        groups = self.state.groups.list_groups()
+        groups = self.state.list_groups()
         if request is None:
             return groups
         require(request, ListGroupsRequest)
@@ -344,11 +472,12 @@ class GroupCoordinator(Coordinator):
 
     async def describe_groups(self, request: DescribeGroupsRequest) -> list[GroupDescription]:
         """State, protocol, generation and members with assignments (Kafka's DescribeGroups);
-        unknown groups show as Dead."""
+        unknown groups show as Dead, a consumer group with ``group_type`` "consumer" (its
+        epoch as the generation, its assignor as the protocol)."""
         require(request, DescribeGroupsRequest)
         await self._auth.check_all(request, Op.DESCRIBE, GROUP, request.groups)
         self._check_loaded()
-        return self.state.groups.describe(request.groups)
+        return self.state.describe_groups(request.groups)
 
     async def group_lag(self, request: GroupLagRequest) -> dict[TopicPartition, PartitionLag]:
         """A group's lag per partition, from its committed offsets and the partitions' high
@@ -443,7 +572,11 @@ class GroupCoordinator(Coordinator):
 
     async def _delete_group(self, group_id: str) -> None:
         records = offset_tombstones(group_id, list(self.state.offsets.committed(group_id)))
-        records.append((group_key(group_id), None))
+        consumer = self.state.consumer.get(group_id)
+        if consumer is not None:
+            records += group_tombstones(group_id, list(consumer.members), list(consumer.resolved_regexes))
+        else:
+            records.append((group_key(group_id), None))
         await self._append(group_id, records)
         self.state.offsets.remove_group(group_id)
 
@@ -483,14 +616,15 @@ class GroupCoordinator(Coordinator):
         rec = self._recorder
         m = rec.metrics
         rec.flush()
-        groups = self.state.groups.groups
-        by_state = dict.fromkeys(GroupState, 0)
+        groups = {**self.state.groups.groups, **self.state.consumer.groups}
+        states = [*GroupState, *(s for s in ConsumerGroupState if s.value not in set(GroupState))]
+        by_state = dict.fromkeys([s.value for s in states], 0)
         offsets: set[tuple[str, TopicPartition]] = set()
         for gid, g in groups.items():
-            by_state[g.state] += 1
+            by_state[str(g.state)] += 1
             m.group_members.set(len(g.members), rec.tags(group=gid))
-            for state in GroupState:
-                m.group_state.set(1 if g.state == state else 0, rec.tags(group=gid, state=state.value))
+            for state in states:
+                m.group_state.set(1 if str(g.state) == state.value else 0, rec.tags(group=gid, state=state.value))
             for tp, om in self.state.offsets.offsets.get(gid, {}).items():
                 tags = rec.tags(group=gid, topic=tp.topic, partition=tp.partition)
                 m.group_committed_offset.set(om.offset, tags)
@@ -498,12 +632,12 @@ class GroupCoordinator(Coordinator):
                 if hw is not None:
                     m.group_lag.set(max(0, hw - om.offset), tags)
                 offsets.add((gid, tp))
-        for state, count in by_state.items():
-            m.groups.set(count, rec.tags(state=state.value))
+        for state_name, count in by_state.items():
+            m.groups.set(count, rec.tags(state=state_name))
         # Groups and offsets that went away drop to zero rather than keep their last value.
         for gid in self._exported_groups - set(groups):
             m.group_members.set(0, rec.tags(group=gid))
-            for state in GroupState:
+            for state in states:
                 m.group_state.set(0, rec.tags(group=gid, state=state.value))
         for gid, tp in self._exported_offsets - offsets:
             m.group_lag.set(0, rec.tags(group=gid, topic=tp.topic, partition=tp.partition))
@@ -522,9 +656,9 @@ class GroupCoordinator(Coordinator):
             if self._recorder is not None:
                 due += [next_lag, next_metrics]
             if self._loaded:
-                deadline = self.state.groups.next_deadline()
-                if deadline is not None:
-                    due.append(deadline)
+                for deadline in (self.state.groups.next_deadline(), self.state.consumer.next_deadline()):
+                    if deadline is not None:
+                        due.append(deadline)
             sleep = min(_MAX_SLEEP_S, max(_MIN_SLEEP_S, min(due) - now))
             self._wake.clear()
             try:
@@ -535,10 +669,13 @@ class GroupCoordinator(Coordinator):
                 continue
             try:
                 self._apply(self.state.groups.poll())
+                self._apply(self.state.consumer.poll())
                 now = self._clock.monotonic()
                 if now >= next_check:
                     next_check = now + self._check_interval_s
                     await self._check_subscriptions()
+                    if any(g.members for g in self.state.consumer.groups.values()):
+                        await self.refresh_image()
                 if now >= next_retention:
                     next_retention = now + self._retention_check_s
                     await self.expire_offsets()
@@ -562,8 +699,9 @@ class GroupCoordinator(Coordinator):
         self._apply(self.state.groups.check_subscriptions(watched))
 
     async def _refresh_metadata(self) -> None:
-        md = await self._controller_handle().get_metadata.remote(MetadataRequest())
+        md = await self._fetch_metadata()
         self.state.groups.set_topic_counts({name: len(t.partitions) for name, t in md.topics.items()})
+        self._set_image(md)
 
     # -- writing __consumer_offsets -------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from actors.assignors import EAGER
 from actors.protocol import GroupState
@@ -24,6 +24,7 @@ from storage.errors import (
 )
 
 PROTOCOL_TYPE = "consumer"
+GROUP_TYPE = "classic"  # Kafka's GroupType of a group of this kind (ListGroups v5)
 
 # Kafka's ClassicGroupState.validPreviousStates. rayqueue's server-side assignment goes from
 # PreparingRebalance straight to Stable (Kafka's client-side one passes CompletingRebalance,
@@ -76,6 +77,7 @@ class ClassicGroupMember:
 class ClassicGroup:
     """A classic group: state, generation, protocol, leader, members and static members."""
 
+    type: ClassVar[str] = GROUP_TYPE
     group_id: str
     state: GroupState = GroupState.EMPTY
     generation: int = 0
@@ -183,8 +185,13 @@ class ClassicGroup:
         topics.update(tp.topic for m in self.members.values() for tp in m.assignment)
         return topics
 
+    def assigned_partitions(self) -> set[TopicPartition]:
+        """Every partition a member is assigned (the lag of a group covers them)."""
+        return {tp for m in self.members.values() for tp in m.assignment}
+
 
 __all__ = [
+    "GROUP_TYPE",
     "PROTOCOL_TYPE",
     "VALID_PREVIOUS_STATES",
     "ClassicGroup",

@@ -406,9 +406,9 @@ class GroupMetadataManager:
 
     # -- describing -----------------------------------------------------------------------
 
-    def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, state, protocol type) of every group."""
-        return sorted((g.group_id, g.state, PROTOCOL_TYPE) for g in self.groups.values())
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, state, protocol type, group type) of every classic group."""
+        return sorted((g.group_id, str(g.state), PROTOCOL_TYPE, g.type) for g in self.groups.values())
 
     def describe(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         """State, protocol, generation and members with assignments (Kafka's DescribeGroups);
@@ -436,6 +436,10 @@ class GroupMetadataManager:
         return out
 
     # -- rebalancing ----------------------------------------------------------------------
+
+    def prepare_rebalance(self, group: ClassicGroup, reason: str, out: GroupResult) -> None:
+        """Start a rebalance of ``group`` (a group just converted from a consumer group)."""
+        self._prepare_rebalance(group, reason, out)
 
     def _prepare_rebalance(self, group: ClassicGroup, reason: str, out: GroupResult) -> None:
         was_empty = group.state == GroupState.EMPTY

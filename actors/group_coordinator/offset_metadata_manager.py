@@ -21,9 +21,10 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from actors.clock import Clock
-from actors.group_coordinator.group_metadata_manager import GroupMetadataManager
+from actors.group_coordinator.classic_group import GROUP_TYPE
 from actors.protocol import GroupState
 from actors.types import OffsetAndMetadata, PartitionLag, TopicPartition
 from storage.errors import (
@@ -51,14 +52,15 @@ class ExpiredOffsets:
 class OffsetMetadataManager:
     """The committed and pending offsets of every group (see the module docstring).
 
-    ``groups`` is the membership state machine (commits are checked against it);
+    ``groups`` finds a group of either kind (``get``, ``get_or_create``, ``remove``: the
+    shard's :class:`~actors.group_coordinator.shard.Groups`);
     ``partition_for`` maps a group id to its ``__consumer_offsets`` partition.
     """
 
     def __init__(
         self,
         clock: Clock,
-        groups: GroupMetadataManager,
+        groups: Any,
         retention_ms: int,
         partition_for: Callable[[str], int],
     ) -> None:
@@ -192,9 +194,10 @@ class OffsetMetadataManager:
             self._groups.remove(group_id)
 
     def drop_if_unused(self, group_id: str) -> None:
-        """Forget a group with no members, no generation in progress and no offsets."""
+        """Forget a classic group with no members, no generation in progress and no offsets (a
+        consumer group's own records keep it until it is deleted)."""
         group = self._groups.get(group_id)
-        if group is not None and not group.members and group.state == GroupState.EMPTY:
+        if group is not None and group.type == GROUP_TYPE and not group.members and group.state == GroupState.EMPTY:
             if not self.offsets.get(group_id):
                 self._groups.remove(group_id)
 
@@ -226,8 +229,7 @@ class OffsetMetadataManager:
         partitions = set(self.offsets.get(group_id, {}))
         group = self._groups.get(group_id)
         if group is not None:
-            for m in group.members.values():
-                partitions.update(m.assignment)
+            partitions.update(group.assigned_partitions())
         return partitions
 
     def lag(

@@ -55,15 +55,31 @@ class GroupResult:
 
     ``response`` is the call's own answer (or a :class:`Parked`); ``answers`` go to calls
     parked earlier (the call's own answer may be among them, when it completed the
-    rebalance itself); ``records`` are group metadata records to write in the background,
-    by group (a lost write costs the members a rejoin, nothing more); ``rebalances`` are the
-    groups whose rebalance completed (for the metrics).
+    rebalance itself); ``records`` are group metadata records to write, by group; ``rebalances``
+    are the groups whose rebalance completed (for the metrics).
+
+    A classic group's records are written in the background (a lost write costs the members a
+    rejoin, nothing more). With ``durable`` (a consumer group's: member epochs and
+    assignments) the answer waits until they are in ``__consumer_offsets``, as Kafka answers
+    only once its records are committed.
     """
 
     response: Any = None
     answers: list[Answer] = field(default_factory=list)
     records: list[tuple[str, Record]] = field(default_factory=list)
     rebalances: list[str] = field(default_factory=list)
+    durable: bool = False
+
+    def add(self, group_id: str, records: list[Record]) -> None:
+        """Records of ``group_id`` to write."""
+        self.records.extend((group_id, r) for r in records)
+
+    def merge(self, other: GroupResult) -> None:
+        """Take ``other``'s answers, records and rebalances (its response is not taken)."""
+        self.answers.extend(other.answers)
+        self.records.extend(other.records)
+        self.rebalances.extend(other.rebalances)
+        self.durable = self.durable or other.durable
 
     def answer(self, kind: Wait, group_id: str, member_id: str, result: Any) -> None:
         """Add an answer to a parked call."""

@@ -10,6 +10,11 @@ then replays and listens again by itself). The methods below the HTTP server are
 and the console call; they run the same state functions as the REST routes, as the
 cluster's super user (whoever holds the Ray token may call an actor directly).
 
+Metrics (``actors.metrics``, unless ``rayqueue.metrics.enabled`` is off): every HTTP request
+by method, route template and status, and its time; subjects, versions and schemas held
+(recounted on the tick after a change); records of ``_schemas`` skipped at load, as the
+coordinators count theirs (``rayqueue_internal_records_skipped_total``, topic ``_schemas``).
+
 Why one actor and not a server in each broker's process: Confluent's registry has one
 primary that hands out ids (the others forward writes to it); one actor is that primary
 without an election, every write is ordered by it, and every reader sees the same ids
@@ -36,6 +41,7 @@ from actors.gateway.listeners import listener_protocols, uses_sasl
 from actors.gateway.ssl_factory import server_context
 from actors.internal_records import READ_ERRORS, SkippedRecords
 from actors.internal_topic import InternalTopic
+from actors.metrics import TICK_S, Recorder
 from actors.names import CONTROLLER_NAME, SCHEMA_REGISTRY_NAME
 from actors.schema_registry import records
 from actors.schema_registry.auth import SUBJECT, Access, BasicAuthenticator
@@ -78,13 +84,17 @@ class SchemaRegistry:
         self._controller: Any = None
         self._topic = InternalTopic(self._settings.topic, self._controller_handle, 1, self._settings.replication_factor)
         self._service = RegistryService(RegistryState(self._settings.compatibility), self._append)
-        self.skipped = SkippedRecords(self._settings.topic)
+        self._recorder = Recorder(namespace, True) if self._config["rayqueue.metrics.enabled"] else None
+        self._request_tags: dict[tuple[str, str], dict[str, str]] = {}
+        self._counted = -1  # the service's change count the gauges show
+        self.skipped = SkippedRecords(self._settings.topic, self._count_skipped)
         self._acls: AclView | None = None
         self._servers: list[uvicorn.Server] = []
         self._serving: list[asyncio.Task] = []
         self._urls: list[str] = []
         self._starting: asyncio.Lock | None = None
         self._keeper: asyncio.Task | None = None
+        self._ticker: asyncio.Task | None = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -92,6 +102,8 @@ class SchemaRegistry:
         if loop is not None:
             # Listen without being asked: after a restart by Ray nobody asks (as the gateways).
             self._keeper = loop.create_task(self._keep_started())
+            if self._recorder is not None:
+                self._ticker = loop.create_task(self._tick())
 
     def _controller_handle(self) -> Any:
         if self._controller is None:
@@ -129,7 +141,7 @@ class SchemaRegistry:
 
     async def _load(self) -> None:
         state = RegistryState(self._settings.compatibility)
-        skipped = SkippedRecords(self._settings.topic)
+        skipped = SkippedRecords(self._settings.topic, self._count_skipped)
         count = 0
         async for p, batch, first in self._topic.replay():
             for record in skipped.records(p, batch, first):
@@ -141,6 +153,7 @@ class SchemaRegistry:
                     skipped.skip(p, record.offset, exc)
         self._service.state = state
         self._service.loaded = True
+        self._service.changes += 1
         self.skipped = skipped
         logger.info(
             "schema registry loaded %s: %d records, %d subjects, %d schemas, %d records skipped",
@@ -166,6 +179,7 @@ class SchemaRegistry:
             authenticator,
             (lambda: acls.authorizer) if acls is not None else None,
             self._settings.max_request_bytes,
+            self._observe if self._recorder is not None else None,
         )
         tls: dict[str, Any] = {}
         if self._settings.listeners and self._settings.listeners[0].tls:
@@ -205,6 +219,45 @@ class SchemaRegistry:
         self._urls = urls
         for url in urls:
             logger.info("schema registry serving %s (%s)", url, "basic auth" if authenticator else "no authentication")
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One answered HTTP request: counted until the next tick, its time observed now."""
+        rec = self._recorder
+        if rec is None:
+            return
+        rec.add(rec.metrics.registry_requests, 1, (("method", method), ("route", route), ("status", str(status))))
+        tags = self._request_tags.get((method, route))
+        if tags is None:
+            tags = self._request_tags[(method, route)] = rec.tags(method=method, route=route)
+        rec.metrics.registry_request_time.observe(seconds * 1000.0, tags)
+
+    def _count_skipped(self, topic: str) -> None:
+        if self._recorder is not None:
+            self._recorder.add(self._recorder.metrics.internal_records_skipped, 1, (("topic", topic),))
+
+    async def _tick(self) -> None:
+        """Every TICK_S: the summed counters to Ray; after a change, the gauges recounted."""
+        rec = self._recorder
+        if rec is None:
+            return
+        metrics = rec.metrics
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                rec.flush()
+                service = self._service
+                if service.loaded and service.changes != self._counted:
+                    self._counted = service.changes
+                    census = service.state.census()
+                    metrics.registry_subjects.set(census.subjects, rec.tags())
+                    metrics.registry_versions.set(census.live_versions, rec.tags(state="live"))
+                    metrics.registry_versions.set(census.deleted_versions, rec.tags(state="soft_deleted"))
+                    for schema_type, count in census.schemas.items():
+                        metrics.registry_schemas.set(count, rec.tags(schema_type=schema_type.value))
+            except Exception:  # noqa: BLE001 - metrics never stop the registry
+                logger.exception("recording the schema registry's metrics failed")
 
     async def stop(self) -> None:
         """Stop serving HTTP (the state stays loaded)."""

@@ -7,6 +7,12 @@ must be JSON objects nested at most ``MAX_BODY_DEPTH`` deep (400 otherwise); a s
 does not parse is 42201. With an authenticator every request needs HTTP basic credentials of a
 SCRAM user (401) and each route checks the ACLs (403; see ``auth``). Nothing a request sends
 can stop the server: an unexpected failure is logged and answered 500 (50001).
+
+With ``observe``, every answered request is told to it (method, route, status, seconds), for
+the registry's metrics: the route is the path template that matched
+(``/subjects/{subject}/versions``), never the path itself, so a subject name never becomes a
+label; a path that matched none is ``unmatched`` and a method outside HTTP's usual ones is
+``OTHER``, so no client can grow the label sets.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors.acl import AclOperation
+from actors.clock import SYSTEM, Clock
 from actors.schema_registry import errors
 from actors.schema_registry.auth import OPEN, SUBJECT, Access, BasicAuthenticator
 from actors.schema_registry.model import SchemaType, json_depth
@@ -33,6 +41,12 @@ MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_BODY_DEPTH = 32
 _TRUE = ("true", "1", "yes")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+OTHER_METHOD = "OTHER"
+UNMATCHED_ROUTE = "unmatched"
+
+# observe(method, route, status, seconds): one answered request.
+Observe = Callable[[str, str, int, float], None]
 
 Op = AclOperation
 
@@ -94,15 +108,57 @@ async def _body(request: Request, limit: int) -> Any:
     return value
 
 
+class ObservedRequests:
+    """ASGI middleware that tells ``observe`` of every HTTP request once it is answered (or
+    failed: a request whose answer never started counts as 500), with its route template."""
+
+    def __init__(self, app: ASGIApp, observe: Observe, clock: Clock = SYSTEM) -> None:
+        self.app = app
+        self.observe = observe
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = self.clock.monotonic()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            method = scope.get("method", "")
+            route = getattr(scope.get("route"), "path", None)
+            try:
+                self.observe(
+                    method if method in METHODS else OTHER_METHOD,
+                    route if isinstance(route, str) else UNMATCHED_ROUTE,
+                    status,
+                    self.clock.monotonic() - started,
+                )
+            except Exception:  # noqa: BLE001 - counting never fails a request
+                logger.exception("recording a schema registry request failed")
+
+
 def create_app(
     service: RegistryService,
     authenticator: BasicAuthenticator | None = None,
     authorizer: Callable[[], Any] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    observe: Observe | None = None,
 ) -> FastAPI:
     """The registry's HTTP app. ``authenticator`` (None: no authentication) checks basic
-    credentials; ``authorizer()`` gives the StandardAuthorizer the ACLs are checked with."""
+    credentials; ``authorizer()`` gives the StandardAuthorizer the ACLs are checked with;
+    ``observe`` is told of every request (see the module docstring)."""
     app = FastAPI(title="rayqueue schema registry", docs_url=None, redoc_url=None, openapi_url=None)
+    if observe is not None:
+        app.add_middleware(ObservedRequests, observe=observe)
 
     async def access(request: Request) -> Access:
         if authenticator is None:

@@ -34,6 +34,7 @@ class RegistryService:
         self._append = append
         self._lock: asyncio.Lock | None = None
         self.loaded = False
+        self.changes = 0  # bumped whenever the state changes (a write applied, a load)
 
     def _the_lock(self) -> asyncio.Lock:
         if self._lock is None:
@@ -69,4 +70,5 @@ class RegistryService:
                     logger.warning("writing to the schemas topic failed: %s: %s", type(exc).__name__, exc)
                     raise errors.store_error(f"{type(exc).__name__}: {exc}") from None
                 self.state.apply_all(change.records)
+                self.changes += 1
             return change.answer

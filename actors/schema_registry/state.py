@@ -77,6 +77,16 @@ class Change:
     new_id: int | None = None  # an id this change hands out (burned if the write fails)
 
 
+@dataclass(frozen=True, slots=True)
+class Census:
+    """How much the registry holds (its metrics' gauges)."""
+
+    subjects: int  # with a live version
+    live_versions: int
+    deleted_versions: int  # soft-deleted
+    schemas: Mapping[SchemaType, int]  # global ids by type, every type present
+
+
 @dataclass(slots=True)
 class _Config:
     compatibility: Compatibility
@@ -315,6 +325,19 @@ class RegistryState:
                 versions = {max(versions): versions[max(versions)]}
             out += [self.version_json(subject, v, e) for v, e in versions.items()]
         return out
+
+    def census(self) -> Census:
+        """Subjects, versions and schemas held (one pass over the state)."""
+        subjects = live = deleted = 0
+        for versions in self.subjects.values():
+            alive = sum(1 for e in versions.values() if not e.deleted)
+            subjects += alive > 0
+            live += alive
+            deleted += len(versions) - alive
+        schemas = dict.fromkeys(SchemaType, 0)
+        for stored in self.schemas.values():
+            schemas[stored.schema_type] += 1
+        return Census(subjects, live, deleted, schemas)
 
     # -- parsing ---------------------------------------------------------------------------
 

@@ -14,13 +14,16 @@ lists the commands.
 
 from __future__ import annotations
 
+import importlib.metadata
+from typing import Annotated, Any
+
 import typer
 
 from rayqueue.cli import acls, brokers, clients, cluster, groups, partitions, perf, schemas, topics, transactions, users
 from rayqueue.cli.cluster import status_view
 from rayqueue.cli.common import DEFAULT_LISTENERS, DEFAULT_METRICS_EXPORT_PORT, CliError, quiet_ray
 
-__all__ = ["DEFAULT_LISTENERS", "DEFAULT_METRICS_EXPORT_PORT", "CliError", "app", "main", "status_view"]
+__all__ = ["DEFAULT_LISTENERS", "DEFAULT_METRICS_EXPORT_PORT", "CliError", "app", "command", "main", "status_view"]
 
 app = typer.Typer(
     help="rayqueue: a Kafka-style distributed commit log on Ray.",
@@ -48,7 +51,53 @@ app.add_typer(schemas.schemas_app, name="schemas")
 app.add_typer(perf.perf_app, name="perf")
 
 
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("rayqueue")
+        except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing it
+            version = "unknown (not installed)"
+        typer.echo(f"rayqueue {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print rayqueue's version and exit.", callback=_version, is_eager=True)
+    ] = False,
+) -> None:
+    """rayqueue: a Kafka-style distributed commit log on Ray."""
+
+
+def _flag_help_option(make: Any) -> Any:
+    def help_option(ctx: Any) -> Any:
+        option = make(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    return help_option
+
+
+def command() -> Any:
+    """The click command behind ``app``, as the console script runs it.
+
+    An on/off flag takes no value, so its help shows no value type (Typer would show ``<bool>``).
+    """
+    root = typer.main.get_command(app)
+    stack = [root]
+    while stack:
+        cmd = stack.pop()
+        for param in cmd.params:
+            if getattr(param, "is_flag", False):  # Typer's own click: its classes, not click's
+                param.metavar = ""
+        stack.extend(getattr(cmd, "commands", {}).values())
+        cmd.get_help_option = _flag_help_option(cmd.get_help_option)  # made anew for each context
+    return root
+
+
 def main() -> None:
     """Entry point of the ``rayqueue`` console script."""
     quiet_ray()
-    app()
+    command()(prog_name="rayqueue")

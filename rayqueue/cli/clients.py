@@ -28,7 +28,9 @@ def produce(
     topic: Annotated[str, typer.Argument(help="Topic to write to.")],
     key_separator: Annotated[
         str | None,
-        typer.Option("--key-separator", help="Split each line into KEY<SEP>VALUE at the first SEP (Kafka: parse.key)."),
+        typer.Option(
+            "--key-separator", help="Split each line into `KEY<SEP>VALUE` at the first SEP (Kafka: parse.key)."
+        ),
     ] = None,
     partition: Annotated[int | None, typer.Option("--partition", help="Write every record to this partition.")] = None,
     compression_type: Annotated[
@@ -43,7 +45,7 @@ def produce(
     name: NameOpt = "rayqueue",
     address: AddressOpt = None,
 ) -> None:
-    """Send lines from stdin as records: each line a value, or KEY<SEP>VALUE with --key-separator."""
+    """Send lines from stdin as records: each line a value, or `KEY<SEP>VALUE` with --key-separator."""
     config = client_config(
         producer_property,
         "--producer-property",
@@ -90,6 +92,10 @@ def produce(
     err.print(f"Produced {acked} records to {topic}.")
 
 
+# How long ``consume --max-messages`` waits without a record before saying that it waits.
+IDLE_HINT_S = 5.0
+
+
 @handle_errors
 def consume(
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
@@ -104,12 +110,18 @@ def consume(
         typer.Option("--timestamp", help="Start at the first record at or after this time (ms since epoch)."),
     ] = None,
     partition: Annotated[int | None, typer.Option("--partition", help="Read only this partition.")] = None,
-    max_messages: Annotated[int | None, typer.Option("--max-messages", help="Exit after this many records.")] = None,
+    max_messages: Annotated[
+        int | None,
+        typer.Option(
+            "--max-messages",
+            help="Exit after this many records (with --timeout-ms: also when none arrives for that long).",
+        ),
+    ] = None,
     timeout_ms: Annotated[
         int | None, typer.Option("--timeout-ms", help="Exit when no record arrives for this long (default: wait).")
     ] = None,
     format_: Annotated[
-        str, typer.Option("--format", help="text (value), kv (key<SEP>value) or json (one object per record).")
+        str, typer.Option("--format", help="text (value), kv (`key<SEP>value`) or json (one object per record).")
     ] = "text",
     key_separator: Annotated[str, typer.Option("--key-separator", help="Separator of --format kv.")] = "\t",
     consumer_property: Annotated[
@@ -149,10 +161,11 @@ def consume(
             else:
                 consumer.seek(tp, found.offset)
     else:
-        consumer.seek_to_end()  # fixed now, so records produced from here on are all seen
+        consumer.seek_to_end()  # fixed at this moment, so every record produced from here on is seen
 
     count = 0
     last_record = time.monotonic()
+    hinted = max_messages is None or timeout_ms is not None
     try:
         while max_messages is None or count < max_messages:
             wait_ms = 500 if timeout_ms is None else max(1, min(500, timeout_ms))
@@ -166,6 +179,14 @@ def consume(
                 sys.stdout.flush()
             elif timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
                 break
+            elif not hinted and time.monotonic() - last_record >= IDLE_HINT_S:
+                # As kafka-console-consumer, --max-messages alone waits for records to come;
+                # say so once rather than look stuck.
+                hinted = True
+                err.print(
+                    f"Read {count} of {max_messages} messages; waiting for more (Ctrl-C stops;"
+                    " --timeout-ms MS exits once none arrives for MS)."
+                )
     except KeyboardInterrupt:
         pass
     finally:

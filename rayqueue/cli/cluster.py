@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from actors.config import broker_config, load_toml
+from actors.gateway.listeners import listener_protocols
 from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata
 from rayqueue.cluster import Cluster, is_loopback, join_ray, launch, metrics_on_loopback, start_embedded_ray
@@ -145,6 +146,11 @@ def start(
     overrides: dict[str, Any] = parse_kv(override, "--override")
     if config is None and DEFAULT_CONFIG.exists():
         config = DEFAULT_CONFIG
+    if config is not None and not config.is_file():
+        raise CliError(
+            f"no config file {config} (from {Path.cwd()}): give its path, or leave --config out for Kafka's"
+            " defaults (the checkout's configs/ has examples)"
+        )
     values = load_toml(config) if config is not None else {}
     log_dirs = overrides.get("log.dirs", values.get("log.dirs"))
     if log_dirs is not None:
@@ -191,8 +197,7 @@ def start(
             f"[bold]{cluster.namespace}[/]: {len(info['brokers'])} brokers, {info['topics']} topics, "
             f"data in {info['data_root']}"
         )
-        if cluster.bootstrap_servers:
-            out.print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
+        _listeners_banner(cluster)
         registry_url = cluster.schema_registry_url
         if registry_url:
             out.print(f"Schema registry: {registry_url} (Confluent's REST API; `rayqueue schemas`)")
@@ -230,6 +235,16 @@ def start(
             server.stop()
         # Embedded: stops Ray. With --address: only disconnects; detached actors stay up.
         ray.shutdown()
+
+
+def _listeners_banner(cluster: Cluster) -> None:
+    """Each Kafka listener's bootstrap address with its security protocol, for Kafka clients."""
+    config = cluster.config
+    protocols = listener_protocols(config["listeners"], config["listener.security.protocol.map"])
+    for listener, protocol in protocols.items():
+        servers = cluster.listener_bootstrap_servers(listener)
+        if servers:
+            out.print(f"Kafka clients ({listener}, security.protocol={protocol}): bootstrap.servers={servers}")
 
 
 def _metrics_banner(embedded: bool) -> None:

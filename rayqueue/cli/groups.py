@@ -9,6 +9,7 @@ from rich.table import Table
 
 from actors.types import TopicPartition
 from rayqueue.cli.common import AddressOpt, NameOpt, connect_cluster, fail, handle_errors, out
+from rayqueue.errors import GroupIdNotFoundError
 
 groups_app = typer.Typer(
     help="List, describe, reset and delete consumer groups.", no_args_is_help=True, rich_markup_mode="markdown"
@@ -20,10 +21,10 @@ groups_app = typer.Typer(
 def groups_list(name: NameOpt = "rayqueue", address: AddressOpt = None) -> None:
     """Consumer groups with their state (kafka-consumer-groups --list)."""
     table = Table()
-    for column in ("Group", "State", "Protocol type"):
+    for column in ("Group", "Type", "State", "Protocol type"):
         table.add_column(column)
     for group in sorted(connect_cluster(name, address).admin().list_groups(), key=lambda g: g.group_id):
-        table.add_row(group.group_id, group.state, group.protocol_type)
+        table.add_row(group.group_id, group.group_type, group.state, group.protocol_type)
     out.print(table)
 
 
@@ -37,6 +38,9 @@ def groups_describe(
     """State, protocol, members with their assignment, and lag per partition (kafka-consumer-groups --describe)."""
     admin = connect_cluster(name, address).admin()
     desc = admin.describe_groups([group])[group]
+    if desc.state == "Dead":
+        # Dead is how the coordinator describes a group it does not know (no members, no offsets).
+        raise GroupIdNotFoundError(f"consumer group {group!r} does not exist")
     out.print(
         f"Group: [bold]{group}[/]\tState: {desc.state}\tProtocol: {desc.protocol or '-'}"
         f"\tGeneration: {desc.generation_id}\tMembers: {len(desc.members)}"

@@ -24,7 +24,7 @@ schemas_app = typer.Typer(
 )
 
 CALL_TIMEOUT_S = 60.0
-SubjectArg = Annotated[str, typer.Argument(help="Subject, e.g. orders-value (TopicNameStrategy: <topic>-value).")]
+SubjectArg = Annotated[str, typer.Argument(help="Subject, e.g. orders-value (TopicNameStrategy: `<topic>-value`).")]
 
 
 def _registry(name: str, address: str | None) -> Any:

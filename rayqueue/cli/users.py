@@ -20,7 +20,7 @@ MechanismOpt = Annotated[
 @users_app.command("add")
 @handle_errors
 def users_add(
-    user: Annotated[str, typer.Argument(help="User name (the principal is User:<name>).")],
+    user: Annotated[str, typer.Argument(help="User name (the principal is `User:<name>`).")],
     password: Annotated[
         str, typer.Option("--password", prompt=True, hide_input=True, confirmation_prompt=True, help="Password.")
     ],

@@ -36,6 +36,7 @@ from actors.config import broker_config
 from actors.gateway.ssl_factory import server_context
 from rayqueue.cluster import Cluster
 from rayqueue.console import DEFAULT_HOST, DEFAULT_PORT
+from rayqueue.console.apidocs import OPENAPI_URL, add_api_docs
 from rayqueue.console.guard import DEFAULT_MAX_BODY_BYTES, SameOriginMiddleware, allowed_hosts
 from rayqueue.console.login import LOGIN_PAGE, Authentication, LoginRequiredMiddleware
 from rayqueue.console.login import router as login_router
@@ -192,8 +193,9 @@ def create_app(
     app = FastAPI(
         title="rayqueue console",
         lifespan=lifespan,
-        docs_url="/api/docs",
+        docs_url=None,  # Swagger UI comes from a CDN: apidocs renders the schema itself
         redoc_url=None,
+        openapi_url=OPENAPI_URL,
         max_body_size=max_body_bytes,
     )
     app.state.console = state
@@ -211,6 +213,7 @@ def create_app(
     app.include_router(login_router)
     app.include_router(router)
     app.include_router(schemas_router)
+    add_api_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(Exception)

@@ -17,7 +17,7 @@ from typing import Any
 
 from rayqueue.admin import Admin
 from rayqueue.cluster import Cluster
-from rayqueue.console.metrics import MetricsPoint, MetricsReader, ray_metrics_endpoints
+from rayqueue.console.metrics import DEFAULT_RATE_WINDOW_S, MetricsPoint, MetricsReader, ray_metrics_endpoints
 from rayqueue.snapshot import ClusterSnapshot, TopicRate, rates, take_snapshot
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,10 @@ class ConsoleState:
         self.view = ClusterView(cluster)
         self.sample_interval_s = sample_interval_s
         self.history: collections.deque[Sample] = collections.deque(maxlen=history)
-        self._base: ClusterSnapshot | None = None  # where the sampler's next rates start
+        # The sampler's recent snapshots, oldest first: rates run from the oldest one within
+        # the metrics' rate window, so that offsets committed in bursts (a consumer commits
+        # every few seconds) read as a steady rate, the same on every page of one tick.
+        self._bases: collections.deque[ClusterSnapshot] = collections.deque()
         self.metrics = MetricsReader(cluster.namespace, metrics_endpoints, SCRAPE_WAIT_S)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -142,13 +145,15 @@ class ConsoleState:
         so a request never waits on a metrics endpoint."""
         snap = self.snapshot(max_age_s=self.sample_interval_s * 0.5)
         point = self.metrics.read()
-        base = self._base
-        if base is None:
-            self._base = snap
+        if not self._bases:
+            self._bases.append(snap)
             return None
         # Rates need two snapshots some time apart: a reused one would divide by nothing.
-        if snap.monotonic - base.monotonic < min(1.0, self.sample_interval_s / 2):
+        if snap.monotonic - self._bases[-1].monotonic < min(1.0, self.sample_interval_s / 2):
             return None
+        while len(self._bases) > 1 and snap.monotonic - self._bases[1].monotonic >= DEFAULT_RATE_WINDOW_S:
+            self._bases.popleft()
+        base = self._bases[0]
         sample = Sample(
             point.taken_at if point is not None else snap.taken_at,
             rates(base, snap),
@@ -157,7 +162,7 @@ class ConsoleState:
             point,
             snap.monotonic - base.monotonic,
         )
-        self._base = snap
+        self._bases.append(snap)
         self.history.append(sample)
         return sample
 

@@ -4,7 +4,9 @@ Assign mode (``assign``) or group mode (``group.id`` + ``subscribe``). The work 
 the modules beside this one, as in Kafka's and aiokafka's consumers: ``subscription_state``
 (what is read and where each partition stands), ``fetcher`` (fetching ahead and handing out
 records: the fetch path, see its docstring) and ``coordinator`` (group membership,
-rebalances and commits). This class ties them together behind Kafka's methods.
+rebalances and commits over the classic protocol) or ``membership`` (the same over KIP-848's
+consumer protocol, ``group.protocol=consumer``). This class ties them together behind
+Kafka's methods.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rayqueue.config import CONSUMER_CONFIG
 from rayqueue.connection import ClusterHandle, connect
 from rayqueue.consumer.coordinator import ConsumerCoordinator
 from rayqueue.consumer.fetcher import ConsumerRecord, Fetcher
+from rayqueue.consumer.membership import ConsumerMembership
 from rayqueue.consumer.subscription_state import ConsumerRebalanceListener, SubscriptionState
 from rayqueue.errors import InvalidConfigError, KafkaError
 from rayqueue.metadata import MetadataCache, call_controller
@@ -86,9 +89,11 @@ class Consumer:
         self._fetcher.principal = principal  # fetches (READ on the topic), list offsets (DESCRIBE)
         self._max_poll_records = cfg["max.poll.records"]
         self._closed = False
-        self._group: ConsumerCoordinator | None = None
+        self._group: ConsumerCoordinator | ConsumerMembership | None = None
         if cfg["group.id"] is not None:
-            self._group = ConsumerCoordinator(self._subscriptions, self._cluster.group_coordinator, cfg, principal)
+            # group.protocol: the classic protocol (default), or KIP-848's consumer protocol.
+            membership = ConsumerMembership if cfg["group.protocol"] == "consumer" else ConsumerCoordinator
+            self._group = membership(self._subscriptions, self._cluster.group_coordinator, cfg, principal)
         elif cfg["group.instance.id"] is not None:
             raise InvalidConfigError("group.instance.id needs group.id")
 
@@ -165,7 +170,7 @@ class Consumer:
         """Group id, generation, member id and instance id (what transactions need)."""
         return self._require_group().group_metadata()
 
-    def _require_group(self) -> ConsumerCoordinator:
+    def _require_group(self) -> ConsumerCoordinator | ConsumerMembership:
         if self._group is None:
             raise InvalidConfigError("this consumer has no group.id")
         return self._group

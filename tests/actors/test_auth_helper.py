@@ -1,6 +1,6 @@
 """The actors' checks of native principals (``actors.auth_helper``) on their own, no Ray:
 Kafka's error per resource type, the super user without a principal, filtering, counting,
-and the ACL copy loaded once and kept fresh (issue 30)."""
+and the ACL copy loaded once and kept fresh."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ min.insync.replicas, reassignment, configs, producer ids and the metadata log re
 
 Each test drives the managers as the actor shell does: a manager decides (records), the
 QuorumController writes them to the metadata log and replays them, and the set of live
-replica actors (``online``) is what the shell would hold."""
+replicas (``online``) is what the shell would hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replays that survive unreadable records (issue 27, item 5), without Ray.
+"""Replays that survive unreadable records, without Ray.
 
 The group coordinator's load of ``__consumer_offsets``, the transaction coordinator's load of
 ``__transaction_state`` and the controller's replay of its metadata log are fed good records

@@ -1,4 +1,4 @@
-"""Bad input at a real PartitionReplica actor: Kafka-named errors, the log as it was, the
+"""Bad input at a real PartitionReplica (in its broker's actor): Kafka-named errors, the log as it was, the
 actor alive (same process, never restarted), and the follower still an exact copy."""
 
 from __future__ import annotations

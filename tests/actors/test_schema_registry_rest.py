@@ -242,3 +242,50 @@ def test_acls_decide_per_subject_and_for_the_registry(secured):
     assert client.put("/config", json={"compatibility": "NONE"}, headers=alice).status_code == 403
     assert client.put("/config", json={"compatibility": "NONE"}, headers=admin).status_code == 200
     assert client.put("/config/orders-value", json={"compatibility": "FULL"}, headers=alice).status_code == 200
+
+
+# -- what the metrics are told ----------------------------------------------------------------
+
+
+def test_every_request_is_observed_with_its_route_template_never_its_path(topic):
+    seen = []
+    service = RegistryService(RegistryState(), topic.append)
+    service.loaded = True
+    client = TestClient(
+        create_app(service, observe=lambda *request: seen.append(request)), raise_server_exceptions=False
+    )
+    client.post("/subjects/orders-value/versions", json={"schema": USER})
+    client.get("/subjects/orders-value/versions/latest")
+    client.get("/subjects/nope-value/versions/7")
+    client.get("/no/such/route")
+    client.request("PATCH", "/subjects")
+    client.request("BREW", "/subjects/orders-value")
+    topic.fail = True
+    client.post("/subjects/other-value/versions", json={"schema": USER})
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    service.state.list_subjects = boom  # an unexpected failure: no answer started, counted as 500
+    assert client.get("/subjects").status_code == 500
+    assert [request[:3] for request in seen] == [
+        ("POST", "/subjects/{subject}/versions", 200),
+        ("GET", "/subjects/{subject}/versions/{version}", 200),
+        ("GET", "/subjects/{subject}/versions/{version}", 404),
+        ("GET", "unmatched", 404),
+        ("PATCH", "/subjects", 405),
+        ("OTHER", "/subjects/{subject}", 405),
+        ("POST", "/subjects/{subject}/versions", 500),
+        ("GET", "/subjects", 500),
+    ]
+    assert all(isinstance(request[3], float) and request[3] >= 0 for request in seen)
+
+
+def test_a_failing_observer_does_not_fail_the_request(client, topic):
+    def observe(*request):
+        raise RuntimeError("the metrics are broken")
+
+    service = RegistryService(RegistryState(), topic.append)
+    service.loaded = True
+    answer = TestClient(create_app(service, observe=observe)).post("/subjects/s/versions", json={"schema": USER})
+    assert answer.status_code == 200 and answer.json() == {"id": 1}

@@ -10,7 +10,7 @@ import pytest
 from actors.internal_records import READ_ERRORS
 from actors.schema_registry import errors
 from actors.schema_registry import records as R
-from actors.schema_registry.model import Compatibility, Mode
+from actors.schema_registry.model import Compatibility, Mode, SchemaType
 from actors.schema_registry.state import Change, RegistryState
 
 
@@ -383,3 +383,21 @@ def test_bad_subjects_and_versions_get_confluent_codes(subject, version, code):
     with pytest.raises(errors.RegistryError) as e:
         reg.state.get_version(subject, version)
     assert code_of(e) == code
+
+
+def test_the_census_counts_live_subjects_versions_and_schemas_by_type():
+    reg = Registry()
+    empty = reg.state.census()
+    assert (empty.subjects, empty.live_versions, empty.deleted_versions) == (0, 0, 0)
+    assert empty.schemas == {SchemaType.AVRO: 0, SchemaType.JSON: 0, SchemaType.PROTOBUF: 0}
+    reg.run(reg.state.register("a", avro(("x", "int"))))
+    reg.run(reg.state.register("a", avro(("x", "int"), ("y", "int", 0))))
+    reg.run(reg.state.register("b", avro(("x", "int"))))  # the same schema: the same id
+    reg.run(reg.state.register("j", {"schema": '{"type": "object"}', "schemaType": "JSON"}))
+    reg.run(reg.state.delete_version("a", 1))
+    reg.run(reg.state.delete_subject("b"))
+    census = reg.state.census()
+    assert (census.subjects, census.live_versions, census.deleted_versions) == (2, 2, 2)
+    assert census.schemas == {SchemaType.AVRO: 2, SchemaType.JSON: 1, SchemaType.PROTOBUF: 0}
+    reg.run(reg.state.delete_subject("b", permanent=True))
+    assert reg.state.census().deleted_versions == 1 and reg.state.census().subjects == 2

@@ -211,6 +211,8 @@ def other_cases() -> list[Case]:
         Case(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}, (NONE,)),
         Case(65, 0, {"transactional_ids": [TID]}, (TXN_AUTH,)),
         Case(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}, (NONE,), lambda r: r.transaction_states == ()),
+        Case(68, 1, {"group_id": GROUP, "member_id": "m", "member_epoch": 0, "rebalance_timeout": S5, "subscribed_topic_names": [PRESENT], "topic_partitions": []}, (GROUP_AUTH,)),
+        Case(69, 1, {"group_ids": [GROUP], "include_authorized_operations": False}, (GROUP_AUTH,)),
     ]  # fmt: skip
 
 

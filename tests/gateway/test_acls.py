@@ -1,4 +1,4 @@
-"""Authorization at the gateway (issue 30), on a cluster of this module's own launched with
+"""Authorization at the gateway, on a cluster of this module's own launched with
 Kafka's StandardAuthorizer and no super users.
 
 Kafka clients connect unauthenticated here, as ``User:ANONYMOUS`` (authentication is the

@@ -71,10 +71,11 @@ def test_api_versions_advertises_what_is_served_and_answers_a_newer_version_in_v
         answer = wire.call(build_request(API_VERSIONS, 3, client_software_name="wire", client_software_version="1"))
         assert answer.error_code == 0
         assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == served
-        # Groups and transactions (part 2) are advertised; KIP-848's ConsumerGroupHeartbeat
-        # (68) and v4 of AddPartitionsToTxn (KIP-890, brokers') are not served.
-        assert {10, 11, 12, 13, 14, 24, 26} <= served.keys() and 68 not in served
-        assert served[24] == (0, 3)
+        # Groups (both protocols: KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+        # 68-69, at Kafka 4.4's v0-v1) and transactions are advertised; v4 of
+        # AddPartitionsToTxn (KIP-890, brokers') is not served.
+        assert {10, 11, 12, 13, 14, 24, 26, 68, 69} <= served.keys()
+        assert served[24] == (0, 3) and served[68] == served[69] == (0, 1)
         # A version above the served one: UNSUPPORTED_VERSION in a v0 body, with the ranges,
         # so the client retries with one it finds there (Kafka's own fallback).
         newest = served[API_VERSIONS][1]

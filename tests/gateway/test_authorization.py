@@ -427,7 +427,7 @@ def test_refused_requests_reach_no_actor(handler, request_, codes_of_response, e
 
 
 def test_list_groups_shows_only_describable_groups_unless_cluster_describe():
-    listing = [("g1", "Stable", "consumer"), ("g2", "Empty", "consumer")]
+    listing = [("g1", "Stable", "consumer", "classic"), ("g2", "Empty", "consumer", "classic")]
     request = build_request(groups.LIST_GROUPS_KEY, 4, states_filter=[])
 
     def listed(view):

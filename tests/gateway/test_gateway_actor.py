@@ -69,8 +69,8 @@ def _produce_and_fetch(cluster, topic: str, value: bytes) -> bool:
 def test_a_gateway_killed_again_and_again_listens_again_each_time(cluster, new_topic):
     """The worker process of a gateway is killed (SIGKILL) again and again; each time Ray
     restarts it and it must listen again by itself, within a deadline, for a real Kafka
-    client to produce and fetch through it (issue 27: in 2 of 14 such crashes the restarted
-    gateway's start task was failed by Ray and its port stayed closed)."""
+    client to produce and fetch through it (a start task that Ray fails while the restarted
+    actor is being created must not leave its port closed)."""
     topic = new_topic(partitions=1)
     leader = cluster.metadata([topic]).topics[topic].partitions[0].leader
     handle = ray.get_actor(gateway_actor_name(leader), namespace=cluster.namespace)

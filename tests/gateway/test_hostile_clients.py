@@ -1,4 +1,4 @@
-"""Hostile network clients against a running gateway (issue 27, items 1, 3 and 4).
+"""Hostile network clients against a running gateway.
 
 Each test watches the gateway's process (its pid and resident memory, through psutil on
 this machine) before and after: lying lengths close their connection only, a declared
@@ -35,7 +35,7 @@ from tests.helpers import wait_for
 
 MB = 1024 * 1024
 BROKER = 0
-ISSUE_27_FRAME = bytes.fromhex("000000150003000c00000001000570726f626500ffffffff7f")
+LYING_COUNT_FRAME = bytes.fromhex("000000150003000c00000001000570726f626500ffffffff7f")
 
 
 def _stats(cluster) -> dict:
@@ -84,12 +84,13 @@ def gateway(cluster):
 
 
 def test_the_25_byte_request_closes_its_connection_and_nothing_else(cluster, gateway):
-    """Issue 27: a Metadata v12 request whose topic count says 2^35-1 aborted the gateway."""
+    """A Metadata v12 request whose topic count says 2^35-1 (kio alone would try to reserve
+    256 GiB and abort the process) closes its own connection and nothing else."""
     address, pid, _ = gateway
     with Wire(address) as other:
         small = ApiVersionsRequest(client_software_name="t", client_software_version="1")
         assert other.call(small).error_code == 0
-        assert _refused(address, ISSUE_27_FRAME)
+        assert _refused(address, LYING_COUNT_FRAME)
         assert other.call(small).error_code == 0  # the same connection, the same process
     assert _stats(cluster)["pid"] == pid
 
@@ -136,8 +137,8 @@ def test_random_requests_with_a_lying_length_close_only_their_connection(cluster
 
 
 def test_declared_sizes_reserve_nothing(cluster, gateway):
-    """Issue 27: 30 connections declaring 100 MB and sending 19 bytes took a gateway from
-    195 MB to 3.2 GB. Now each holds one small buffer, and none of queued.max.request.bytes."""
+    """30 connections declaring 100 MB and sending 19 bytes hold one small buffer each, and
+    none of queued.max.request.bytes (reserving what they declared would take 3 GB)."""
     address, pid, rss = gateway
     socks = [socket.create_connection(address) for _ in range(30)]
     try:
@@ -163,7 +164,7 @@ def _open_from(address, source_ip: str) -> socket.socket:
 
 
 def test_closed_connections_give_their_memory_back(cluster, gateway):
-    """Issue 27: 2,000 idle connections kept ~64 KB each after they closed. 2,000
+    """Closed connections keep none of their buffers. 2,000
     connections (from four loopback addresses, under max.connections.per.ip) each fill
     most of a receive buffer, then all close: the gateway's resident memory comes back."""
     address, pid, _ = gateway
@@ -216,8 +217,8 @@ def _prober_count(address, big_frame: bytes, api_key: int, version: int) -> tupl
 
 
 def test_a_list_offsets_of_50000_partitions_is_answered_without_stalling_others(cluster, gateway):
-    """Issue 27: ListOffsets naming 50,000 partitions held every other client of the gateway
-    for seconds. It is decoded off the event loop, looked up once per topic, answered in
+    """A ListOffsets naming 50,000 partitions does not hold the gateway's other clients: it
+    is decoded off the event loop, looked up once per topic, answered in
     pieces; another connection's requests are answered meanwhile."""
     address, pid, _ = gateway
     body = build_request(

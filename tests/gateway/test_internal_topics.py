@@ -1,4 +1,4 @@
-"""The internal topics against clients (issue 27, items 5 and 9), on a cluster of this module's
+"""The internal topics against clients, on a cluster of this module's
 own: launched fresh, and restarted once on the same data.
 
 - Right after launch ``__consumer_offsets`` and ``__transaction_state`` exist with a leader

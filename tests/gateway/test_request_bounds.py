@@ -1,5 +1,5 @@
 """The bounds walk alone (no server): every length and count of every advertised API version
-is checked against the bytes left before kio reads a frame (issue 27, item 1).
+is checked against the bytes left before kio reads a frame.
 
 kio reserves memory for whatever an array's count claims, so a lie that got past the walk
 could abort this very process; the lies are therefore only ever given to the walk, and kio
@@ -31,7 +31,7 @@ from tests.gateway.hostile import (
 from tests.gateway.wire import encode
 
 VERSIONS = served_versions()
-ISSUE_27_FRAME = bytes.fromhex("000000150003000c00000001000570726f626500ffffffff7f")
+LYING_COUNT_FRAME = bytes.fromhex("000000150003000c00000001000570726f626500ffffffff7f")
 
 
 def _walk_end(body: bytes, api_key: int, version: int) -> int:
@@ -63,7 +63,7 @@ def _walk(body: bytes, api_key: int, version: int) -> None:
 
 
 def test_the_25_byte_request_of_issue_27_is_refused_before_kio():
-    body = memoryview(ISSUE_27_FRAME[4:])
+    body = memoryview(LYING_COUNT_FRAME[4:])
     with pytest.raises(RequestDecodeError, match="array of 34359738366 elements"):
         decode_request(body, 3, 12)
 

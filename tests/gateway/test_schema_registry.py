@@ -25,6 +25,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext  # 
 
 from actors.names import SCHEMA_REGISTRY_NAME  # noqa: E402
 from actors.schema_registry.actor import start_schema_registry, stop_schema_registry  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
 
 DEADLINE_S = 60.0
 _names = itertools.count()
@@ -195,6 +196,43 @@ def test_python_schema_registry_client(registry):
     assert subject not in client.get_subjects()
 
 
+def test_the_cli_registers_reads_configures_and_deletes(cluster, registry, tmp_path):
+    from typer.testing import CliRunner
+
+    from rayqueue.cli import app
+
+    def rq(*args: str, ok: bool = True) -> str:
+        result = CliRunner().invoke(app, ["schemas", *args, "--name", cluster.namespace])
+        assert (result.exit_code == 0) == ok, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+        return result.output
+
+    address, user = unique("cli-address"), unique("cli-user")
+    (tmp_path / "address.avsc").write_text(
+        '{"type": "record", "name": "Address", "namespace": "acme", "fields": [{"name": "city", "type": "string"}]}'
+    )
+    (tmp_path / "user.avsc").write_text(
+        '{"type": "record", "name": "User", "namespace": "acme",'
+        ' "fields": [{"name": "address", "type": "acme.Address"}]}'
+    )
+    assert "Registered under" in rq("register", address, str(tmp_path / "address.avsc"))
+    # Without the reference the named type is unknown: Confluent's 42201, one red line.
+    assert "42201" in rq("register", user, str(tmp_path / "user.avsc"), ok=False)
+    rq("register", user, str(tmp_path / "user.avsc"), "-r", f"acme.Address={address}:1")
+    listed = rq("list")
+    assert address in listed and user in listed
+    got = json.loads(rq("get", user, "--version", "latest"))
+    assert got["version"] == 1 and got["references"] == [{"name": "acme.Address", "subject": address, "version": 1}]
+    assert "FULL_TRANSITIVE" in rq("config", user, "--set", "FULL_TRANSITIVE")
+    assert "42206" in rq("delete", address, ok=False)  # still referenced by the user schema
+    assert "version 1 (soft)" in rq("delete", user, "--version", "1")
+    assert "permanently" in rq("delete", user, "--version", "1", "--permanent")
+    try:
+        assert "READONLY" in rq("mode", "--set", "READONLY")
+        assert "42205" in rq("register", unique("cli-ro"), str(tmp_path / "address.avsc"), ok=False)
+    finally:
+        rq("mode", "--set", "READWRITE")
+
+
 def test_a_restarted_registry_serves_the_same_ids_and_skips_what_it_cannot_read(cluster, registry):
     client = SchemaRegistryClient({"url": registry_url(registry)})
     subject = unique("restart")
@@ -209,7 +247,14 @@ def test_a_restarted_registry_serves_the_same_ids_and_skips_what_it_cannot_read(
     producer.produce("_schemas", key=b'{"keytype":"SCHEMA","subject":"x","version":1,"magic":1}', value=b"{broken")
     assert producer.flush(30) == 0
     ray.kill(ray.get_actor(SCHEMA_REGISTRY_NAME, namespace=cluster.namespace), no_restart=False)
-    url = registry_url(registry)
+
+    def restarted() -> str | None:
+        # ray.kill is asynchronous: the old actor may still answer a call or two. The new one
+        # is the one whose load skipped the garbage (the old one loaded before it was written).
+        stats = ray.get(registry.stats.remote(), timeout=10)
+        return stats["urls"][0] if stats["skipped_records"] >= 2 and stats["urls"] else None
+
+    url = wait_for(restarted, timeout=DEADLINE_S, interval=0.2, what="the restarted registry serving")
     again = SchemaRegistryClient({"url": url})
     assert {s: again.get_versions(s) for s in again.get_subjects()} == before
     assert [again.get_version(subject, v).schema_id for v in (1, 2)] == ids

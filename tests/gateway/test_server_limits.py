@@ -1,6 +1,6 @@
 """The server's memory and connection bounds, and big requests, on the server alone (no Ray).
 
-Issue 27, items 3 and 4: a size prefix reserves nothing, a request's buffer grows with its
+A size prefix reserves nothing, a request's buffer grows with its
 bytes, ``queued.max.request.bytes`` bounds what partial and queued requests hold (the
 gateway stops reading; when nothing can finish, it closes the newest connection waiting),
 connections are bounded per server and per address, a closed connection's buffer leaves
@@ -47,8 +47,8 @@ def _connection(server, sock: socket.socket):
 
 
 def test_a_size_prefix_alone_reserves_nothing():
-    """Issue 27: 30 connections that each declared 100 MB and sent 19 bytes took a gateway
-    from 195 MB to 3.2 GB. Now they hold one small buffer each, and nothing of the pool."""
+    """Connections that each declare 100 MB and send 19 bytes hold one small buffer each, and
+    nothing of the pool (reserving what they declared would take gigabytes)."""
     with serve() as (server, address, _):
         before = _rss()
         socks = [socket.create_connection(address) for _ in range(10)]

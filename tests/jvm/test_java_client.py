@@ -409,18 +409,94 @@ def _coordinator(admin, group: str) -> int:
     return meta.partitions[offsets_partition_for(group, len(meta.partitions))].leader
 
 
-def test_the_kip848_consumer_protocol_is_refused_cleanly(client_cp, bootstrap, new_topic):
-    """group.protocol=consumer (KIP-848) needs ConsumerGroupHeartbeat, which rayqueue does not
-    serve (nor advertise): the client says so at once with Kafka's own error (the classic
-    protocol, every client's default, is what the tests above use)."""
-    topic = new_topic(partitions=1)
+@pytest.fixture(scope="module")
+def kip848_cp(java_program) -> str:
+    """Kafka's Java client 4.4.0 with the KIP-848 program (``client/kafka/Kip848.java``)."""
+    return java_program("client", "kafka")
+
+
+def test_kip848_group_of_three_joins_and_leaves_while_records_flow(kip848_cp, bootstrap, new_topic, admin):
+    """group.protocol=consumer: two members, a third joins, the first leaves, while a producer
+    writes; every record read once, the committed offsets at the ends, the group described."""
+    topic = new_topic(partitions=6)
+    group = _unique("k848-group")
     out = events(
         run_java(
-            client_cp, "GroupProtocol", [f"--bootstrap={bootstrap}", f"--topic={topic}", f"--group={_unique('k848')}"]
+            kip848_cp,
+            "Kip848",
+            ["--scenario=group", f"--bootstrap={bootstrap}", f"--group={group}", f"--topic={topic}"],
         ).stdout
     )
-    (failed,) = out["failed"]
-    assert failed["error"] == "UnsupportedVersionException"
-    assert (
-        "CONSUMER" in failed["message"]
-    )  # "...does not support the new CONSUMER group protocol" / CONSUMER_GROUP_HEARTBEAT
+    every = [f"{topic}:{p}" for p in range(6)]
+    (three,) = out["three"]
+    assert sorted(len(ps) for ps in three["assignments"].values()) == [2, 2, 2]
+    assert sorted(p for ps in three["assignments"].values() for p in ps) == every
+    (described,) = out["described"]
+    assert (described["type"], described["listed_type"], described["assignor"]) == ("Consumer", "Consumer", "uniform")
+    assert {m["client_id"] for m in described["members"]} == {f"{group}-member-{i}" for i in range(3)}
+    # Each member at its target; "upgraded": it speaks the consumer protocol (ConsumerGroupDescribe v1).
+    assert all(m["partitions"] == m["target"] and m["upgraded"] is True for m in described["members"])
+    (after,) = out["after_leave"]
+    assert sorted(p for ps in after["assignments"].values() for p in ps) == every
+    (consumed,) = out["consumed"]
+    seen = [(r["partition"], r["offset"]) for r in consumed["records"]]
+    assert len(seen) == len(set(seen)) == consumed["produced"]  # every record once
+    assert {b64(r["value"]) for r in consumed["records"]} == {b"v%d" % i for i in range(consumed["produced"])}
+    # Incremental: when member 0 left, the others kept what they had.
+    (three_members,) = out["three"]
+    kept = {m: set(ps) for m, ps in three_members["assignments"].items() if m != "0"}
+    assert all(kept[m] <= set(after["assignments"][m]) for m in kept)
+    ends = {
+        tp.partition: o.offset for tp, o in admin.list_offsets({TopicPartition(topic, p): -1 for p in range(6)}).items()
+    }
+    (committed,) = out["committed"]
+    assert committed["offsets"] == {f"{topic}:{p}": end for p, end in ends.items()}
+    assert {tp.partition: om.offset for tp, om in admin.list_group_offsets(group).items()} == ends
+    (empty,) = out["described_empty"]
+    assert (empty["state"], empty["members"]) == ("Empty", [])
+
+
+def test_kip848_regex_subscription_picks_up_a_topic_created_later(kip848_cp, bootstrap, admin):
+    """A SubscriptionPattern (RE2J, resolved by the coordinator) takes in a topic created afterwards."""
+    prefix = _unique("k848-rx")
+    admin.create_topic(f"{prefix}-a", 2, None)
+    try:
+        out = events(
+            run_java(
+                kip848_cp,
+                "Kip848",
+                ["--scenario=regex", f"--bootstrap={bootstrap}", f"--group={prefix}-g", f"--prefix={prefix}"],
+            ).stdout
+        )
+    finally:
+        for name in (f"{prefix}-a", f"{prefix}-b"):
+            if name in admin.list_topics():
+                admin.delete_topic(name)
+    (later,) = out["later"]
+    assert later["assignments"]["0"] == [f"{prefix}-a:0", f"{prefix}-a:1", f"{prefix}-b:0", f"{prefix}-b:1"]
+    assert sum(1 for r in later["records"] if r["topic"] == f"{prefix}-b") == 10
+    (described,) = out["described"]
+    assert described["state"] == "Stable" and described["type"] == "Consumer"
+
+
+def test_kip848_static_member_comes_back_without_a_reassignment(kip848_cp, bootstrap, new_topic):
+    """A static member closes (epoch -2) and a new instance of it comes back: the same
+    partitions, nothing revoked from the others, no new group epoch."""
+    topic = new_topic(partitions=6)
+    group = _unique("k848-static")
+    out = events(
+        run_java(
+            kip848_cp,
+            "Kip848",
+            ["--scenario=static", f"--bootstrap={bootstrap}", f"--group={group}", f"--topic={topic}"],
+        ).stdout
+    )
+    (rejoined,) = out["rejoined"]
+    assert rejoined["after"] == rejoined["before"]
+    assert rejoined["events"]["0"] == [] and rejoined["events"]["2"] == []
+    (before,), (away,), (after,) = out["before"], out["away"], out["after"]
+    assert before["group_epoch"] == after["group_epoch"] == away["group_epoch"]
+    gone = [m for m in away["members"] if m["instance_id"] == f"{group}-instance-1"]
+    assert [m["member_epoch"] for m in gone] == [-2]
+    back = [m for m in after["members"] if m["instance_id"] == f"{group}-instance-1"]
+    assert back[0]["member_id"] != gone[0]["member_id"] and back[0]["partitions"] == gone[0]["partitions"]

@@ -210,6 +210,53 @@ def test_console_producer_consumer_and_consumer_groups(tool, jvm_classpath, boot
     assert group not in {g.group_id for g in admin.list_groups()}
 
 
+def test_consumer_groups_describes_a_kip848_group(tool, jvm_classpath, bootstrap, admin, new_topic):
+    """kafka-consumer-groups --list / --describe (offsets, --members, --state) on a group of
+    KIP-848's protocol (a console consumer with group.protocol=consumer), as on a classic one."""
+    topic = new_topic(partitions=3)
+    group = _unique("k848")
+    producer_lines = "\n".join(f"value {i}" for i in range(9)) + "\n"
+    tool("kafka-console-producer", "--bootstrap-server", bootstrap, "--topic", topic, stdin=producer_lines)
+    member = start_java(
+        jvm_classpath("kafka"), KAFKA_TOOLS["kafka-console-consumer"],
+        ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--from-beginning",
+         "--consumer-property", "group.protocol=consumer", "--timeout-ms", "120000"],
+    )  # fmt: skip
+    try:
+        ends = _ends(admin, topic, 3)
+        wait_for(
+            lambda: {tp.partition: om.offset for tp, om in admin.list_group_offsets(group).items()} == ends,
+            90,
+            what=f"{group} committed the ends",
+        )
+        listed = {g.group_id: g for g in admin.list_groups()}
+        assert (listed[group].group_type, listed[group].state) == ("consumer", "Stable")
+        assert group in tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--list").split()
+        out = tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--list", "--type", "consumer")
+        assert group in out.split()
+        out = tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
+        table = [row for row in _rows(out) if row[0] == group]
+        assert {int(r[2]): (int(r[3]), int(r[4]), int(r[5])) for r in table if r[1] == topic} == {
+            p: (end, end, 0) for p, end in ends.items()
+        }
+        out = tool(
+            "kafka-consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group, "--members"
+        )
+        (row,) = [r for r in _rows(out) if r[0] == group]
+        (native,) = admin.describe_groups([group])[group].members
+        assert native.member_id in row and "/127.0.0.1" in row and "console-consumer" in row and "3" in row
+        out = tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group, "--state")
+        (row,) = [r for r in _rows(out) if r[0] == group]
+        assert "uniform" in row and "Stable" in row
+    finally:
+        member.terminate()  # the JVM's shutdown hook closes the consumer: it leaves the group
+        member.wait(60)
+    wait_for(lambda: admin.describe_groups([group])[group].state == "Empty", 60, what=f"{group} empty")
+    out = tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group)
+    assert f"Deletion of requested consumer groups ('{group}') was successful." in out
+    assert group not in {g.group_id for g in admin.list_groups()}
+
+
 def test_get_offsets_and_delete_records(tool, bootstrap, admin, cluster, new_topic, tmp_path):
     topic = new_topic(partitions=2)
     base = int(time.time() * 1000) - 600_000

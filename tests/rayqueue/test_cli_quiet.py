@@ -48,8 +48,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
         servers = re.search(r"bootstrap\.servers=(\S+)", ready).group(1).split(",")
         assert len(servers) == 3 and not {int(s.rsplit(":", 1)[1]) for s in servers} & set(default_ports_taken)
         at = ["--address", address, *ns]
-        # 18 replica actors and the 3 coordinators: a worker process each, far more than
-        # Ray's default expects of a 2-core machine.
+        # The brokers, gateways and coordinators: a worker process each, more than Ray's
+        # default expects of a 2-core machine.
         code, outputs["topics create"] = run(
             [*RAYQUEUE, "topics", "create", "quiet", "--partitions", "6"] + ["--replication-factor", "3", *at], env
         )

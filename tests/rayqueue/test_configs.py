@@ -54,9 +54,9 @@ def test_launch_accepts_the_config(cluster, tmp_path, name):
 
     path = next(p for p in CONFIGS if p.name == name)
     namespace = f"rayqueue-config-{path.stem}"
-    # One partition per internal topic: each is a replica actor (cluster.toml's 12 + 12 at
-    # RF 3 are 72), and this test is about the file. Its [topics.*] are checked by the
-    # parsing tests; creating them here would start dozens of replica actors for nothing.
+    # One partition per internal topic: each is a replica in each of its brokers (cluster.toml's
+    # 12 + 12 at RF 3 are 72), and this test is about the file. Its [topics.*] are checked by the
+    # parsing tests; creating them here would open dozens of replicas for nothing.
     handle = rayqueue.launch(
         path,
         log_dirs=str(tmp_path),

@@ -354,7 +354,9 @@ def test_charts_fall_back_to_snapshots_when_no_metrics_endpoint_answers(cluster,
     def moved() -> float:
         return _moved(ok(client.get("/api/history", params={"topic": name}))["points"], "messages_in", "snapshots")
 
-    wait_for(lambda: moved() > 0, 15, what="the produce in the history")
+    # Each point's rate averages the last 20 s (DEFAULT_RATE_WINDOW_S), so the produce is spread
+    # over the points of the 20 s after it: the sum reaches the 500 records once that has passed.
+    wait_for(lambda: moved() >= 450, 20 + 40, what="the produce in the history")
     # Sample times are wall clock and rates monotonic: the sum is the 500 records, within clock jitter.
     assert moved() == pytest.approx(500, rel=0.2)
     history = ok(client.get("/api/history", params={"topic": name}))

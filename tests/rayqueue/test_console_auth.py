@@ -1,4 +1,4 @@
-"""The console on a cluster with an authorizer (issue 30): it finds out by itself that it
+"""The console on a cluster with an authorizer: it finds out by itself that it
 must ask who is there, checks a SCRAM user's password against the controller's stored
 credential, and every page and action then runs as ``User:alice`` under the cluster's ACLs:
 alice sees the topics and groups she may describe and no others, reads what she may READ,

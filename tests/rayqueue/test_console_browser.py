@@ -152,7 +152,7 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     topic, group = data["topic"], data["group"]
     meta = cluster.metadata()
     info = cluster.describe()
-    # Creating a topic starts a replica actor per partition: seconds on a loaded 2-core machine.
+    # Creating a topic opens a replica per partition and elects leaders: seconds on a loaded 2-core machine.
     page.set_default_timeout(30_000)
     expect.set_options(timeout=30_000)
 

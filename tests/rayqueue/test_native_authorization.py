@@ -1,4 +1,4 @@
-"""rayqueue's native clients with a principal (issue 30): every Admin call, the Consumer's
+"""rayqueue's native clients with a principal: every Admin call, the Consumer's
 group and list-offsets calls and the Producer's idempotent and transactional calls are
 checked by the actors against the cluster's ACLs with Kafka's rules and errors.
 

@@ -1,4 +1,4 @@
-"""A produce that cannot succeed says why (issue 27, item 8).
+"""A produce that cannot succeed says why.
 
 A topic with replication factor 1 and ``min.insync.replicas=2``: its leader answers every
 acks=all try with NOT_ENOUGH_REPLICAS (retriable), so a record expires after

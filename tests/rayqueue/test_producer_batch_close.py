@@ -1,4 +1,4 @@
-"""A producer batch is built once (issue 31): sealed (closed for appends) when full or
+"""A producer batch is built once: sealed (closed for appends) when full or
 lingered, then, when the sender drains it, its producer id, epoch and sequence are set and
 it is built: one copy of its records into the batch and one CRC pass, nothing at drain. A
 retry sends the same bytes; only an epoch bump rewrites a built batch's header. Runs over

@@ -1,4 +1,4 @@
-"""Retries as state the sender checks (issue 16): a batch that failed with a retriable error
+"""Retries as state the sender checks: a batch that failed with a retriable error
 carries ``retry_at`` and goes again after retry.backoff.ms, with no thread per failure;
 ``can_retry()`` ends it at ``retries`` or delivery.timeout.ms with Kafka's errors."""
 

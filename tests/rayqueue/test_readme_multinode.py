@@ -22,7 +22,7 @@ from tests.rayqueue.processes import RAY, RAYQUEUE, Background, free_port, run, 
 pytestmark = pytest.mark.multinode
 
 # configs/cluster.toml's shape, scaled to a 2-core test machine: its [topics.events] alone
-# would be 36 replica actors.
+# would be 36 replicas.
 SMALL_CLUSTER = """
 rayqueue.namespace = "rayqueue-readme"
 rayqueue.num.brokers = 2

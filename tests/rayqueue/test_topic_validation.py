@@ -98,8 +98,8 @@ def test_a_replication_factor_above_the_live_brokers_is_refused(cluster, admin, 
 
 
 def test_a_request_for_too_many_partitions_is_a_policy_violation(admin, topics):
-    """Kafka's controller refuses more than 10,000 new partitions in one request; here each
-    would be a replica actor, and such a request used to hold the controller for good."""
+    """Kafka's controller refuses more than 10,000 new partitions in one request, and so does
+    rayqueue's: opening that many replicas would hold the controller for minutes."""
     name = topics()
     with pytest.raises(PolicyViolationError, match="excessively large"):
         admin.create_topic(name, 10_001, 1)

@@ -253,7 +253,7 @@ def test_a_decompression_bomb_is_refused_before_it_takes_the_memory(log):
 @pytest.mark.parametrize("n", [2, 60])
 def test_a_record_timestamp_past_int64_is_a_corrupt_record(log, n):
     """baseTimestamp near the int64 limit plus a record's timestampDelta: no such time exists.
-    Refused as CORRUPT_MESSAGE (the header fix used to fail with struct.error, killing the call)."""
+    Refused as CORRUPT_MESSAGE, not a struct.error from patching the header (which would kill the call)."""
     builder = RecordBatchBuilder()
     for i in range(n):
         builder.append(b"v", key=b"k", timestamp=1000 * i)

@@ -406,7 +406,7 @@ def compressed_empty_batch(codec: int, base_offset: int) -> bytes:
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_a_compressed_batch_of_no_records_decodes_to_nothing(codec: int) -> None:
-    """Alone, first, between or last in a fetch (decode_columns used to raise IndexError)."""
+    """Alone, first, between or last in a fetch, decode_columns reads every record around it."""
     one = build([(b"v", b"k", 7, ())], codec, base_offset=1)
     for buf in (
         compressed_empty_batch(codec, 0),

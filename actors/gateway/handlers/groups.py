@@ -35,7 +35,7 @@ from kio.serial import entity_reader
 
 from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView, listed_brokers, listener_of
-from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested, topics_with_codes, topics_with_one_code
+from actors.gateway.codec import ZERO_MS, error_code, has_field, make, nested
 from actors.gateway.errors import COORDINATOR_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
 from actors.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, offsets_partition_for
@@ -55,10 +55,12 @@ from actors.protocol import (
 from actors.types import BrokerMetadata, GroupDescription, JoinGroupResult, OffsetAndMetadata, TopicPartition
 from storage.errors import (
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     InconsistentGroupProtocolError,
     InvalidRequestError,
     KafkaError,
     MemberIdRequiredError,
+    UnknownTopicIdError,
     UnstableOffsetCommitError,
 )
 
@@ -107,8 +109,8 @@ async def _leave_group(coordinator: Any, request: LeaveGroupRequest) -> None:
     await coordinator.leave_group.remote(request)
 
 
-async def _commit_offsets(coordinator: Any, request: OffsetCommitRequest) -> None:
-    await coordinator.commit_offsets.remote(request)
+async def _commit_offsets(coordinator: Any, request: OffsetCommitRequest) -> dict[TopicPartition, KafkaError]:
+    return await coordinator.commit_offsets.remote(request)
 
 
 async def _fetch_offsets(coordinator: Any, request: OffsetFetchRequest) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -123,7 +125,7 @@ async def _describe_groups(coordinator: Any, request: DescribeGroupsRequest) -> 
     return await coordinator.describe_groups.remote(request)
 
 
-async def _list_groups(coordinator: Any, request: ListGroupsRequest) -> list[tuple[str, str, str]]:
+async def _list_groups(coordinator: Any, request: ListGroupsRequest) -> list[tuple[str, str, str, str]]:
     return await coordinator.list_groups.remote(request)
 
 
@@ -349,6 +351,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
                 assignments if assignments else None,
                 decoded or None,
                 principal=authz.client(ctx),
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
             ),
         )
         data = answer.member_assignment
@@ -421,30 +425,74 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 # -- offsets ----------------------------------------------------------------------------------
 
 
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    """OffsetCommit v2-v8 (one call to the coordinator for the whole request)."""
+async def _topic_names(ctx: RequestContext, topics: Any) -> list[str | None]:
+    """Each request topic's name: its own (up to OffsetCommit/OffsetFetch v9), or its topic
+    id's (v10+; None for an id no topic has, answered UNKNOWN_TOPIC_ID)."""
+    topics = list(topics or ())
+    if not topics or has_field(type(topics[0]), "name"):
+        return [t.name for t in topics]
     view: BrokerView = ctx.state
+    await view.resolve_ids([t.topic_id for t in topics])
+    names: list[str | None] = []
+    for t in topics:
+        try:
+            names.append(view.topic_name(t.topic_id))
+        except UnknownTopicIdError:
+            names.append(None)
+    return names
+
+
+def _commit_topics(resp: type, topics: Any, names: list[str | None], code_of: Any) -> tuple[Any, ...]:
+    """The ``topics`` of an OffsetCommit response, each partition answered ``code_of(name,
+    partition)`` (by name up to v9, by topic id from v10)."""
+    topic_cls = nested(resp, "topics")
+    return tuple(
+        make(
+            resp,
+            "topics",
+            name=name or "",
+            topic_id=getattr(t, "topic_id", None),
+            partitions=tuple(
+                make(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition_index,
+                    error_code=error_code(code_of(name, int(p.partition_index))),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t, name in zip(topics, names, strict=True)
+    )
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """OffsetCommit v2-v10 (one call to the coordinator for the whole request; v9+: a consumer
+    group member's epoch, v10: topics by id)."""
+    view: BrokerView = ctx.state
+    names = await _topic_names(ctx, request.topics)
+    resp = ctx.schema.response
     if not authz.authorized(ctx, authz.Op.READ, authz.GROUP, request.group_id):
         code = authz.denied_code(authz.GROUP)
         return ctx.schema.response_of(
-            throttle_time=ZERO_MS, topics=topics_with_one_code(ctx.schema.response, request.topics, code)
+            throttle_time=ZERO_MS, topics=_commit_topics(resp, request.topics, names, lambda _n, _p: code)
         )
-    denied = authz.unauthorized_topics(ctx, authz.Op.READ, (t.name for t in request.topics))
+    denied = authz.unauthorized_topics(ctx, authz.Op.READ, (n for n in names if n is not None))
     offsets = {}
-    for t in request.topics:
-        if t.name in denied:
-            continue  # its partitions are answered TOPIC_AUTHORIZATION_FAILED, nothing committed
+    for t, name in zip(request.topics, names, strict=True):
+        if name is None or name in denied:
+            continue  # answered UNKNOWN_TOPIC_ID / TOPIC_AUTHORIZATION_FAILED, nothing committed
         for p in t.partitions:
-            offsets[TopicPartition(t.name, int(p.partition_index))] = OffsetAndMetadata(
+            offsets[TopicPartition(name, int(p.partition_index))] = OffsetAndMetadata(
                 int(p.committed_offset),
                 p.committed_metadata or "",
                 -1,
                 int(getattr(p, "committed_leader_epoch", -1)),
             )
-    code = NONE
+    code, refused = NONE, {}
     try:
-        if offsets or not denied:
-            await _commit_offsets(
+        if offsets or not (denied or None in names):
+            refused = await _commit_offsets(
                 view.group_coordinator,
                 OffsetCommitRequest(
                     request.group_id,
@@ -452,20 +500,31 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     request.member_id,
                     getattr(request, "group_instance_id", None),
                     int(request.generation_id_or_member_epoch),
+                    api_version=ctx.version,
                     principal=authz.client(ctx),
                 ),
             )
     except Exception as exc:  # noqa: BLE001 - every partition gets the error
         code = _code(exc)
     topic_denied = authz.denied_code(authz.TOPIC)
-    return ctx.schema.response_of(
-        throttle_time=ZERO_MS,
-        topics=topics_with_codes(ctx.schema.response, request.topics, lambda t: topic_denied if t in denied else code),
-    )
+
+    def code_of(name: str | None, partition: int) -> int:
+        if name is None:
+            return UnknownTopicIdError.code
+        if name in denied:
+            return topic_denied
+        error = (refused or {}).get(TopicPartition(name, partition))
+        return error.code if error is not None else code
+
+    return ctx.schema.response_of(throttle_time=ZERO_MS, topics=_commit_topics(resp, request.topics, names, code_of))
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    asked: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, dict[str, list[tuple[int, OffsetAndMetadata | None, int]]]]:
     """(group error, topic -> [(partition, committed or None, error)]) of one group: DESCRIBE
     on the group, and on each topic (a named topic refused is TOPIC_AUTHORIZATION_FAILED;
@@ -486,7 +545,14 @@ async def _fetch_group(
     try:
         committed = await _fetch_offsets(
             view.group_coordinator,
-            OffsetFetchRequest(group_id, partitions, require_stable, principal=authz.client(ctx)),
+            OffsetFetchRequest(
+                group_id,
+                partitions,
+                require_stable,
+                principal=authz.client(ctx),
+                member_id=member[0],
+                member_epoch=member[1],
+            ),
         )
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         code = _code(exc)
@@ -507,13 +573,16 @@ async def _fetch_group(
     return NONE, out
 
 
-def _fetched_topics(resp_cls: type, field: str, topics: dict[str, list[tuple[int, Any, int]]]) -> tuple:
+def _fetched_topics(
+    resp_cls: type, field: str, topics: dict[str, list[tuple[int, Any, int]]], ids: dict[str, Any] | None = None
+) -> tuple:
     topic_cls = nested(resp_cls, field)
     return tuple(
         make(
             resp_cls,
             field,
             name=name,
+            topic_id=(ids or {}).get(name),
             partitions=tuple(
                 make(
                     topic_cls,
@@ -531,31 +600,57 @@ def _fetched_topics(resp_cls: type, field: str, topics: dict[str, list[tuple[int
     )
 
 
-def _asked(topics: Any) -> list[tuple[str, list[int]]] | None:
+async def _asked(
+    ctx: RequestContext, topics: Any
+) -> tuple[list[tuple[str, list[int]]] | None, dict[str, Any], dict[str, list[tuple[int, Any, int]]]]:
+    """The partitions asked for by name (None: all), the topic ids to answer with (v10+), and
+    the answers of topic ids no topic has (UNKNOWN_TOPIC_ID)."""
     if topics is None:
-        return None
-    return [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
+        return None, {}, {}
+    names = await _topic_names(ctx, topics)
+    asked, ids, unknown = [], {}, {}
+    for t, name in zip(topics, names, strict=True):
+        partitions = [int(p) for p in t.partition_indexes]
+        topic_id = getattr(t, "topic_id", None)
+        if name is None:
+            key = f"\0{topic_id}"  # no topic name can hold a NUL
+            ids[key] = topic_id
+            unknown[key] = [(p, None, UnknownTopicIdError.code) for p in partitions]
+            continue
+        asked.append((name, partitions))
+        ids[name] = topic_id
+    return asked, ids, unknown
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
-    """OffsetFetch v1-v8 (v8: several groups at once, KIP-709)."""
+    """OffsetFetch v1-v10 (v8: several groups at once, KIP-709; v9: a consumer group member's
+    id and epoch, checked; v10: topics by id)."""
     require_stable = bool(getattr(request, "require_stable", False))
     resp = ctx.schema.response
+    view: BrokerView = ctx.state
     if has_field(type(request), "groups"):
         groups = []
         for g in request.groups:
-            code, topics = await _fetch_group(ctx, g.group_id, _asked(g.topics), require_stable)
+            asked, ids, unknown = await _asked(ctx, g.topics)
+            member = (getattr(g, "member_id", None), int(getattr(g, "member_epoch", -1)))
+            code, topics = await _fetch_group(ctx, g.group_id, asked, require_stable, member)
+            if g.topics is None and has_field(nested(nested(resp, "groups"), "topics"), "topic_id"):
+                if any(view.uuid_of(name) is None for name in topics):
+                    await view.cluster(None)
+                ids = {name: view.uuid_of(name) for name in topics}
+            if code == NONE:
+                topics.update(unknown)
             groups.append(
                 make(
                     resp,
                     "groups",
                     group_id=g.group_id,
-                    topics=_fetched_topics(nested(resp, "groups"), "topics", topics),
+                    topics=_fetched_topics(nested(resp, "groups"), "topics", topics, ids),
                     error_code=error_code(code),
                 )
             )
         return ctx.schema.response_of(throttle_time=ZERO_MS, groups=tuple(groups))
-    asked = _asked(request.topics)
+    asked, _, _ = await _asked(ctx, request.topics)
     code, topics = await _fetch_group(ctx, request.group_id, asked, require_stable)
     if code != NONE and not has_field(resp, "error_code"):
         # v0-v1 have no request-level error: as Kafka's OffsetFetchRequest.getErrorResponse,
@@ -624,7 +719,8 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    """DescribeGroups v0-v5 (unknown groups are Dead, as Kafka answers)."""
+    """DescribeGroups v0-v6 (unknown groups, and consumer groups of KIP-848's protocol, are
+    Dead, as Kafka answers; from v6 with GROUP_ID_NOT_FOUND and its message)."""
     view: BrokerView = ctx.state
     resp = ctx.schema.response
     group_cls = nested(resp, "groups")
@@ -670,7 +766,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             for g in refused
         )
         + tuple(
-            make(
+            _not_classic(ctx, d)
+            if d.group_type != "classic" or (d.state == "Dead" and not d.protocol_type)
+            else make(
                 resp,
                 "groups",
                 error_code=error_code(NONE),
@@ -698,10 +796,33 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _not_classic(ctx: RequestContext, d: GroupDescription) -> Any:
+    """An unknown group, or a consumer group, as DescribeGroups shows it (Kafka's
+    ``classicGroup()`` refusing it): Dead, and from v6 GROUP_ID_NOT_FOUND with its message."""
+    why = (
+        f"Group {d.group_id} not found." if d.group_type == "classic" else f"Group {d.group_id} is not a classic group."
+    )
+    code = GroupIdNotFoundError.code if ctx.version >= 6 else NONE
+    return make(
+        ctx.schema.response,
+        "groups",
+        error_code=error_code(code),
+        error_message=why if ctx.version >= 6 else None,
+        group_id=d.group_id,
+        group_state="Dead",
+        protocol_type="",
+        protocol_data="",
+        members=(),
+        authorized_operations=-(2**31),
+    )
+
+
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    """ListGroups v0-v4 (v4: KIP-518's state filter)."""
+    """ListGroups v0-v5 (v4: KIP-518's state filter; v5: KIP-848's group types, classic or
+    consumer, and their filter)."""
     view: BrokerView = ctx.state
     wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
     code, groups = NONE, []
     try:
         groups = await _list_groups(view.group_coordinator, ListGroupsRequest(principal=authz.client(ctx)))
@@ -716,9 +837,9 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         throttle_time=ZERO_MS,
         error_code=error_code(code),
         groups=tuple(
-            make(resp, "groups", group_id=gid, protocol_type=ptype, group_state=str(state))
-            for gid, state, ptype in groups
-            if not wanted or str(state).lower() in wanted
+            make(resp, "groups", group_id=gid, protocol_type=ptype, group_state=str(state), group_type=gtype)
+            for gid, state, ptype, gtype in groups
+            if (not wanted or str(state).lower() in wanted) and (not types or gtype in types)
         ),
     )
 
@@ -750,10 +871,10 @@ APIS = (
     Api(SYNC_GROUP_KEY, 0, 5, handle_sync_group),
     Api(HEARTBEAT_KEY, 0, 4, handle_heartbeat),
     Api(LEAVE_GROUP_KEY, 0, 5, handle_leave_group),
-    Api(OFFSET_COMMIT_KEY, 2, 8, handle_offset_commit),
-    Api(OFFSET_FETCH_KEY, 1, 8, handle_offset_fetch),
+    Api(OFFSET_COMMIT_KEY, 2, 10, handle_offset_commit),
+    Api(OFFSET_FETCH_KEY, 1, 10, handle_offset_fetch),
     Api(OFFSET_DELETE_KEY, 0, 0, handle_offset_delete),
-    Api(DESCRIBE_GROUPS_KEY, 0, 5, handle_describe_groups),
-    Api(LIST_GROUPS_KEY, 0, 4, handle_list_groups),
+    Api(DESCRIBE_GROUPS_KEY, 0, 6, handle_describe_groups),
+    Api(LIST_GROUPS_KEY, 0, 5, handle_list_groups),
     Api(DELETE_GROUPS_KEY, 0, 2, handle_delete_groups),
 )

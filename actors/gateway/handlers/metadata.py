@@ -35,6 +35,13 @@ METADATA_KEY = 3
 # -- the Metadata request --------------------------------------------------------------------
 
 
+def _by_id(topic: Any) -> bool:
+    """A topic asked for by id (v10+): a non-zero topic id and no name. Kafka's Java client
+    leaves the name empty (not null) when it asks by id; the broker looks such topics up by id."""
+    topic_id = getattr(topic, "topic_id", None)
+    return topic_id is not None and topic_id.int != 0 and not getattr(topic, "name", None)
+
+
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     """Metadata v0-v13: brokers (the gateways), controller, cluster id, topics."""
     view: BrokerView = ctx.state
@@ -48,14 +55,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         requested = None
     else:
         requested = []
-        ids = [getattr(t, "topic_id", None) for t in request.topics if getattr(t, "name", None) is None]
+        ids = [t.topic_id for t in request.topics if _by_id(t)]
         if ids:
             await view.resolve_ids(ids)
         for i, t in enumerate(request.topics):
             if i % PACE == PACE - 1:
                 await asyncio.sleep(0)  # a request may name 100,000 topics: other connections' turn
             name = getattr(t, "name", None)
-            if name is None:
+            if _by_id(t):
                 try:
                     name = view.topic_name(t.topic_id)
                 except UnknownTopicIdError:

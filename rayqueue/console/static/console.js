@@ -64,9 +64,20 @@ function table(headers, rows, opts) {
     `<tr><td colspan="${headers.length}" class="muted">${esc(opts.empty || "none")}</td></tr>`}</tbody></table>`;
 }
 
-function card(label, value, id, bad) {
-  return `<div class="card${bad ? " bad" : ""}"><div class="label">${esc(label)}</div><div class="value" id="${id}">${esc(value)}</div></div>`;
+// A tile: its label, its value and, for a figure that needs it, what it counts.
+function card(label, value, id, bad, counts) {
+  const hint = counts ? `<div class="counts">${esc(counts)}</div>` : "";
+  return `<div class="card${bad ? " bad" : ""}"><div class="label">${esc(label)}</div><div class="value" id="${id}">${esc(value)}</div>${hint}</div>`;
 }
+
+// What the rate tiles count (the same words on every page).
+const COUNTS = {
+  in: "records appended to user topics (20 s average)",
+  committed: "records consumer groups committed past (20 s average)",
+  bytesIn: "record batches produced to user topics",
+  bytesOut: "bytes fetched by consumers of user topics",
+  p99: "broker request time, 99th percentile",
+};
 
 // Where a chart's numbers come from, shown beside it (the history's source_label).
 function sourceInto(id, h) {
@@ -116,8 +127,8 @@ function every(load) {
 function overviewPage() {
   app.innerHTML = `<h1>Overview</h1><div id="cards" class="cards"></div>
     <h2>Brokers</h2><div id="brokers"></div><div id="unhealthy"></div>
-    <h2>Messages per second (all topics)</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
-    <h2>Bytes per second (all topics)</h2><div id="bytes-chart"></div>
+    <h2>Messages per second (all user topics: appended, and committed by consumer groups)</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
+    <h2>Bytes per second (all user topics: produced, and fetched by consumers)</h2><div id="bytes-chart"></div>
     <h2>Topics</h2><div id="rates"></div>`;
   every(async () => {
     const o = await api("GET", "/api/overview");
@@ -127,11 +138,11 @@ function overviewPage() {
       card("Topics", o.topics, "topic-count") + card("Partitions", o.partitions, "partition-count") +
       card("Under-replicated", o.under_replicated.length, "urp-count", o.under_replicated.length > 0) +
       card("Offline", o.offline.length, "offline-count", o.offline.length > 0) +
-      card("Messages in/s", rate(o.messages_in_per_sec), "messages-in") +
-      card("Messages committed/s", rate(o.messages_out_per_sec), "messages-out") +
-      card("Bytes in/s", byteRate(o.bytes_in_per_sec), "bytes-in") +
-      card("Bytes out/s", byteRate(o.bytes_out_per_sec), "bytes-out") +
-      card("Produce p99", ms(o.produce_p99_ms), "produce-p99") + card("Fetch p99", ms(o.fetch_p99_ms), "fetch-p99") +
+      card("Messages in/s", rate(o.messages_in_per_sec), "messages-in", false, COUNTS.in) +
+      card("Messages committed/s", rate(o.messages_out_per_sec), "messages-out", false, COUNTS.committed) +
+      card("Bytes in/s", byteRate(o.bytes_in_per_sec), "bytes-in", false, COUNTS.bytesIn) +
+      card("Bytes out/s", byteRate(o.bytes_out_per_sec), "bytes-out", false, COUNTS.bytesOut) +
+      card("Produce p99", ms(o.produce_p99_ms), "produce-p99", false, COUNTS.p99) + card("Fetch p99", ms(o.fetch_p99_ms), "fetch-p99", false, COUNTS.p99) +
       card("Groups", o.groups, "group-count") + card("Open transactions", o.open_transactions, "txn-count");
     document.getElementById("brokers").innerHTML = table(
       ["ID", "Node", "Rack", "Alive", {label: "Partitions", num: 1}, {label: "Leaders", num: 1}],
@@ -252,8 +263,8 @@ function topicPage(name) {
     const t = await api("GET", `/api/topics/${enc}`);
     document.getElementById("cards").innerHTML = card("Partitions", t.partitions.length, "partition-count") +
       card("Replication factor", t.replication_factor, "replication-factor") + card("Messages", num(t.messages), "messages") +
-      card("Size", bytes(t.size_bytes), "size") + card("In/s", rate(t.rates.messages_in), "messages-in") +
-      card("Committed/s", rate(t.rates.messages_out), "messages-out") + card("Bytes in/s", byteRate(t.rates.bytes_in), "bytes-in") +
+      card("Size", bytes(t.size_bytes), "size") + card("In/s", rate(t.rates.messages_in), "messages-in", false, COUNTS.in) +
+      card("Committed/s", rate(t.rates.messages_out), "messages-out", false, COUNTS.committed) + card("Bytes in/s", byteRate(t.rates.bytes_in), "bytes-in") +
       card("Bytes out/s", byteRate(t.rates.bytes_out), "bytes-out") + card("Topic id", t.topic_id, "topic-id");
     document.getElementById("partitions").innerHTML = table(
       [{label: "Partition", num: 1}, {label: "Leader", num: 1}, "Replicas", "ISR", "Offline replicas", {label: "Log start", num: 1},
