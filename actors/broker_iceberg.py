@@ -67,7 +67,7 @@ class ReplicaSource:
                 b"", replica.high_watermark, replica._lso(), log.log_start_offset, log.log_end_offset,
                 replica._state.leader_epoch,
             )  # fmt: skip
-        return replica._read(offset, max_bytes, committed=True)
+        return replica._read(offset, max_bytes, follower=False, committed=True)
 
 
 class RegistrySchemas:
