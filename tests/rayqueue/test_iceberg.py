@@ -150,9 +150,9 @@ def test_a_kafka_client_turns_a_topic_into_an_iceberg_topic(cluster, admin, new_
     assert [v for _, _, _, v in table_records(topic, cluster)] == [b"through kafka-configs"]
 
 
-def test_the_lag_shows_in_status_and_the_console(cluster, admin):
-    """A topic whose translation waits (a long target lag): ``rayqueue status`` and the
-    console's topic page show each partition's lag in records, from its leader."""
+def test_the_lag_shows_in_status_the_console_and_the_metrics(cluster, admin, metrics_export_port):
+    """A topic whose translation waits (a long target lag): ``rayqueue status``, the console's
+    topic page and the lag gauge show each partition's lag in records, from its leader."""
     import os
 
     topic = f"ice-lag-{os.getpid()}"  # short: the status table fits a terminal's width
@@ -161,8 +161,31 @@ def test_the_lag_shows_in_status_and_the_console(cluster, admin):
     )
     try:
         _lag_shows(cluster, topic)
+        wait_for(
+            lambda: _scraped(metrics_export_port, "ray_rayqueue_iceberg_translation_lag_records", topic) == 7,
+            timeout=60,
+            interval=0.5,
+            what="the lag gauge scraped from Ray's metrics agent",
+        )
     finally:
         admin.delete_topic(topic)
+
+
+def _scraped(port: int, name: str, topic: str) -> float | None:
+    """The sum of ``name``'s samples for ``topic`` on the session Ray's metrics endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("topic") == topic
+    ]
+    return sum(found) if found else None
 
 
 def _lag_shows(cluster, topic: str) -> None:
