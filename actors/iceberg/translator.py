@@ -113,6 +113,7 @@ class _Chunk:
     parts: list[tuple[bytes, tuple]] = field(default_factory=list)
     size: int = 0
     more: bool = False  # the read stopped at the step's budget with more committed behind it
+    read_at: float = 0.0  # when (monotonic) the step read: later records waited at most since then
 
 
 class PartitionTranslator:
@@ -239,7 +240,7 @@ class PartitionTranslator:
                 self.stats.skipped_offsets += skipped
                 start = offsets.log_start_offset
                 first = self.source.read_committed(start, min(FIRST_READ_BYTES, budget))
-        chunk = _Chunk(start, start)
+        chunk = _Chunk(start, start, read_at=self._clock.monotonic())
         response, size = first, min(FIRST_READ_BYTES, budget)
         while response is not None and response.records:
             end = _end_offset(response.records)
@@ -330,7 +331,9 @@ class PartitionTranslator:
         self.stats.next_offset = chunk.end
         if len(columns):
             self._record_bytes = max(1.0, chunk.size / len(columns))
-        self._pending_since = self._clock.monotonic() if chunk.more else None
+        # Records committed after the read have waited at most since it (``observe`` clears
+        # this when none has).
+        self._pending_since = chunk.read_at
 
     def _typed_rows(self, columns: Any) -> tuple[Any, list[tuple[int, str]]]:
         """value_schema_id_prefix: the typed rows and the (row, reason) of those that cannot be."""
