@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_produce_fetch.py
 	$(VENV)/bin/python scripts/bench_cleaner.py
 	$(VENV)/bin/python scripts/bench_replication.py
+	$(VENV)/bin/python scripts/bench_placement.py
 	$(VENV)/bin/python scripts/bench_transactions.py
 	$(VENV)/bin/python scripts/bench_gateway.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py

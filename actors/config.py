@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from actors.authorizer import authorizer_enabled
-from actors.gateway.listeners import broker_endpoints, parse_listeners
-from actors.group_coordinator.consumer_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
-from actors.iceberg.config import BROKER_KEYS as ICEBERG_KEYS
-from actors.iceberg.config import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
-from actors.schema_registry.config import REGISTRY_KEYS
+from actors.consumer_group_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
+from actors.iceberg_keys import BROKER_KEYS as ICEBERG_KEYS
+from actors.iceberg_keys import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
+from actors.listeners import broker_endpoints, parse_listeners
+from actors.registry_keys import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
 from storage.errors import InvalidConfigError
 
@@ -132,6 +132,24 @@ BROKER_CONFIG = _BrokerConfigDef(
         ),
         ConfigKey("rayqueue.num.brokers", "int", 3, "Logical brokers to run, spread over the Ray nodes.", min=1),
         ConfigKey("rayqueue.namespace", "string", "rayqueue", "Ray namespace holding this cluster's named actors."),
+        ConfigKey(
+            "rayqueue.broker.placement",
+            "string",
+            "broker",
+            "How a broker's replicas are placed onto host actors: broker (one host actor per broker, holding all"
+            " of its replicas), hosts (rayqueue.broker.num.hosts host actors per broker, partitions spread by a"
+            " stable hash of topic and partition, as Kafka spreads them over num.replica.fetchers) or replica"
+            " (one actor per replica).",
+            choices=("broker", "hosts", "replica"),
+        ),
+        ConfigKey(
+            "rayqueue.broker.num.hosts",
+            "int",
+            2,
+            "Host actors per broker when rayqueue.broker.placement is hosts (one Python process uses one core).",
+            min=1,
+            max=256,
+        ),
         ConfigKey(
             "rayqueue.metrics.enabled",
             "boolean",
@@ -251,7 +269,7 @@ BROKER_CONFIG = _BrokerConfigDef(
         ConfigKey(
             "rayqueue.group.metadata.check.interval.ms", "long", 1000, "Partition-count/regex check period.", min=1
         ),
-        # KIP-848's consumer group protocol (actors/group_coordinator/consumer_config.py).
+        # KIP-848's consumer group protocol (actors/consumer_group_config.py).
         *CONSUMER_GROUP_KEYS,
         # The Kafka wire protocol gateway (actors/gateway): one listener per broker; with
         # several brokers on one host each takes the next port. Empty: no gateways.

@@ -7,10 +7,10 @@ calls at once. What differs by role is written here once:
 - the cluster actors (controller, group and transaction coordinators) are restarted by Ray
   for ever (each rebuilds its state from its log) and placed on the launching node when
   it can be (soft affinity);
-- a broker (the actor hosting every partition replica of one broker) is never restarted by
-  Ray (the controller starts it again and reopens its replicas, as followers, once it has
-  moved leadership away) and runs on its broker's node only (hard affinity: its disk is
-  there);
+- a host (an actor holding some or all of one broker's partition replicas, as
+  ``rayqueue.broker.placement`` says) is never restarted by Ray (the controller starts it
+  again and reopens its replicas, as followers, once it has moved leadership away) and runs
+  on its broker's node only (hard affinity: its disk is there);
 - a gateway is restarted by Ray and runs on its broker's node only (it listens there).
 
 Lookups, kills and the live nodes go through here as well. The actor classes are passed in
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 # Concurrent calls an actor serves: long-poll fetches and acks=all produces wait inside it.
 MAX_CONCURRENCY = 1000
-# A broker serves them for every partition it hosts.
+# A host serves them for every partition it holds.
 BROKER_MAX_CONCURRENCY = 20000
 
 
@@ -84,6 +84,17 @@ def find_actor(name: str, namespace: str) -> Any | None:
         return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
+
+
+def named_actors(namespace: str, prefix: str) -> dict[str, Any]:
+    """The handles of the live actors of ``namespace`` whose name starts with ``prefix``, by name."""
+    out = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] == namespace and entry["name"].startswith(prefix):
+            handle = find_actor(entry["name"], namespace)
+            if handle is not None:
+                out[entry["name"]] = handle
+    return out
 
 
 def wait_for_actor(name: str, namespace: str, timeout_s: float) -> Any | None:

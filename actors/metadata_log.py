@@ -34,8 +34,13 @@ class MetadataLog:
 
     def append(self, record: dict[str, Any]) -> int:
         """Write one record durably; returns its offset."""
+        return self.append_all([record])
+
+    def append_all(self, records: list[dict[str, Any]]) -> int:
+        """Write records durably, in one batch (one fsync); returns the first one's offset."""
         builder = RecordBatchBuilder()
-        builder.append(json.dumps(record, sort_keys=True).encode(), key=record["type"].encode())
+        for record in records:
+            builder.append(json.dumps(record, sort_keys=True).encode(), key=record["type"].encode())
         return self._log.append(builder.build()).first_offset
 
     def entries(self, skipped: SkippedRecords | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -17,8 +17,26 @@ SCHEMA_REGISTRY_NAME = "schema_registry"
 
 
 def broker_actor_name(broker_id: int) -> str:
-    """The Ray actor name of a broker (the actor hosting its partition replicas)."""
+    """The Ray actor name of a broker's one host (the actor holding all of its replicas, the
+    default placement)."""
     return f"broker|{broker_id}"
+
+
+def host_actor_name(broker_id: int, slot: str = "") -> str:
+    """The Ray actor name of one of a broker's hosts: ``broker|<id>`` for its only one,
+    ``broker|<id>|host|<k>`` for one of K, ``broker|<id>|replica|<topic>-<partition>`` for a
+    replica's own (``actors.broker.placement``)."""
+    if not slot:
+        return broker_actor_name(broker_id)
+    kind = "host" if slot.isdigit() else "replica"
+    return f"broker|{broker_id}|{kind}|{slot}"
+
+
+def host_broker_id(name: str) -> int | None:
+    """The broker a host actor's name (``host_actor_name``) belongs to; None for another name."""
+    kind, _, rest = name.partition("|")
+    broker = rest.partition("|")[0]
+    return int(broker) if kind == "broker" and broker.isdigit() else None
 
 
 def gateway_actor_name(broker_id: int) -> str:

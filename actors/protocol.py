@@ -9,13 +9,15 @@ APIs and their fields carry Kafka's field names in snake_case, so that a transla
 Kafka's wire protocol (``actors/gateway/``) maps a wire request onto them field for field,
 and the Python clients send exactly what the gateway sends.
 
-Kafka's requests are batched (many topics, many partitions per request); an actor owns one
-partition or one concern, so each class here is the part of a Kafka request that one actor
-call serves: ``ProduceRequest`` is one partition's records with the request's ``acks`` and
-``timeout_ms``; ``CreateTopicsRequest`` is one ``CreatableTopic``; the group and
-transaction requests are whole, as rayqueue's coordinators take them. Where rayqueue needs
-more than Kafka's fields (an append's ``origin``, a produce call's ``order``, the actor
-handles of a LeaderAndIsr), the extra fields are named for what they are.
+Kafka's requests are batched (many topics, many partitions per request). Each class here is
+the part of a Kafka request for one partition or one concern: ``ProduceRequest`` is one
+partition's records with the request's ``acks`` and ``timeout_ms``; ``CreateTopicsRequest``
+is one ``CreatableTopic``; the group and transaction requests are whole, as rayqueue's
+coordinators take them. A broker host's calls carry many partitions at once, each with its
+one-partition request of this module (``actors.protocol_broker``: PartitionRequests,
+FetchMessagesRequest, LeaderAndIsrRequest). Where rayqueue needs more than Kafka's fields (an
+append's ``origin``, a produce call's ``order``), the extra fields are named for what they
+are.
 
 The answers that already had a type keep it: ListOffsets answers ``OffsetAndTimestamp``,
 Metadata ``ClusterMetadata``, CreateTopics and CreatePartitions ``TopicMetadata``,
@@ -82,7 +84,6 @@ __all__ = [
     "InitProducerIdRequest",
     "IsolationLevel",
     "JoinGroupRequest",
-    "LeaderAndIsrRequest",
     "LeaveGroupRequest",
     "ListGroupsRequest",
     "ListOffsetsRequest",
@@ -532,28 +533,8 @@ class WriteTxnMarkersRequest(Message):
         )
 
 
-# -- partition replica: replication (controller -> replica, replica -> controller) -------------
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsrRequest(Message):
-    """The controller's word to one replica (Kafka's LeaderAndIsrPartitionState): who leads
-    at which epoch, the replicas and the ISR at a partition epoch.
-
-    ``leader_handle`` is the leader's actor (a follower fetches from it); ``controller`` the
-    controller's (a leader reports ISR changes to it); ``replication`` the broker's
-    replica.* settings and ``retention_check_ms`` its log.retention.check.interval.ms.
-    """
-
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    partition_epoch: int = 0
-    leader_handle: Any = field(default=None, compare=False, repr=False)
-    controller: Any = field(default=None, compare=False, repr=False)
-    retention_check_ms: int = 300000
-    replication: Mapping[str, Any] | None = None
+# -- partition replica: replication (replica -> controller; the controller's LeaderAndIsr is in
+# actors.protocol_broker) ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from actors import launch as actor_launch
 from actors.config import broker_config, load_toml
 from actors.controller import Controller
 from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
-from actors.gateway.listeners import parse_listeners
 from actors.group_coordinator import GroupCoordinator
+from actors.listeners import parse_listeners
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, SCHEMA_REGISTRY_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.schema_registry.actor import start_schema_registry, stop_schema_registry
 from actors.transaction_coordinator import TransactionCoordinator

@@ -17,10 +17,10 @@ from typing import Any
 import ray
 
 from actors import launch
-from actors.broker_probe import PING_TIMEOUT_S, ping_brokers
+from actors.broker.probe import PING_TIMEOUT_S, ping_brokers
 from actors.gateway.broker_view import listed_brokers
 from actors.gateway.probe import probe_listeners, probe_targets
-from actors.names import broker_actor_name
+from actors.names import host_broker_id
 from actors.protocol import TransactionState
 from actors.types import BrokerMetadata, ClusterMetadata, MemberDescription, TopicPartition
 from rayqueue.admin import Admin, PartitionLogInfo
@@ -352,14 +352,17 @@ def listeners_down(
 def brokers_not_answering(
     meta: ClusterMetadata, namespace: str, timeout_s: float = PING_TIMEOUT_S
 ) -> list[tuple[BrokerMetadata, str]]:
-    """The live brokers whose process (their broker actor in ``namespace``, when it runs: it
-    starts with the broker's first replica) does not answer a ping within ``timeout_s``, each
-    with why: a listener in another process may still answer ApiVersions for a broker whose
-    event loop is blocked."""
+    """The live brokers one of whose host actors in ``namespace`` (one per broker, K, or one
+    per replica, as rayqueue.broker.placement says) does not answer a ping within
+    ``timeout_s``, each with why: a listener in another process may still answer ApiVersions
+    for a broker whose event loop is blocked."""
     brokers = {b.broker_id: b for b in meta.brokers if b.alive}
-    actors = {b: launch.find_actor(broker_actor_name(b), namespace) for b in brokers}
-    found = {b: actor for b, actor in actors.items() if actor is not None}
-    reasons = asyncio.run(ping_brokers(found, timeout_s)) if found else {}
+    hosts: dict[int, list[Any]] = {}
+    for name, actor in launch.named_actors(namespace, "broker|").items():
+        broker = host_broker_id(name)
+        if broker in brokers:
+            hosts.setdefault(broker, []).append(actor)
+    reasons = asyncio.run(ping_brokers(hosts, timeout_s)) if hosts else {}
     return [(brokers[b], reason) for b, reason in sorted(reasons.items()) if reason is not None]
 
 

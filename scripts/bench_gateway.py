@@ -12,7 +12,7 @@ One partition, acks=1, 100-byte values:
   confluent-kafka reads with ``queued.min.messages`` raised (see CONSUMER_TUNED), and once
   more with librdkafka's defaults;
 - the latency of single Produce and Fetch requests through the gateway (p50/p99), next to
-  the same call made directly on the replica actor (what the gateway adds is the difference).
+  the same call made directly on the replica's host (what the gateway adds is the difference).
 Throughput figures are the best of ``--rounds`` rounds, every baseline measured in each round.
 
 ``--quick`` runs every figure reduced (1 round, 100,000 records, 500 requests per latency

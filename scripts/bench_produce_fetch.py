@@ -9,7 +9,7 @@ each round as well), and as a ratio to
 - the Ray transport ceiling: raw actor calls moving the same bytes (1 MB per call,
   five calls in flight, as the producer sends), and
 - ``ray.util.queue.Queue`` moving the same records (its batch put/get).
-Then the memory (USS) one more idle replica costs its broker's actor (the brokers' USS
+Then the memory (USS) one more idle replica costs its broker's host actor (the hosts' USS
 before and after a topic of IDLE_PARTITIONS partitions) and how many partitions the embedded
 default could host on this machine.
 
@@ -143,12 +143,12 @@ IDLE_PARTITIONS = 100
 
 
 def replica_uss_mb(cluster: rayqueue.Cluster, admin: Any) -> float:
-    """MB of USS one more idle replica (RF 1) adds to the broker actors hosting it."""
+    """MB of USS one more idle replica (RF 1) adds to the host actors holding it."""
     internal = cluster.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions
     hosts = {
         h.host for p in internal for h in admin.replica_handles(TopicPartition(OFFSETS_TOPIC, p.partition)).values()
     }
-    pids = {ray.get(host.describe_broker.remote())["pid"] for host in hosts}
+    pids = {ray.get(host.describe_host.remote())["pid"] for host in hosts}
 
     def uss() -> float:
         return sum(psutil.Process(pid).memory_full_info().uss for pid in pids) / 1e6
@@ -256,7 +256,7 @@ def report(results: list[dict[str, Any]], rounds: int) -> None:
     available = psutil.virtual_memory().available / 1e6
     reserve = 4000  # for Ray's own processes, Spark and the clients
     print()
-    print(f"one more idle replica: {uss:.2f} MB of its broker actor's USS")
+    print(f"one more idle replica: {uss:.2f} MB of its host actor's USS")
     print(
         f"partitions that memory alone would allow here (RF=1, {available / 1000:.1f} GB available, "
         f"{reserve / 1000:.0f} GB kept back): about {int((available - reserve) / max(uss, 0.01)):,} "

@@ -7,7 +7,7 @@ One producer, one partition, 100-byte values, on the embedded 3-broker cluster:
 - latency: one ``send().get()`` at a time (nothing else in flight), p50 and p99 of RF=1
   acks=1 (the baseline) and RF=3 acks=all with ``min.insync.replicas=2``; the target is an
   acks=all p50 within 2x the acks=1 p50;
-- failover: the broker actor leading an RF=3 partition is killed (``ray.kill``) while a producer
+- failover: the host actor leading an RF=3 partition is killed (``ray.kill``) while a producer
   sends with acks=all; the time from the kill to the first record acknowledged by the
   new leader, over a few kills.
 
@@ -135,7 +135,7 @@ def failover_times(cluster, admin, kills: int) -> list[float]:
             count = len(acks)
             _wait(lambda c=count: len(acks) >= c + 20, 60, "acknowledged records")
             killed = time.monotonic()
-            ray.kill(leader.host, no_restart=True)  # the leader's broker dies
+            ray.kill(leader.host, no_restart=True)  # the leader's host dies
             _wait(lambda h=leader: _dead(h), 30, "dead leader")
             dead = time.monotonic()
             _wait(lambda d=dead: acks and acks[-1][0] > d, 60, "acknowledgement from the new leader")

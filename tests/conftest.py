@@ -96,6 +96,71 @@ def admin(cluster):
     return cluster.admin()
 
 
+# Replica placements (rayqueue.broker.placement) the failover cluster runs under: the
+# default, one host actor per broker, and the design's one actor per replica.
+FAILOVER_PLACEMENTS = ("broker", "replica")
+
+
+@pytest.fixture(scope="session", params=FAILOVER_PLACEMENTS)
+def failover_cluster(request, ray_session):
+    """A 3-broker cluster of its own (gateways on free ports) for the tests that kill brokers,
+    so that the session cluster's logic tests never lose one; once per replica placement
+    (pytest runs every test of one placement, then the other's). A test limited to one
+    placement parametrizes it: ``@pytest.mark.parametrize("failover_cluster", ["broker"],
+    indirect=True)``."""
+    import rayqueue
+    from tests.helpers import SMALL_INTERNAL_TOPICS
+
+    placement = request.param
+    root = tempfile.mkdtemp(prefix=f"rayqueue-failover-{placement}-")
+    handle = rayqueue.launch(
+        log_dirs=root,
+        rayqueue_namespace=f"rayqueue-failover-{placement}",
+        rayqueue_broker_placement=placement,
+        log_retention_check_interval_ms=1000,
+        listeners="PLAINTEXT://127.0.0.1:0",
+        **SMALL_INTERNAL_TOPICS,
+    )
+    yield handle
+    handle.shutdown(delete_data=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def failover_admin(failover_cluster):
+    """An Admin client on the failover cluster, once it is whole again: every partition led
+    and in sync (a previous test's dead broker has come back)."""
+    from tests.helpers import wait_for
+
+    def whole() -> bool:
+        meta = failover_cluster.metadata()
+        return all(not p.offline and not p.under_replicated for t in meta.topics.values() for p in t.partitions)
+
+    wait_for(whole, timeout=120, what="the failover cluster whole again")
+    return failover_cluster.admin()
+
+
+@pytest.fixture
+def failover_topic(failover_admin, request):
+    """``new_topic`` on the failover cluster: ``failover_topic(partitions=1, **configs) -> name``."""
+    created: list[str] = []
+
+    def make(partitions: int = 1, replication_factor: int | None = None, **configs) -> str:
+        base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+        name = f"{base}-{next(_topic_ids)}"
+        configs = {k.replace("_", "."): v for k, v in configs.items()}
+        failover_admin.create_topic(name, partitions, replication_factor, configs=configs)
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            failover_admin.delete_topic(name)
+        except Exception:  # noqa: BLE001 - a test may have deleted it already
+            pass
+
+
 _topic_ids = itertools.count()
 
 
@@ -167,3 +232,11 @@ def spark(ray_session, spark_kafka_jars, spark_iceberg_jars):
     )
     yield session
     rq_spark.stop()
+
+
+@pytest.fixture
+def failover_bootstrap(failover_cluster) -> str:
+    """``host:port,...`` of the failover cluster's gateways."""
+    servers = failover_cluster.bootstrap_servers
+    assert servers, "the failover cluster runs no gateways"
+    return servers

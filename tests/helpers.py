@@ -110,22 +110,43 @@ def rotate_preferred_leader(admin, topic: str, partition: int) -> int:
 
 
 def hosted_replica(broker_id: int, topic: str, partition: int, data_dir: str, config: dict[str, Any]) -> Any:
-    """One replica opened in a Broker actor of its own (no controller), for tests that drive
+    """One replica opened in a host actor of its own (no controller), for tests that drive
     replicas by hand; returns its ReplicaRef (``kill_broker`` ends it)."""
     import ray
 
-    from actors.broker import Broker
-    from actors.replica_ref import ReplicaRef
+    from actors.broker.actor import BrokerHost
+    from actors.broker.replica_ref import ReplicaRef
+    from actors.protocol_broker import OpenReplica
 
     # max_restarts=0: a crash shows as a dead actor, never as a quiet restart.
-    broker = ray.remote(Broker).options(num_cpus=0, max_concurrency=1000, max_restarts=0).remote(broker_id, "", False)
-    ray.get(broker.open_replica.remote(topic, partition, data_dir, config, None))
-    return ReplicaRef(broker, topic, partition, broker_id)
+    host = ray.remote(BrokerHost).options(num_cpus=0, max_concurrency=1000, max_restarts=0).remote(broker_id, "", False)
+    (opened,) = ray.get(host.open_replicas.remote([OpenReplica(topic, partition, data_dir, config)]))
+    assert opened is True, opened
+    return ReplicaRef(host, topic, partition, broker_id)
+
+
+def set_role(replica: Any, state: Any, replication: dict[str, Any] | None = None, controller: Any = None) -> Any:
+    """Tell one replica (a ReplicaRef) its role as the controller would: a LeaderAndIsr to its
+    host with that partition's ``state`` (a LeaderAndIsrPartitionState); returns its answer
+    (the leader's log end offset, a follower's True or False), its error raised."""
+    import ray
+
+    from actors.protocol_broker import LeaderAndIsrRequest, only_answer
+
+    request = LeaderAndIsrRequest(((replica.topic, replica.partition, state),), controller, replication)
+    return only_answer(ray.get(replica.host.leader_and_isr.remote(request)))
+
+
+def close_replica(replica: Any, delete: bool = False) -> None:
+    """Close one replica (a ReplicaRef) in its host, as the controller does."""
+    import ray
+
+    ray.get(replica.host.close_replicas.remote([(replica.topic, replica.partition)], delete))
 
 
 def kill_broker(replica: Any) -> None:
-    """Kill the Broker actor hosting ``replica`` (a ReplicaRef), as a broker process dies:
-    every replica it hosts dies with it, and Ray does not restart it."""
+    """Kill the host actor holding ``replica`` (a ReplicaRef), as a broker process dies:
+    every replica it holds dies with it, and Ray does not restart it."""
     import ray
 
     ray.kill(replica.host, no_restart=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 def rayqueue_default_ports() -> dict[int, str]:
     """The ports ``rayqueue start`` binds when told nothing, read from the code that picks them."""
     from actors.config import BROKER_CONFIG
-    from actors.gateway.listeners import parse_listener
+    from actors.listeners import parse_listener
     from rayqueue.cli import DEFAULT_LISTENERS, DEFAULT_METRICS_EXPORT_PORT
     from rayqueue.cli.common import DEFAULT_SCHEMA_REGISTRY_LISTENERS
     from rayqueue.console import DEFAULT_PORT as CONSOLE_PORT

@@ -1,7 +1,8 @@
 """The package's shape, checked from the source: layers import downward only, no module
-imports a module that imports it back (directly or through others), importing a light
-storage module loads nothing heavy, no source module grows past 1,000 lines, and nothing in
-``actors/`` reads the clock except ``actors/clock.py``.
+imports a module that imports it back (directly or through others), no package imports a
+package that imports it back, importing a light storage module loads nothing heavy, no
+source module grows past 1,000 lines, and nothing in ``actors/`` reads the clock except
+``actors/clock.py``.
 
 Imports are read with ``ast``, so deferred imports inside functions and ``TYPE_CHECKING``
 blocks count too: a circle held together by a deferred import is still a circle.
@@ -42,6 +43,11 @@ LAUNCH_MODULE = "actors/launch.py"
 LAUNCH_ALLOWED: dict[str, str] = {}
 # A package may import only itself and the packages after it.
 LAYERS = {"rayqueue": {"rayqueue", "actors", "storage"}, "actors": {"actors", "storage"}, "storage": {"storage"}}
+# Tiers whose own top-level modules lie below their packages: ``actors/*.py`` (protocol, types,
+# config, launch, ...) is what actors/broker, actors/controller, actors/gateway and the
+# coordinators share, so none of those modules imports one of the packages. (rayqueue's
+# top-level modules include what sits above its client packages, ``cluster`` and ``data``.)
+BASE_BELOW_PACKAGES = ("actors",)
 
 
 def _module_name(path: Path) -> str:
@@ -155,6 +161,92 @@ def test_no_module_imports_a_module_that_imports_it_back() -> None:
     assert _cycles(_graph()) == []
 
 
+def _package_of(module: str, modules: dict[str, Path]) -> str | None:
+    """The tier's package a module belongs to (``actors.gateway.handlers.fetch`` ->
+    ``actors.gateway``: a package's own subpackages are part of it); None for a tier's own
+    top-level modules (``actors.protocol``) and the tier itself."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None
+    if len(parts) == 2 and modules[module].name != "__init__.py":
+        return None
+    return ".".join(parts[:2])
+
+
+def _package_graph(graph: dict[str, set[str]], modules: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
+    """Package -> the packages it imports -> the module imports that make the edge."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for module, targets in graph.items():
+        source = _package_of(module, modules)
+        if source is None:
+            continue
+        for target in targets:
+            package = _package_of(target, modules)
+            if package is not None and package != source:
+                out.setdefault(source, {}).setdefault(package, []).append(f"{module} -> {target}")
+    return out
+
+
+def _package_cycles(edges: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The circles between packages, each with the imports that close it."""
+    cycles = _cycles({source: set(targets) for source, targets in edges.items()})
+    return [
+        sorted(
+            why
+            for source in cycle
+            for target, imports in edges.get(source, {}).items()
+            if target in cycle
+            for why in imports
+        )
+        for cycle in cycles
+    ]
+
+
+def test_no_package_imports_a_package_that_imports_it_back() -> None:
+    """Between the packages of a tier (actors/broker, actors/controller, actors/gateway, ...),
+    imports go one way: ``actors/controller`` may use ``actors/broker`` but then nothing in
+    ``actors/broker`` uses ``actors/controller``, however indirectly."""
+    modules = _modules()
+    assert _package_cycles(_package_graph(_graph(), modules)) == []
+
+
+def test_the_base_modules_of_actors_import_no_package_of_it() -> None:
+    """``actors/config.py`` and the other shared modules sit below the packages that use them:
+    one of them importing a package would close a circle through every package using it."""
+    modules = _modules()
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module.split(".")[0] in BASE_BELOW_PACKAGES and _package_of(module, modules) is None
+        for target in targets
+        if target.split(".")[0] == module.split(".")[0] and _package_of(target, modules) is not None
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    "graph, packages, expected",
+    [
+        # a.x uses b.y, b.y uses a base module of the tier: no circle between packages.
+        ({"t.a.x": {"t.b.y"}, "t.b.y": {"t.base"}, "t.base": set()}, ["t.a", "t.b"], []),
+        # a.x -> b.y -> a.z: a circle between packages a and b, though no module circle.
+        (
+            {"t.a.x": {"t.b.y"}, "t.b.y": {"t.a.z"}, "t.a.z": set()},
+            ["t.a", "t.b"],
+            [["t.a.x -> t.b.y", "t.b.y -> t.a.z"]],
+        ),
+        # A subpackage is part of its package: a.sub.m <-> a.x is no circle between packages.
+        ({"t.a.sub.m": {"t.a.x"}, "t.a.x": {"t.a.sub.m"}}, ["t.a", "t.a.sub"], []),
+    ],
+)
+def test_the_package_cycle_finder_finds_circles(
+    graph: dict[str, set[str]], packages: list[str], expected: list[list[str]]
+) -> None:
+    modules = {m: Path(f"{m.replace('.', '/')}.py") for m in graph}
+    modules |= {p: Path(f"{p.replace('.', '/')}/__init__.py") for p in packages}
+    assert _package_cycles(_package_graph(graph, modules)) == expected
+
+
 @pytest.mark.parametrize(
     "graph, expected",
     [
@@ -206,6 +298,25 @@ def test_the_state_machine_packages_exist() -> None:
     for package in STATE_MACHINE_PACKAGES:
         assert (ROOT / package / SHELL_MODULE).is_file(), package
     assert len(_state_modules()) > len(STATE_MACHINE_PACKAGES)
+
+
+# The broker's host code is plain (Kafka's ReplicaManager and what it holds): only the Ray
+# shell, the host actors' lifecycle and the broker probe import Ray; the rest reaches other
+# hosts through links.
+BROKER_PACKAGE = "actors/broker"
+BROKER_RAY_MODULES = ("actor.py", "lifecycle.py", "probe.py")
+
+
+def test_the_broker_host_code_imports_no_ray() -> None:
+    modules = [p for p in sorted((ROOT / BROKER_PACKAGE).glob("*.py")) if p.name not in BROKER_RAY_MODULES]
+    assert len(modules) > 5, "the broker package is where it should be"
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in modules
+        for name in _imported_names(path)
+        if name.split(".")[0] == "ray"
+    ]
+    assert found == []
 
 
 def test_state_modules_import_no_ray_and_no_asyncio() -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.controller.placement import assign_replicas
 from actors.controller.records import NO_LEADER, new_cluster_id, new_topic_id
-from actors.controller.topics import validate_topic_name
+from actors.topics import validate_topic_name
 
 if TYPE_CHECKING:
     from actors.controller.actor import Controller

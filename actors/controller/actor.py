@@ -2,18 +2,16 @@
 
 Every decision (placement, elections, ISR changes, reassignment, configs) is made by the
 plain managers under :mod:`actors.controller.quorum_controller`, written to the metadata log
-before it takes effect. This shell does what needs Ray and an event loop: it starts the
-broker actors (``actors.broker``, through ``actors.launch``), opens, watches, reopens and
-closes the replicas they host,
-tells replicas their roles (LeaderAndIsr), serves requests one change at a time (an
-asyncio lock), and runs the periodic work (preferred-leader rebalance, reassignment
-completion, metrics, listener probes).
+before it takes effect. This shell does what needs Ray and an event loop: it has the host
+actors started, watched, reopened and stopped (``actors.broker.lifecycle``: the replicas'
+hosts, placed as ``rayqueue.broker.placement`` says), tells the replicas their roles (one
+LeaderAndIsr per host), serves requests one change at a time (an asyncio lock), and runs the
+periodic work (preferred-leader rebalance, reassignment completion, metrics, listener probes).
 
 A controller restarted by Ray replays the metadata log and re-attaches to (or reopens)
-every replica. It watches every replica through Ray: each replica's ``run`` call stays
-pending for the replica's life, so its failure tells the controller the replica's broker
-died: the replica leaves the ISR, a new leader is elected if it led, and once every
-partition of the dead broker has a leader again the broker actor is started again and
+every replica. A host's death (its pending ``run`` call fails) takes its replicas out of
+their ISRs and elects new leaders where they led, every partition of it in one step (one
+metadata-log write, one LeaderAndIsr per live host); then the host is started again and
 reopens its replicas as followers. It never sits on the data path: clients ask it for
 metadata (leaders' ReplicaRefs and epochs) and talk to leaders directly.
 """
@@ -31,16 +29,17 @@ from actors import launch
 from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
 from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
-from actors.broker import Broker
-from actors.broker_probe import probe_brokers, probe_targets
+from actors.broker.lifecycle import BrokerHosts
+from actors.broker.partition import DEFAULT_REPLICATION
+from actors.broker.placement import HostId
+from actors.broker.probe import probe_brokers, probe_targets
 from actors.clock import SYSTEM, Clock
 from actors.config import ICEBERG_BROKER_KEYS, broker_config
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
 from actors.metrics import TICK_S, Recorder
-from actors.names import INTERNAL_TOPICS, METADATA_TOPIC, broker_actor_name
-from actors.partition import DEFAULT_REPLICATION, remove_stray_partitions
+from actors.names import INTERNAL_TOPICS, METADATA_TOPIC
 from actors.protocol import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -54,11 +53,11 @@ from actors.protocol import (
     DescribeConfigsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
-    LeaderAndIsrRequest,
     ListPartitionReassignmentsRequest,
     MetadataRequest,
     require,
 )
+from actors.protocol_broker import LeaderAndIsrPartitionState, OpenReplica
 from actors.protocol_security import (
     AclsSnapshot,
     AlterUserScramCredentialsRequest,
@@ -69,7 +68,6 @@ from actors.protocol_security import (
     ScramCredential,
     UserScramCredentialsResult,
 )
-from actors.replica_ref import ReplicaRef
 from actors.types import ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from storage.errors import (
     ElectionNotNeededError,
@@ -83,16 +81,9 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-SHUTDOWN_CLOSE_TIMEOUT_S = 30.0
 # How often the controller checks that each listed broker's listener answers (the
 # listener-up gauge): an ApiVersions round trip each, bounded by the probe's timeout.
 LISTENER_PROBE_INTERVAL_S = 5.0
-STRAY_SWEEP_TIMEOUT_S = 30.0  # how long a starting broker's stray-log sweep may hold the controller
-REPLICA_CALL_TIMEOUT_S = 30.0  # a hung replica must not stall the controller
-BROKER_START_TIMEOUT_S = 30.0  # waiting for a dead broker actor's name to be released
-BROKER_PING_TIMEOUT_S = 10.0  # a broker that does not answer a ping within this is replaced
-REOPEN_BACKOFF_S = 0.5  # after a pass that could not reopen every replica of a dead broker
-REOPEN_BACKOFF_MAX_S = 10.0
 REASSIGNMENT_CHECK_S = 0.1
 ACL_WATCH_S = 30.0  # the longest a gateway's watch_acls call waits for a change
 _ATTACHED, _STARTED = "attached", "started"
@@ -125,7 +116,8 @@ def _restarted_by_ray() -> bool:
 
 
 class Controller:
-    """Owns cluster metadata; starts and watches the broker actors, opens and reopens their replicas."""
+    """Owns cluster metadata; has the host actors started and watched, and their replicas
+    opened, reopened and told their roles."""
 
     def __init__(self, namespace: str, config: dict[str, Any], clock: Clock = SYSTEM) -> None:
         self._namespace = namespace
@@ -139,10 +131,7 @@ class Controller:
         self._configuration = self._quorum.configuration
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
         self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
-        self._watches: dict[int, tuple[Any, asyncio.Task]] = {}  # broker id -> (its actor, the watch)
-        self._brokers: dict[int, Any] = {}  # broker id -> its actor (started on its first replica)
-        self._broker_locks: dict[int, asyncio.Lock] = {}
-        self._reopening: dict[int, asyncio.Task] = {}  # broker id -> reopening its dead replicas
+        self._hosts = BrokerHosts(namespace, self._config, self._on_host_death, clock)
         self._lock: asyncio.Lock | None = None
         self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
         self._rebalancer: asyncio.Task | None = None
@@ -201,17 +190,15 @@ class Controller:
         async with self._mutex():
             if self._started:
                 return
-            keys = self._replication.replicas()
-            outcomes = await asyncio.gather(*(self._attach_or_start(*key) for key in keys))
-            recreated = {key for key, outcome in zip(keys, outcomes, strict=True) if outcome == _STARTED}
-            for topic, p in self._replication.partitions():
-                # A replica that could not come back (node gone, broker stopped) is no
-                # longer in sync, as if its death had been seen.
-                self._quorum.commit(self._replication.drop_offline(topic, p, self._handles))
-                # A leader that died unseen and was recreated starts a new term: a new
-                # epoch makes its followers re-truncate and fetch from the new actor.
-                leader = self._quorum.partition(topic, p).leader
-                await self._elect(topic, p, bump=(topic, p, leader) in recreated)
+            outcomes = await self._attach_or_start(self._replication.replicas())
+            recreated = {key for key, outcome in outcomes.items() if outcome == _STARTED}
+            partitions = self._replication.partitions()
+            # A leader that died unseen and was recreated starts a new term: a new epoch
+            # makes its followers re-truncate and fetch from the new actor. A replica that
+            # could not come back (node gone, broker stopped) is no longer in sync, as if
+            # its death had been seen.
+            bump = {(t, p) for t, p in partitions if (t, p, self._quorum.partition(t, p).leader) in recreated}
+            await self._elect(partitions, bump, drop_offline=True)
             for topic, p in self._replication.reassigning():
                 self._track_reassignment(topic, p)
             await self._remove_strays(list(self._cluster.brokers))
@@ -227,25 +214,14 @@ class Controller:
         """Close every replica cleanly (clean-shutdown markers) and stop watching."""
         self._stopping = True
         tasks = [self._rebalancer, self._metrics_task, self._listener_task, self._restart_task]
-        watches = [task for _, task in self._watches.values()]
-        for task in [*watches, *self._reassignments.values(), *self._reopening.values(), *tasks]:
+        for task in [*self._reassignments.values(), *tasks]:
             if task is not None:
                 task.cancel()
-        closes = [asyncio.ensure_future(broker.shutdown.remote(delete_data)) for broker in self._brokers.values()]
-        if closes:
-            # Bounded: a broker that cannot close its replicas cleanly is killed below all the
-            # same (its logs recover on the next open), so shutdown never hangs on one.
-            done, _ = await asyncio.wait(closes, timeout=SHUTDOWN_CLOSE_TIMEOUT_S)
-            for future in done:
-                if future.exception() is not None and not isinstance(future.exception(), ray.exceptions.RayActorError):
-                    logger.warning("broker shutdown failed: %s", future.exception())
-        for broker in self._brokers.values():
-            launch.kill(broker)
-        for broker_id in self._cluster.brokers:  # one this controller never attached to, too
-            stray = launch.find_actor(broker_actor_name(broker_id), self._namespace)
-            if stray is not None:
-                launch.kill(stray)
-        self._brokers.clear()
+        # Every host a broker may have, those this controller never attached to too.
+        others = {
+            host for b in self._cluster.brokers for host in self._hosts.host_ids(b, self._replication.partitions_on(b))
+        }
+        await self._hosts.shutdown(delete_data, others)
         self._handles.clear()
         self._quorum.close()
 
@@ -274,8 +250,8 @@ class Controller:
         async with self._mutex():
             allowed = (self._config["delete.topic.enable"], request.internal_topics_allowed is True)
             replicas = self._quorum.commit(self._replication.delete_topic(request.name, *allowed))
-            # Together: each stop waits until its actor is gone, under the controller's lock.
-            await asyncio.gather(*(self._stop_replica(*replica, delete=True) for replica in replicas))
+            # Closed under the controller's lock: a topic created again next opens new replicas.
+            await self._stop_replicas(replicas, delete=True)
 
     async def create_partitions(self, request: CreatePartitionsRequest) -> TopicMetadata:
         """Grow a topic to ``count`` partitions (one of Kafka's CreatePartitions; Kafka never
@@ -291,10 +267,8 @@ class Controller:
 
     async def _bring_up(self, new: NewPartitions) -> None:
         """Start the new partitions' replicas, then give each partition its leader."""
-        await asyncio.gather(*(self._attach_or_start(*replica) for replica in new.replicas()))
-        for p in new.partitions():
-            self._quorum.commit(self._replication.drop_offline(new.topic, p, self._handles))
-            await self._elect(new.topic, p, bump=True)
+        await self._attach_or_start(new.replicas())
+        await self._elect([(new.topic, p) for p in new.partitions()], bump=True, drop_offline=True)
 
     async def list_topics(self, include_internal: bool = False, principal: str | None = None) -> list[str]:
         """Topic names, sorted (those a native caller's ``principal`` may DESCRIBE)."""
@@ -325,14 +299,14 @@ class Controller:
             if request.validate_only:
                 return merged
             effective = self._configuration.effective(name)
-            for (t, _, _), handle in list(self._handles.items()):
-                if t == name:
-                    await self._call_replica(handle.update_config.remote(effective))
+            refs = [handle for (t, _, _), handle in self._handles.items() if t == name]
+            await self._hosts.update_topic_config(refs, name, effective)
             if effective["unclean.leader.election.enable"]:
                 # As Kafka does when the setting is turned on: offline partitions elect at once.
-                for p, part in enumerate(topic.partitions):
-                    if (name, p, part.leader) not in self._handles:
-                        await self._elect(name, p, bump=False)
+                offline = [
+                    (name, p) for p, part in enumerate(topic.partitions) if (name, p, part.leader) not in self._handles
+                ]
+                await self._elect(offline, bump=False)
             return merged
 
     async def register_listener(
@@ -503,7 +477,7 @@ class Controller:
             require(request, DescribeClusterRequest)
             await self._auth.check_cluster(request, Op.DESCRIBE)
         await self._ensure_started()
-        return {**self._quorum.describe(), "replicas_open": len(self._handles), "broker_actors": len(self._brokers)}
+        return {**self._quorum.describe(), "replicas_open": len(self._handles), **self._hosts.describe()}
 
     async def broker_config(self) -> dict[str, Any]:
         """The broker configuration the cluster was launched with (what a driver attaching
@@ -531,231 +505,131 @@ class Controller:
                 raise LeaderNotAvailableError(f"{topic}-{partition} has no leader after {timeout_s}s")
             await asyncio.sleep(0.05)
 
-    # -- replicas: start, watch, restart, stop --------------------------------------------
+    # -- replicas: start, watch, restart, stop (the hosts' side is actors.broker.lifecycle) --
 
-    async def _attach_or_start(self, topic: str, partition: int, broker_id: int) -> str | None:
-        """Attach to the replica open in its broker's actor, or open it there (starting the
-        broker actor if needed); returns _ATTACHED, _STARTED or None (its broker is stopped
-        or its node is down)."""
-        opened = await self._open_replica(topic, partition, broker_id)
-        if opened is None:
-            return None
-        self._handles[(topic, partition, broker_id)], now = opened
-        return _STARTED if now else _ATTACHED
-
-    async def _open_replica(self, topic: str, partition: int, broker_id: int) -> tuple[ReplicaRef, bool] | None:
-        """Open the replica in its broker's actor; returns its ref and whether it was opened
-        now (False: it was open), or None when its broker is stopped or its node is down."""
-        spec = self._quorum.replica_spec(topic, partition, broker_id)
-        if spec is None:
-            return None  # stopped with stop_broker
-        broker = await self._broker_actor(broker_id, spec.node_id)
-        if broker is None:
-            return None
-        try:
-            now = await broker.open_replica.remote(topic, partition, spec.data_dir, spec.config, spec.topic_id)
-        except ray.exceptions.RayActorError:
-            logger.warning("broker %d died while opening %s-%d", broker_id, topic, partition)
-            return None
-        return ReplicaRef(broker, topic, partition, broker_id), now
-
-    async def _broker_actor(self, broker_id: int, node_id: str) -> Any | None:
-        """Broker ``broker_id``'s live actor, started on ``node_id`` if there is none; None
-        when that node is down."""
-        async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
-            name = broker_actor_name(broker_id)
-            for actor in (self._brokers.get(broker_id), launch.find_actor(name, self._namespace)):
-                if actor is None:
-                    continue
-                try:
-                    await asyncio.wait_for(actor.ping.remote(), BROKER_PING_TIMEOUT_S)
-                except (ray.exceptions.RayActorError, TimeoutError):
-                    self._brokers.pop(broker_id, None)
-                    continue
-                self._attach_broker(broker_id, actor)
-                return actor
-            if node_id not in launch.alive_nodes():
-                logger.warning("broker %d's node %s is down; its replicas stay offline", broker_id, node_id)
-                return None
-            deadline = self._clock.monotonic() + BROKER_START_TIMEOUT_S
-            while True:
-                try:
-                    actor = launch.launch(
-                        Broker, launch.BROKER, name, self._namespace, node_id, broker_id, self._namespace,
-                        self._metrics_enabled,
-                    )  # fmt: skip
-                    await actor.ping.remote()
-                    self._attach_broker(broker_id, actor)
-                    return actor
-                except ValueError:
-                    # The dead actor's name is released asynchronously; try again shortly.
-                    if self._clock.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
+    async def _attach_or_start(self, replicas: list[Replica]) -> dict[Replica, str | None]:
+        """Attach to each replica open in its host, or open it there (starting the host if
+        needed), one call per host; answers per replica _ATTACHED, _STARTED or None (its
+        broker is stopped or its node is down)."""
+        out: dict[Replica, str | None] = {}
+        wanted = []
+        for topic, partition, broker_id in replicas:
+            spec = self._quorum.replica_spec(topic, partition, broker_id)
+            if spec is None:
+                out[(topic, partition, broker_id)] = None  # stopped with stop_broker
+                continue
+            opening = OpenReplica(topic, partition, spec.data_dir, spec.config, spec.topic_id)
+            wanted.append(((topic, partition, broker_id), spec.node_id, opening))
+        for replica, opened in (await self._hosts.open(wanted)).items():
+            if opened is None:
+                out[replica] = None
+                continue
+            self._handles[replica], now = opened
+            out[replica] = _STARTED if now else _ATTACHED
+        return out
 
     async def _remove_strays(self, broker_ids: list[int]) -> None:
         """On each running broker's node, delete the partition directories it no longer hosts
-        (topics deleted or replicas moved while it was down; see remove_stray_partitions).
-        A failure is logged: it leaves disk space behind, never a wrong log."""
+        (topics deleted or replicas moved while it was down; see remove_stray_partitions)."""
         hosted = self._replication.hosted(broker_ids)
         alive = launch.alive_nodes()
-        calls = {}
+        dirs = {}
         for b in broker_ids:
             if self._cluster.usable(b, alive):
                 broker = self._cluster.brokers[b]
-                calls[b] = launch.run_on_node(remove_stray_partitions, broker.node_id, broker.data_dir, hosted[b])
-        for b, ref in calls.items():
-            try:
-                # Bounded: this runs under the controller's lock.
-                removed = await asyncio.wait_for(ref, STRAY_SWEEP_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - see the docstring
-                logger.exception("broker %d: could not remove stray partition directories", b)
-                continue
-            if removed:
-                logger.warning("broker %d: removed stray partition directories %s", b, removed)
+                dirs[b] = (broker.node_id, broker.data_dir, hosted[b])
+        await self._hosts.remove_strays(dirs)
 
-    def _attach_broker(self, broker_id: int, actor: Any) -> None:
-        """Use ``actor`` for the broker and watch it: its pending ``run`` call fails when it dies."""
-        self._brokers[broker_id] = actor
-        watched, watching = self._watches.get(broker_id, (None, None))
-        if watching is not None and not watching.done() and watched == actor:
-            return
-        if watching is not None:  # an earlier actor's watch (its death was handled)
-            watching.cancel()
-        self._watches[broker_id] = (actor, asyncio.get_running_loop().create_task(self._watch_broker(broker_id, actor)))
-
-    async def _watch_broker(self, broker_id: int, actor: Any) -> None:
-        try:
-            await actor.run.remote()
-        except ray.exceptions.RayActorError:
-            if self._stopping:
-                return
-            logger.warning("broker %d's actor died; electing without it, then reopening its replicas", broker_id)
-            try:
-                await self._on_broker_death(broker_id, actor)
-            except Exception:  # a task's exception would otherwise vanish silently
-                logger.exception("handling the death of broker %d failed", broker_id)
-
-    async def _on_broker_death(self, broker_id: int, actor: Any) -> None:
-        """A broker's actor died: its partitions elect without it; then one task reopens its replicas."""
+    async def _on_host_death(self, host: HostId, actor: Any) -> None:
+        """A host actor died: its partitions elect without its replicas, all in one step; then
+        its replicas are reopened (as followers)."""
         async with self._mutex():
-            if self._brokers.get(broker_id) == actor:
-                del self._brokers[broker_id]
-            dead = [key for key, ref in self._handles.items() if key[2] == broker_id and ref.host == actor]
+            dead = self._hosts.hosted_by(self._handles, actor)
             for key in dead:
                 self._handles.pop(key, None)
-            # All together, and before reopening: failover must not wait for a broker to start.
+            # Before reopening: failover must not wait for a host to start.
             live = [(t, p) for t, p, _ in dead if self._replication.has_partition(t, p)]
-            await asyncio.gather(*(self._elect_without(t, p, broker_id) for t, p in live))
-        reopening = self._reopening.get(broker_id)
-        if reopening is None or reopening.done():
-            self._reopening[broker_id] = asyncio.get_running_loop().create_task(self._reopen(broker_id))
+            await self._elect(live, bump=False, down=host.broker_id)
+        self._hosts.reopen(host, lambda: self._reopen_pass(host))
 
-    async def _elect_without(self, topic: str, partition: int, broker_id: int) -> None:
-        try:
-            self._quorum.commit(self._replication.remove_from_isr(topic, partition, broker_id))
-            await self._elect(topic, partition, bump=False)
-        except Exception:  # the other partitions must still elect
-            logger.exception("electing %s-%d without broker %d failed", topic, partition, broker_id)
+    async def _reopen_pass(self, host: HostId) -> bool | None:
+        """Reopen a dead host's closed replicas (as followers): True when none is left, None
+        when its broker is stopped or its node is down (start_broker then), False to try
+        again after a backoff."""
+        async with self._mutex():
+            b = host.broker_id
+            on = [(t, p) for t, p in self._replication.partitions_on(b) if self._hosts.host_id(t, p, b) == host]
+            missing = [(t, p, b) for t, p in on if (t, p, b) not in self._handles]
+            if not missing:
+                return True
+            try:
+                outcomes = await self._attach_or_start(missing)
+                opened = [(t, p) for (t, p, _), outcome in outcomes.items() if outcome is not None]
+                await self._elect(opened, bump=False)
+            except Exception:  # the next pass tries again
+                logger.exception("reopening the replicas of %s failed", host)
+                opened = []
+            if len(opened) == len(missing):
+                return True
+            broker = self._cluster.brokers.get(b)
+            if broker is None or not broker.alive or broker.node_id not in launch.alive_nodes():
+                return None  # stopped, or its node is down
+            return False
 
-    async def _reopen(self, broker_id: int) -> None:
-        """Reopen the broker's closed replicas (as followers) until none is left, backing off after a
-        failed pass; ends when the broker is stopped or its node is down (start_broker then)."""
-        backoff = REOPEN_BACKOFF_S
-        while not self._stopping:
-            async with self._mutex():
-                on = self._replication.partitions_on(broker_id)
-                missing = [(t, p) for t, p in on if (t, p, broker_id) not in self._handles]
-                if not missing:
-                    return
-                failed = 0
-                for topic, partition in missing:
-                    try:
-                        if await self._attach_or_start(topic, partition, broker_id) is None:
-                            spec = self._quorum.replica_spec(topic, partition, broker_id)
-                            if spec is None or spec.node_id not in launch.alive_nodes():
-                                return  # stopped, or its node is down
-                            failed += 1
-                            continue
-                        await self._elect(topic, partition, bump=False)
-                    except Exception:  # one replica's failure must not keep the others closed
-                        logger.exception("reopening %s-%d on broker %d failed", topic, partition, broker_id)
-                        failed += 1
-                if not failed:
-                    backoff = REOPEN_BACKOFF_S
-                    continue
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, REOPEN_BACKOFF_MAX_S)
+    async def _stop_replicas(self, replicas: list[Replica], delete: bool) -> None:
+        """Close replicas (and delete their data if asked); closed and forgotten by their hosts
+        before this returns, so a replica opened next for the same partition (a topic deleted
+        and created again) is a new one."""
+        refs = [ref for replica in replicas if (ref := self._handles.pop(replica, None)) is not None]
+        await self._hosts.close(refs, delete)
 
-    async def _stop_replica(self, topic: str, partition: int, broker_id: int, delete: bool) -> None:
-        handle = self._handles.pop((topic, partition, broker_id), None)
-        if handle is None:
+    async def _elect(
+        self, partitions: list[tuple[str, int]], bump: bool | set[tuple[str, int]], drop_offline: bool = False,
+        down: int | None = None,
+    ) -> None:  # fmt: skip
+        """Elect the partitions' leaders in one step (ReplicationControlManager.elect_all: one
+        metadata-log write for them all, ``down``'s replicas out of their ISRs, with
+        ``drop_offline`` every replica without a live host), then tell every live replica its
+        role: one LeaderAndIsr per host."""
+        if not partitions:
             return
-        try:
-            # Closed and forgotten by its broker before this returns: a replica opened next
-            # for the same partition (a topic deleted and created again) is a new one.
-            await self._call_replica(handle.host.close_replica.remote(topic, partition, delete))
-        except ray.exceptions.RayActorError:
-            pass
-
-    async def _stop_broker_actor(self, broker_id: int) -> None:
-        """Kill a stopped broker's actor (its replicas are closed) and wait until its name is
-        free: a start_broker right after must start a new actor, not attach to the dying one."""
-        async with self._broker_locks.setdefault(broker_id, asyncio.Lock()):
-            _, watching = self._watches.pop(broker_id, (None, None))
-            if watching is not None:
-                watching.cancel()
-            name = broker_actor_name(broker_id)
-            actor = self._brokers.pop(broker_id, None) or launch.find_actor(name, self._namespace)
-            if actor is None:
-                return
-            launch.kill(actor)
-            deadline = self._clock.monotonic() + BROKER_START_TIMEOUT_S
-            while launch.find_actor(name, self._namespace) is not None and self._clock.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-
-    async def _elect(self, topic: str, partition: int, bump: bool) -> None:
-        """Elect the partition's leader (ReplicationControlManager.elect) and tell every live
-        replica its role."""
-        election = self._quorum.commit(self._replication.elect(topic, partition, self._handles, bump))
-        if election.unclean and self._recorder is not None:
-            self._recorder.add(self._recorder.metrics.unclean_elections, 1, (("topic", topic),))
-        if election.leader != NO_LEADER:
-            await self._push(topic, partition)
-
-    async def _push(self, topic: str, partition: int) -> None:
-        """Send the partition's state to its live replicas: the leader first, then the followers."""
-        part = self._quorum.partition(topic, partition)
-        leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
-        if leader is None:
-            return
-        state = LeaderAndIsrRequest(
-            part.leader,
-            part.leader_epoch,
-            tuple(part.replicas),
-            tuple(part.isr),
-            part.partition_epoch,
-            leader_handle=leader,
-            controller=ray.get_runtime_context().current_actor,
-            retention_check_ms=self._config["log.retention.check.interval.ms"],
-            replication={k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+        elections = self._quorum.commit(
+            self._replication.elect_all(partitions, self._handles, bump, drop_offline, down)
         )
-        await self._call_replica(leader.become_leader.remote(state))
-        calls = []
-        for b in part.replicas:
-            handle = self._handles.get((topic, partition, b))
-            if handle is None or b == part.leader:
-                continue
-            calls.append(self._call_replica(handle.become_follower.remote(state)))
-        await asyncio.gather(*calls)
+        if self._recorder is not None:
+            for (topic, _), election in elections.items():
+                if election.unclean:
+                    self._recorder.add(self._recorder.metrics.unclean_elections, 1, (("topic", topic),))
+        await self._push([tp for tp, election in elections.items() if election.leader != NO_LEADER])
 
-    async def _call_replica(self, ref: Any) -> Any:
-        # A dead replica is the watcher's business; a hung one must not stall the controller.
-        try:
-            return await asyncio.wait_for(ref, REPLICA_CALL_TIMEOUT_S)
-        except (ray.exceptions.RayActorError, TimeoutError):
-            logger.warning("replica call failed", exc_info=True)
-            return None
+    async def _push(self, partitions: list[tuple[str, int]]) -> None:
+        """Send the partitions' state to their live replicas: one LeaderAndIsr per host,
+        carrying every partition of it, all hosts at once."""
+        entries = []
+        for topic, partition in partitions:
+            part = self._quorum.partition(topic, partition)
+            leader = self._handles.get((topic, partition, part.leader)) if part.leader != NO_LEADER else None
+            if leader is None:
+                continue
+            state = LeaderAndIsrPartitionState(
+                part.leader,
+                part.leader_epoch,
+                tuple(part.replicas),
+                tuple(part.isr),
+                part.partition_epoch,
+                leader_handle=leader,
+            )
+            for b in part.replicas:
+                ref = self._handles.get((topic, partition, b))
+                if ref is not None:
+                    entries.append((ref, state))
+        if entries:
+            await self._hosts.leader_and_isr(
+                entries,
+                ray.get_runtime_context().current_actor,
+                {k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+                self._config["log.retention.check.interval.ms"],
+            )
 
     # -- replication: ISR changes, brokers, elections, reassignment -------------------------
 
@@ -776,12 +650,11 @@ class Controller:
         await self._ensure_started()
         async with self._mutex():
             self._quorum.commit(self._cluster.set_alive(broker_id, False))
-            for topic, p in self._replication.partitions_on(broker_id):
-                # Close first, so that nothing more is appended to the old leader, then elect.
-                await self._stop_replica(topic, p, broker_id, delete=False)
-                self._quorum.commit(self._replication.remove_from_isr(topic, p, broker_id))
-                await self._elect(topic, p, bump=False)
-            await self._stop_broker_actor(broker_id)
+            on = self._replication.partitions_on(broker_id)
+            # Close first, so that nothing more is appended to the old leaders, then elect.
+            await self._stop_replicas([(t, p, broker_id) for t, p in on], delete=False)
+            await self._elect(on, bump=False, down=broker_id)
+            await self._hosts.stop_hosts(self._hosts.host_ids(broker_id, on))
         logger.info("broker %d stopped", broker_id)
 
     async def start_broker(self, broker_id: int, principal: str | None = None) -> None:
@@ -792,9 +665,8 @@ class Controller:
         async with self._mutex():
             self._quorum.commit(self._cluster.set_alive(broker_id, True))
             on = self._replication.partitions_on(broker_id)
-            await asyncio.gather(*(self._attach_or_start(t, p, broker_id) for t, p in on))
-            for t, p in on:
-                await self._elect(t, p, bump=False)
+            await self._attach_or_start([(t, p, broker_id) for t, p in on])
+            await self._elect(on, bump=False)
             await self._remove_strays([broker_id])
         logger.info("broker %d started", broker_id)
 
@@ -834,7 +706,7 @@ class Controller:
 
     async def _elect_preferred(self, topic: str, p: int) -> None:
         self._quorum.commit(self._replication.elect_preferred(topic, p, self._handles))
-        await self._push(topic, p)
+        await self._push([(topic, p)])
 
     async def _rebalance_loop(self) -> None:
         """auto.leader.rebalance.enable: periodically give leadership back to preferred replicas."""
@@ -866,8 +738,8 @@ class Controller:
             for tp, target in request.reassignments.items():
                 topic, p = tp.topic, tp.partition
                 adding = self._quorum.commit(self._replication.reassign(topic, p, target))
-                await asyncio.gather(*(self._attach_or_start(topic, p, b) for b in adding))
-                await self._elect(topic, p, bump=False)
+                await self._attach_or_start([(topic, p, b) for b in adding])
+                await self._elect([(topic, p)], bump=False)
                 self._track_reassignment(topic, p)
 
     async def list_partition_reassignments(
@@ -904,10 +776,10 @@ class Controller:
                 done = self._quorum.commit(self._replication.complete_reassignment(topic, p, self._handles))
                 if done is None:
                     continue
-                await self._push(topic, p)
-                await asyncio.gather(*(self._stop_replica(topic, p, b, delete=True) for b in done.removing))
+                await self._push([(topic, p)])
+                await self._stop_replicas([(topic, p, b) for b in done.removing], delete=True)
                 if done.leader == NO_LEADER:
-                    await self._elect(topic, p, bump=False)
+                    await self._elect([(topic, p)], bump=False)
             return
 
     # -- helpers --------------------------------------------------------------------------
@@ -954,12 +826,12 @@ class Controller:
     async def _probe_listeners(self) -> None:
         """Set the listener-up gauge of every broker Metadata names (alive, with a registered
         listener) from an ApiVersions round trip to its advertised address and a ping of its
-        broker actor; a broker no longer named reads 0. A change of state is logged once."""
+        host actors; a broker no longer named reads 0. A change of state is logged once."""
         rec = self._recorder
         listed = probe_targets(
             [b for b in self._cluster.brokers.values() if b.alive and b.host and b.port > 0], self._config
         )
-        reasons = await probe_brokers(listed, self._brokers)
+        reasons = await probe_brokers(listed, self._hosts.by_broker())
         for broker_id, host, port, _ in listed:
             reason = reasons[broker_id]
             if reason is not None and broker_id not in self._listeners_down:

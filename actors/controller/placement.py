@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from actors.controller.topics import check_partitions_per_request
+from actors.topics import check_partitions_per_request
 from storage.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError
 
 

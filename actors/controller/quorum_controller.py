@@ -9,7 +9,7 @@ acts on is always what a restarted controller rebuilds. A start replays the log;
 that cannot be read or applied is skipped, logged and counted, as Kafka's loaders skip
 theirs: one bad record must not keep the cluster down.
 
-The actor shell (:mod:`.actor`) runs the broker actors and their replicas, tells the replicas
+The actor shell (:mod:`.actor`) has the replicas' host actors run, tells the replicas
 their roles and serves the requests; it calls in here for every decision.
 """
 
@@ -122,11 +122,13 @@ class QuorumController:
                 self.configuration.replay(record)
 
     def commit(self, result: ControllerResult[T]) -> T | None:
-        """Append the result's records durably, then apply them; returns its answer."""
+        """Append the result's records durably (one batch, one fsync), then apply them;
+        returns its answer."""
+        if result.records:
+            self._log.append_all(result.records)
         for record in result.records:
             if record["type"] == "partition" and self.on_partition_change is not None:
                 self.on_partition_change(record["topic"], record["partition"], self._change_of(record))
-            self._log.append(record)
             self.replay(record)
         return result.response
 
@@ -148,7 +150,7 @@ class QuorumController:
         return self.replication.topics[topic].partitions[p]
 
     def replica_spec(self, topic: str, p: int, broker_id: int) -> ReplicaSpec | None:
-        """How to open one replica in its broker's actor; None when its broker is stopped."""
+        """How to open one replica in its host; None when its broker is stopped."""
         broker = self.cluster.brokers[broker_id]
         if not broker.alive:
             return None

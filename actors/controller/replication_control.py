@@ -32,13 +32,6 @@ from actors.controller.cluster_control import ClusterControlManager
 from actors.controller.configuration_control import ConfigurationControlManager, topic_overrides
 from actors.controller.placement import assign_replicas, check_assignment, manual_assignment
 from actors.controller.records import NO_LEADER, ControllerResult, PartitionRegistration
-from actors.controller.topics import (
-    INT32_MAX,
-    check_partitions_per_request,
-    resolve_count,
-    unify_collision_chars,
-    validate_topic_name,
-)
 from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
     AlterPartitionRequest,
@@ -46,6 +39,13 @@ from actors.protocol import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     require,
+)
+from actors.topics import (
+    INT32_MAX,
+    check_partitions_per_request,
+    resolve_count,
+    unify_collision_chars,
+    validate_topic_name,
 )
 from actors.types import PartitionMetadata, TopicMetadata
 from storage.errors import (
@@ -450,6 +450,43 @@ class ReplicationControlManager:
         epoch goes up when the leader changes (or ``bump``: a recreated leader starts a new
         term). Without a leader the partition is offline."""
         part = self.topics[topic].partitions[p]
+        new, election = self._elected(topic, p, part, online, bump)
+        return ControllerResult([records.partition(topic, p, new)] if new is not part else [], election)
+
+    def elect_all(
+        self,
+        partitions: Collection[tuple[str, int]],
+        online: Collection[Replica],
+        bump: bool | Collection[tuple[str, int]],
+        drop_offline: bool = False,
+        down: int | None = None,
+    ) -> ControllerResult[dict[tuple[str, int], Election]]:
+        """Elect many partitions' leaders in one step (one record per partition that changes,
+        appended together): broker ``down``'s replica first leaves each ISR and leadership
+        (:meth:`remove_from_isr`), with ``drop_offline`` every replica without a live actor
+        too (:meth:`drop_offline`), then each partition elects (:meth:`elect`; ``bump`` for
+        all, or the partitions whose epoch goes up). A partition that no longer exists is
+        left out. The answer is each partition's election."""
+        out: list[dict[str, Any]] = []
+        elections: dict[tuple[str, int], Election] = {}
+        for topic, p in dict.fromkeys(partitions):
+            if not self.has_partition(topic, p):
+                continue
+            part = current = self.topics[topic].partitions[p]
+            if down is not None:
+                part = self._removed(part, [down])
+            if drop_offline:
+                part = self._removed(part, [b for b in part.replicas if (topic, p, b) not in online])
+            bumped = bump if isinstance(bump, bool) else (topic, p) in bump
+            part, elections[(topic, p)] = self._elected(topic, p, part, online, bumped)
+            if part is not current:
+                out.append(records.partition(topic, p, part))
+        return ControllerResult(out, elections)
+
+    def _elected(
+        self, topic: str, p: int, part: PartitionRegistration, online: Collection[Replica], bump: bool
+    ) -> tuple[PartitionRegistration, Election]:
+        """``part`` after its election (the same object when nothing changes), and the election."""
         live = [b for b in part.replicas if (topic, p, b) in online]
         live_isr = [b for b in live if b in part.isr]
         isr, unclean = part.isr, False
@@ -465,18 +502,15 @@ class ReplicationControlManager:
         if leader == NO_LEADER:
             logger.warning("%s-%d is offline: no live in-sync replica", topic, p)
             if part.leader == NO_LEADER:
-                return ControllerResult([], Election(NO_LEADER, part.leader_epoch))
-            return ControllerResult(
-                [records.partition(topic, p, part.changed(leader=NO_LEADER))], Election(NO_LEADER, part.leader_epoch)
-            )
+                return part, Election(NO_LEADER, part.leader_epoch)
+            return part.changed(leader=NO_LEADER), Election(NO_LEADER, part.leader_epoch)
         changed = leader != part.leader or part.leader_epoch < 0
         epoch = part.leader_epoch + 1 if (bump or changed) else part.leader_epoch
-        out = []
         if leader != part.leader or epoch != part.leader_epoch or isr != part.isr:
-            out.append(records.partition(topic, p, part.changed(leader=leader, leader_epoch=epoch, isr=isr)))
             if changed:
                 logger.info("%s-%d: broker %d elected leader at epoch %d (ISR %s)", topic, p, leader, epoch, isr)
-        return ControllerResult(out, Election(leader, epoch, unclean))
+            part = part.changed(leader=leader, leader_epoch=epoch, isr=isr)
+        return part, Election(leader, epoch, unclean)
 
     def elect_preferred(self, topic: str, p: int, online: Collection[Replica]) -> ControllerResult[Election]:
         """Preferred leader election (Kafka's ElectLeaders, PREFERRED): leadership moves to the
@@ -513,6 +547,13 @@ class ReplicationControlManager:
 
     def _without(self, topic: str, p: int, down: list[int]) -> ControllerResult[None]:
         part = self.topics[topic].partitions[p]
+        new = self._removed(part, down)
+        return ControllerResult([records.partition(topic, p, new)] if new is not part else [])
+
+    @staticmethod
+    def _removed(part: PartitionRegistration, down: list[int]) -> PartitionRegistration:
+        """``part`` without the ``down`` brokers in its ISR and leadership (the same object
+        when nothing changes)."""
         isr, leader = part.isr, part.leader
         for b in down:
             # Kafka never empties the ISR: the last member stays so that it can lead again when
@@ -520,8 +561,8 @@ class ReplicationControlManager:
             isr = [x for x in isr if x != b] or isr
             leader = NO_LEADER if leader == b else leader
         if isr == part.isr and leader == part.leader:
-            return ControllerResult()
-        return ControllerResult([records.partition(topic, p, part.changed(leader=leader, isr=isr))])
+            return part
+        return part.changed(leader=leader, isr=isr)
 
     def alter_partition(
         self, request: AlterPartitionRequest, online: Collection[Replica]

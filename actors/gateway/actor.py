@@ -40,10 +40,10 @@ from actors.gateway.handlers import (
     scram,
     transactions,
 )
-from actors.gateway.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
 from actors.gateway.security import check_listener_security, listener_security
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
+from actors.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
 from actors.metrics import TICK_S, GatewayMetrics
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME, gateway_actor_name
 from actors.types import ClusterMetadata

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.config import listener_config
-from actors.gateway.listeners import uses_tls
 from actors.gateway.ssl_factory import client_context
+from actors.listeners import uses_tls
 from actors.types import BrokerMetadata
 
 API_VERSIONS_KEY = 18

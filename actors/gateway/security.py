@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.config import listener_config
-from actors.gateway.listeners import uses_sasl, uses_tls
 from actors.gateway.principal import SslPrincipalMapper, rfc2253_subject
 from actors.gateway.sasl import PlainUsers, SaslConfig, SaslSession, ScramCredentials, check_mechanisms
 from actors.gateway.ssl_factory import server_context
+from actors.listeners import uses_sasl, uses_tls
 
 # Kafka's KafkaPrincipal.ANONYMOUS, as a string.
 ANONYMOUS = "User:ANONYMOUS"

@@ -28,7 +28,7 @@ from actors import internal_records as stored
 from actors.acl import CLUSTER_NAME
 from actors.auth_helper import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, AuthHelper, LazyAclView, Op, denied
 from actors.clock import SYSTEM, Clock
-from actors.group_coordinator.consumer_config import ConsumerGroupSettings
+from actors.consumer_group_config import ConsumerGroupSettings
 from actors.group_coordinator.consumer_group import ConsumerGroupState
 from actors.group_coordinator.consumer_records import group_tombstones
 from actors.group_coordinator.group_metadata_manager import check_group_id

@@ -41,8 +41,8 @@ from typing import Any
 import re2
 
 from actors.clock import Clock
+from actors.consumer_group_config import ConsumerGroupSettings
 from actors.group_coordinator import consumer_records as cr
-from actors.group_coordinator.consumer_config import ConsumerGroupSettings
 from actors.group_coordinator.consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,

@@ -20,7 +20,7 @@ from typing import Any
 
 from actors import internal_records as stored
 from actors.clock import Clock
-from actors.group_coordinator.consumer_config import ConsumerGroupSettings
+from actors.consumer_group_config import ConsumerGroupSettings
 from actors.group_coordinator.consumer_group_manager import ConsumerGroupManager
 from actors.group_coordinator.consumer_records import CONSUMER_KEYS, decode_any_key
 from actors.group_coordinator.group_metadata_manager import GroupMetadataManager

@@ -6,7 +6,7 @@ Topic keys (``storage.config.LOG_CONFIG`` defines them with the other topic conf
 ``rayqueue.iceberg.target.lag.ms``, ``rayqueue.iceberg.invalid.record.action`` (dlq_table,
 drop) and ``rayqueue.iceberg.partition.spec`` (``(hour(rayqueue.timestamp))``).
 
-Broker keys (``ICEBERG_BROKER_KEYS``, in ``actors.config``): the catalog (pyiceberg's SQL
+Broker keys (``actors.iceberg_keys``, in ``actors.config``'s table): the catalog (pyiceberg's SQL
 catalog; by default SQLite under ``<log.dirs>/iceberg/``), the warehouse (a directory under
 ``<log.dirs>/iceberg/`` by default, or ``s3://bucket/prefix`` with the ``s3.*`` keys), the
 namespace the tables live in, and how much a translation takes at most per commit. The
@@ -23,7 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.config import ConfigKey
+from actors.iceberg_keys import (
+    CATALOG_NAME,
+    CATALOG_URI,
+    FLUSH_BYTES,
+    NAMESPACE,
+    S3_ACCESS_KEY_ID,
+    S3_ENDPOINT,
+    S3_REGION,
+    S3_SECRET_ACCESS_KEY,
+    WAREHOUSE,
+)
 from storage.errors import InvalidConfigError
 
 MODE = "rayqueue.iceberg.mode"
@@ -41,58 +51,6 @@ DROP = "drop"
 # The table's partitioning unless a topic says otherwise: by hour of the record timestamp,
 # as Redpanda's default ``(hour(redpanda.timestamp))``.
 DEFAULT_PARTITION_SPEC = "(hour(rayqueue.timestamp))"
-
-CATALOG_TYPE = "rayqueue.iceberg.catalog.type"
-CATALOG_NAME = "rayqueue.iceberg.catalog.name"
-CATALOG_URI = "rayqueue.iceberg.catalog.uri"
-WAREHOUSE = "rayqueue.iceberg.warehouse"
-NAMESPACE = "rayqueue.iceberg.namespace"
-S3_ENDPOINT = "rayqueue.iceberg.s3.endpoint"
-S3_REGION = "rayqueue.iceberg.s3.region"
-S3_ACCESS_KEY_ID = "rayqueue.iceberg.s3.access.key.id"
-S3_SECRET_ACCESS_KEY = "rayqueue.iceberg.s3.secret.access.key"
-FLUSH_BYTES = "rayqueue.iceberg.translation.max.bytes"
-
-BROKER_KEYS = (
-    ConfigKey(
-        CATALOG_TYPE,
-        "string",
-        "sql",
-        "Iceberg topics' catalog: sql (pyiceberg's SQL catalog; SQLite by default).",
-        choices=("sql",),
-    ),
-    ConfigKey(CATALOG_NAME, "string", "rayqueue", "The Iceberg catalog's name (readers open it by this name)."),
-    ConfigKey(
-        CATALOG_URI,
-        "string",
-        "",
-        "The SQL catalog's SQLAlchemy URL; empty: sqlite:///<log.dirs>/iceberg/catalog.db.",
-    ),
-    ConfigKey(
-        WAREHOUSE,
-        "string",
-        "",
-        "Where Iceberg topics' data and metadata files go: a directory, file:///path or s3://bucket/prefix; "
-        "empty: <log.dirs>/iceberg/warehouse.",
-    ),
-    ConfigKey(NAMESPACE, "string", "rayqueue", "The Iceberg namespace holding the topics' tables."),
-    ConfigKey(S3_ENDPOINT, "string", "", "An S3-compatible warehouse's endpoint URL (empty: AWS's)."),
-    ConfigKey(S3_REGION, "string", "us-east-1", "The S3 warehouse's region."),
-    ConfigKey(S3_ACCESS_KEY_ID, "string", "", "The S3 warehouse's access key id (empty: the environment's)."),
-    ConfigKey(S3_SECRET_ACCESS_KEY, "password", "", "The S3 warehouse's secret access key."),
-    ConfigKey(
-        FLUSH_BYTES,
-        "int",
-        64 * 1024 * 1024,
-        "The most record bytes one translation (one Iceberg commit per table) takes; a partition with this "
-        "much untranslated is translated at once, before its target lag.",
-        min=1024,
-    ),
-)
-
-# What the controller hands the leaders (with the replication settings): the keys above and
-# the data root their defaults live under.
-ICEBERG_BROKER_KEYS = ("log.dirs", *(key.name for key in BROKER_KEYS))
 
 # Kafka's topic names are [a-zA-Z0-9._-]; "~" never is, so "<topic>~dlq" names no topic's table.
 DLQ_SUFFIX = "~dlq"

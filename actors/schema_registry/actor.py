@@ -37,10 +37,10 @@ from actors.acl_view import AclView
 from actors.authorizer import authorizer_enabled
 from actors.config import broker_config
 from actors.gateway.credentials import ScramCredentialCache
-from actors.gateway.listeners import listener_protocols, uses_sasl
 from actors.gateway.ssl_factory import server_context
 from actors.internal_records import READ_ERRORS, SkippedRecords
 from actors.internal_topic import InternalTopic
+from actors.listeners import listener_protocols, uses_sasl
 from actors.metrics import TICK_S, Recorder
 from actors.names import CONTROLLER_NAME, SCHEMA_REGISTRY_NAME
 from actors.schema_registry import records

@@ -15,49 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+# Re-exported: the broker configuration lists the keys (actors.registry_keys, below the packages).
+from actors.registry_keys import DEFAULT_TOPIC as DEFAULT_TOPIC
+from actors.registry_keys import REGISTRY_KEYS as REGISTRY_KEYS
 from actors.schema_registry.model import Compatibility
-from storage.config import ConfigKey
 from storage.errors import InvalidConfigError
-
-DEFAULT_TOPIC = "_schemas"
-
-REGISTRY_KEYS = (
-    ConfigKey(
-        "schema.registry.listeners",
-        "list",
-        (),
-        "Where the schema registry serves Confluent's REST API, e.g. http://127.0.0.1:8081 (https:// with the"
-        " ssl.keystore.* keys; port 0: a free port); empty: no registry.",
-    ),
-    ConfigKey("schema.registry.kafkastore.topic", "string", DEFAULT_TOPIC, "The compacted topic the registry keeps."),
-    ConfigKey(
-        "schema.registry.kafkastore.topic.replication.factor",
-        "int",
-        3,
-        "Replication factor of the registry's topic (capped at the broker count).",
-        min=1,
-    ),
-    ConfigKey(
-        "schema.registry.schema.compatibility.level",
-        "string",
-        "backward",
-        "The default compatibility level: none, backward, forward, full and their _transitive forms.",
-    ),
-    ConfigKey(
-        "schema.registry.authentication.method",
-        "string",
-        "",
-        "BASIC (HTTP basic auth against the SCRAM users), NONE, or empty: BASIC when the cluster has authentication.",
-        choices=("", "NONE", "BASIC"),
-    ),
-    ConfigKey(
-        "rayqueue.schema.registry.max.request.bytes",
-        "int",
-        16 * 1024 * 1024,
-        "The largest request body the schema registry reads (413 beyond).",
-        min=1024,
-    ),
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ from actors.protocol import (
     WriteTxnMarkersRequest,
     require,
 )
-from actors.replica_ref import actor_key
+from actors.protocol_broker import PartitionRequests
 from actors.transaction_coordinator.state_manager import TransactionStateManager, TxnTransit, completion_backoff_ms
 from actors.transaction_coordinator.transaction_metadata import TransactionMetadata
 from actors.types import ProducerIdAndEpoch, TopicPartition, TransactionDescription
@@ -509,9 +509,9 @@ class TransactionCoordinator(Coordinator):
             progress.marked.add(tp)
 
         pending = [tp for tp in markers.partitions if tp not in progress.marked]
-        # First the markers of each leader broker in one call; what that did not write goes
+        # First the markers of each leader's host in one call; what that did not write goes
         # through the one-partition path, which retries and knows every error.
-        progress.marked |= await self._write_markers_by_broker(
+        progress.marked |= await self._write_markers_by_host(
             pending, markers.producer_id, markers.producer_epoch, state_partition, commit
         )
         # Every marker's attempt ends before a failure is raised: a retry never races one.
@@ -525,18 +525,18 @@ class TransactionCoordinator(Coordinator):
             await self._tell_group_coordinator(markers.producer_id, commit)
             progress.told = True
 
-    async def _write_markers_by_broker(
+    async def _write_markers_by_host(
         self, tps: list[TopicPartition], producer_id: int, producer_epoch: int, state_partition: int, commit: bool
     ) -> set[TopicPartition]:
-        """One WriteTxnMarkers call per leader broker, carrying the markers of every
-        partition it leads (Kafka's TransactionMarkerChannelManager batches them per broker
-        too); returns the partitions whose marker is in. Only partitions whose leader is
+        """One WriteTxnMarkers call per leader host, carrying the markers of every partition
+        it leads (Kafka's TransactionMarkerChannelManager batches them per broker too);
+        returns the partitions whose marker is in. Only partitions whose leader is
         known go this way (no lookup here: one partition without a leader must not hold the
         others); the rest, and any failure, are left to ``_write_marker``."""
         try:
             coordinator_epoch = (await self._topic.leader(state_partition)).leader_epoch
             result = TransactionResult.COMMIT if commit else TransactionResult.ABORT
-            by_broker: dict[Any, tuple[Any, list[tuple[TopicPartition, WriteTxnMarkersRequest]]]] = {}
+            by_host: dict[Any, tuple[Any, list[tuple[TopicPartition, WriteTxnMarkersRequest]]]] = {}
             for tp in tps:
                 part = self._leaders.get(tp)
                 if part is None:
@@ -544,15 +544,15 @@ class TransactionCoordinator(Coordinator):
                 request = WriteTxnMarkersRequest(
                     producer_id, producer_epoch, coordinator_epoch, result, part.leader_epoch, _MARKER_TIMEOUT_MS
                 )
-                broker = part.leader_handle.host
-                by_broker.setdefault(actor_key(broker), (broker, []))[1].append((tp, request))
+                leader = part.leader_handle
+                by_host.setdefault(leader.host_key, (leader.host, []))[1].append((tp, request))
         except (KafkaError, ray.exceptions.RayActorError):
             return set()
-        groups = list(by_broker.values())
+        groups = list(by_host.values())
         answers = await asyncio.gather(
             *(
-                broker.write_txn_markers.remote([(tp.topic, tp.partition, r) for tp, r in batch])
-                for broker, batch in groups
+                host.write_txn_markers.remote(PartitionRequests(tuple((tp.topic, tp.partition, r) for tp, r in batch)))
+                for host, batch in groups
             ),
             return_exceptions=True,
         )

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from actors.config import broker_config, load_toml
-from actors.gateway.listeners import listener_protocols
+from actors.listeners import listener_protocols
 from actors.protocol import MetadataRequest
 from actors.types import ClusterMetadata
 from rayqueue.cluster import Cluster, is_loopback, join_ray, launch, metrics_on_loopback, start_embedded_ray
@@ -438,7 +438,8 @@ def status(
     under = sum(p.under_replicated for p in partitions)
     out.print(f"Topics:            {info['topics']}")
     out.print(f"Partitions:        {info['partitions']}")
-    out.print(f"Replicas open:     {info['replicas_open']} in {info['broker_actors']} broker actors")
+    out.print(f"Replicas open:     {info['replicas_open']} in {info['host_actors']} host actors")
+    out.print(f"Placement:         {info['placement']} (rayqueue.broker.placement)")
     out.print(f"Under-replicated:  {'[yellow]' if under else ''}{under}{'[/]' if under else ''}")
     out.print(f"Offline:           {'[red]' if offline else ''}{offline}{'[/]' if offline else ''}")
     if unhealthy:

@@ -32,7 +32,7 @@ from scramp import ScramException, ScramMechanism
 from actors.clock import SYSTEM, Clock
 from actors.config import BROKER_CONFIG
 from actors.gateway.credentials import MAX_AGE_S
-from actors.gateway.listeners import uses_sasl
+from actors.listeners import uses_sasl
 from actors.protocol_security import ScramCredential
 from rayqueue.cluster import Cluster
 from rayqueue.console.state import ClusterView

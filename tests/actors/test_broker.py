@@ -1,4 +1,4 @@
-"""The broker's actors called directly: replica data path, fencing, bad input, failures."""
+"""The broker's host actors called directly: replica data path, fencing, bad input, failures."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import time
 import pytest
 import ray
 
+from actors.broker.partition import HostServices, PartitionReplica
+from actors.broker.replica_ref import ReplicaRef
 from actors.controller import assign_replicas, new_cluster_id, validate_topic_name
 from actors.controller.configuration_control import altered
 from actors.controller.quorum_controller import QuorumController
 from actors.metadata_log import MetadataLog
 from actors.names import broker_actor_name
-from actors.partition import PartitionReplica
 from actors.protocol import (
     AlterableConfig,
     AlterConfigOp,
@@ -24,12 +25,11 @@ from actors.protocol import (
     DescribeConfigsRequest,
     FetchRequest,
     IncrementalAlterConfigsRequest,
-    LeaderAndIsrRequest,
     ListOffsetsRequest,
     ProduceOrder,
     ProduceRequest,
 )
-from actors.replica_ref import ReplicaRef
+from actors.protocol_broker import LeaderAndIsrPartitionState
 from rayqueue import TopicPartition
 from rayqueue.errors import (
     CorruptRecordError,
@@ -47,7 +47,7 @@ from rayqueue.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage import RecordBatchBuilder, iter_batches
-from tests.helpers import hosted_replica, kill_broker, wait_for
+from tests.helpers import close_replica, hosted_replica, kill_broker, set_role, wait_for
 
 
 def batch(values: list[bytes], timestamp: int | None = None) -> bytes:
@@ -160,9 +160,9 @@ def test_fetch_returns_empty_after_max_wait_without_data(cluster, new_topic):
 def test_stale_and_future_leader_epochs_are_fenced(cluster, new_topic):
     topic = new_topic()
     leader, epoch = leader_of(cluster, topic)
-    broker = ray.get(leader.ping.remote())
+    broker = leader.broker_id
     # What the controller does on an election: the replica moves to a newer epoch.
-    ray.get(leader.become_leader.remote(LeaderAndIsrRequest(broker, epoch + 1, (broker,), (broker,))))
+    set_role(leader, LeaderAndIsrPartitionState(broker, epoch + 1, (broker,), (broker,)))
     with pytest.raises(FencedLeaderEpochError) as fenced:
         ray.get(leader.produce.remote(ProduceRequest(batch([b"x"]), 1, 30000, epoch)))
     assert fenced.value.retriable and fenced.value.code == 74
@@ -190,7 +190,7 @@ def test_bad_input_is_refused_and_leaves_the_log_untouched(cluster, new_topic):
     fetched = ray.get(leader.fetch.remote(FetchRequest(0, 1 << 20, 0)))
     assert [r.value for b in iter_batches(fetched.records) for r in b] == [b"good"]
     # The replica survived all of it.
-    assert ray.get(leader.ping.remote()) >= 0
+    assert ray.get(leader.host.ping.remote()) >= 0
 
 
 def test_fetch_out_of_range(cluster, new_topic):
@@ -355,7 +355,8 @@ def test_validate_only_checks_everything_and_changes_nothing(cluster, admin, new
         ray.get(controller.alter_configs.remote(bad))
 
 
-def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, new_topic):
+def test_killed_replica_comes_back_with_every_acknowledged_record(failover_cluster, failover_topic):
+    cluster, new_topic = failover_cluster, failover_topic
     topic = new_topic()
     producer = cluster.producer(linger_ms=1, retry_backoff_ms=50)
     acked = []
@@ -417,7 +418,7 @@ def test_controller_restart_keeps_all_metadata(cluster, new_topic):
 
 
 def _replica(cluster, topic: str, partition: int, broker: int):
-    """The replica in its broker's actor, found by name (not through the controller), or None
+    """The replica in its broker's host actor, found by name (not through the controller), or None
     when it is not open there."""
     try:
         actor = ray.get_actor(broker_actor_name(broker), namespace=cluster.namespace)
@@ -447,9 +448,13 @@ def _all_in_sync(cluster, topic: str, replicas, leader: int) -> bool:
     return len(seen) == len(replicas) and sorted(seen[leader]["isr"]) == sorted(replicas) and len(ends) == 1
 
 
-def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(cluster, admin, new_topic):
+@pytest.mark.parametrize("failover_cluster", ["broker"], indirect=True)
+def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(
+    failover_cluster, failover_admin, failover_topic
+):
     """Ray restarts a killed controller; with no client calling it, it must still attach to the
     replicas, elect when a leader dies and accept ISR changes from leaders (alter_partition)."""
+    cluster, admin, new_topic = failover_cluster, failover_admin, failover_topic
     topic = new_topic(1, 3)
     meta = admin.describe_topics([topic])[topic].partitions[0]
     replicas = meta.replicas
@@ -485,27 +490,27 @@ def test_restarted_controller_comes_up_and_watches_replicas_without_a_client(clu
 
 
 def test_follower_fetches_from_a_recreated_leader_at_the_same_epoch(ray_session, tmp_path):
-    """A leader's broker actor recreated at the same epoch and broker id is a new handle: a
+    """A leader's host actor recreated at the same epoch and broker id is a new handle: a
     follower told about it must fetch from it, not keep retrying the dead one."""
     config = {"segment.bytes": 1 << 20}
     leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
     follower = hosted_replica(1, "t", 0, str(tmp_path / "b1"), config)
     fast = {"replica.fetch.wait.max.ms": 50}
 
-    def state(leader: object) -> LeaderAndIsrRequest:
-        return LeaderAndIsrRequest(0, 0, (0, 1), (0, 1), leader_handle=leader, replication=fast)
+    def state(leader: object) -> LeaderAndIsrPartitionState:
+        return LeaderAndIsrPartitionState(0, 0, (0, 1), (0, 1), leader_handle=leader)
 
     try:
-        ray.get(leader.become_leader.remote(state(leader)))
-        ray.get(follower.become_follower.remote(state(leader)))
+        set_role(leader, state(leader), fast)
+        set_role(follower, state(leader), fast)
         ray.get(leader.produce.remote(ProduceRequest(batch([b"a"]), 1, 30000, 0)))
         wait_for(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 1, 30, what="first fetch")
-        ray.get(leader.close.remote())
+        close_replica(leader)
         kill_broker(leader)
         leader = hosted_replica(0, "t", 0, str(tmp_path / "b0"), config)
-        ray.get(leader.become_leader.remote(state(leader)))
+        set_role(leader, state(leader), fast)
         ray.get(leader.produce.remote(ProduceRequest(batch([b"b"]), 1, 30000, 0)))
-        assert ray.get(follower.become_follower.remote(state(leader)))
+        assert set_role(follower, state(leader), fast)
         wait_for(
             lambda: ray.get(follower.describe.remote())["log_end_offset"] == 2, 30, what="fetch from the new leader"
         )
@@ -600,7 +605,7 @@ def test_replica_keeps_its_topics_directory_and_removes_a_deleted_ones(tmp_path)
     directory = tmp_path / "t-0"
 
     def open_replica(topic_id):
-        replica = PartitionReplica("t", 0, 0, str(tmp_path), {}, topic_id)
+        replica = PartitionReplica("t", 0, str(tmp_path), {}, topic_id, HostServices.alone(0))
         return replica, replica._log.log_end_offset
 
     replica, _ = open_replica(None)  # no topic id known: nothing checked or written

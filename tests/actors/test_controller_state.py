@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from actors.acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.broker.isr import IsrTracker
 from actors.clock import ManualClock
 from actors.controller import records
 from actors.controller.configuration_control import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
@@ -23,7 +24,6 @@ from actors.controller.placement import assign_replicas
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER, PartitionRegistration
 from actors.controller.replication_control import PartitionChange
-from actors.isr import IsrTracker
 from actors.metadata_log import MetadataLog
 from actors.names import METADATA_TOPIC
 from actors.protocol import (

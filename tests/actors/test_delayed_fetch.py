@@ -1,6 +1,7 @@
-"""actors.delayed_fetch: a consumer's fetch of many partitions parked as one operation (no Ray).
+"""actors.broker.delayed_fetch: a consumer's fetch of many partitions parked as one operation
+(no Ray).
 
-Replicas are stand-ins with the two calls the fetch uses (``fetch`` and ``fetch_position``),
+Replicas are stand-ins with the two calls the fetch uses (``read`` and ``fetch_position``),
 whose readable bytes, log size, epoch and closed flag the test sets, then tells the
 purgatory of the change as a broker's replica would.
 """
@@ -11,7 +12,7 @@ import asyncio
 
 import pytest
 
-from actors.delayed_fetch import FetchPurgatory, fetch_messages
+from actors.broker.delayed_fetch import FetchPurgatory, fetch_messages
 from actors.protocol import FetchRequest, FetchResponse
 from storage.errors import InvalidRequestError, NotLeaderOrFollowerError
 
@@ -41,11 +42,11 @@ class Replica:
         self.positions += 1
         return self.end, self.size, self.epoch, self.closed
 
-    async def fetch(self, request: FetchRequest) -> FetchResponse:
+    def read(self, request: FetchRequest, limit: int, min_one_batch: bool = True) -> FetchResponse:
         self.reads += 1
         if self.closed:
             raise NotLeaderOrFollowerError("closed")
-        records = self.readable[: max(request.partition_max_bytes, 1)]
+        records = self.readable[request.fetch_offset :][: max(limit, 1) if min_one_batch else limit]
         return FetchResponse(records, self.end, self.end, 0, self.end, self.epoch)
 
 
@@ -221,5 +222,28 @@ def test_bad_requests_are_answered_with_their_error():
         with pytest.raises(InvalidRequestError):
             await fetch_messages(broker.lookup, broker.purgatory, "not a list", 0, 1, 100)
         assert await fetch_messages(broker.lookup, broker.purgatory, [], 60_000, 1, 100) == []  # nothing to park
+
+    run(scenario())
+
+
+def test_bytes_above_the_readable_end_count_once_it_moves():
+    """A leader's own append (above the high watermark) reads nothing new, so it does not
+    wake the fetch; once the high watermark moves over it, it counts."""
+
+    async def scenario():
+        broker = Broker(1)
+        replica = broker.replicas[("t", 0)]
+        replica.append(b"s" * 10)
+        task = asyncio.create_task(broker.fetch([0], min_bytes=30))
+        await parked(broker)
+        replica.append(b"L" * 40, committed=False)
+        broker.changed(0)
+        await asyncio.sleep(0)
+        assert not task.done() and replica.reads == 1  # nothing readable moved: no read
+        replica.readable += b"L" * 40  # the followers have it: the high watermark moves
+        replica.end += 1
+        broker.changed(0)
+        answers = await task
+        assert answers[0].records == b"s" * 10 + b"L" * 40
 
     run(scenario())

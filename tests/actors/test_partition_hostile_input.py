@@ -1,5 +1,5 @@
-"""Bad input at a real PartitionReplica (in its broker's actor): Kafka-named errors, the log as it was, the
-actor alive (same process, never restarted), and the follower still an exact copy."""
+"""Bad input at a real replica in its host actor: Kafka-named errors, the log as it was, the
+host alive (same process, never restarted), and the follower still an exact copy."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from actors.protocol import (
     DeleteRecordsRequest,
     FetchRequest,
-    LeaderAndIsrRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
     ProduceOrder,
     ProduceRequest,
     WriteTxnMarkersRequest,
 )
+from actors.protocol_broker import FetchMessagesRequest, FetchPartition, LeaderAndIsrPartitionState, PartitionRequests
 from storage import AppendOrigin, RecordBatchBuilder, build_control_batch, decode_columns, iter_batches
 from storage.errors import (
     InvalidFetchSizeError,
@@ -28,7 +28,7 @@ from storage.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from tests.helpers import hosted_replica, kill_broker, wait_for
+from tests.helpers import close_replica, hosted_replica, kill_broker, set_role, wait_for
 from tests.storage.hostile_batches import check_stored, is_kafka_named, requests
 
 EPOCH = 0
@@ -83,16 +83,16 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile-actors")
-    # Each in a broker actor of its own, never restarted: a crash would show as a dead actor.
+    # Each in a host actor of its own, never restarted: a crash would show as a dead actor.
     config = {"segment.bytes": 1 << 20}
     leader = hosted_replica(0, "h", 0, str(root / "b0"), config)
     follower = hosted_replica(1, "h", 0, str(root / "b1"), config)
-    state = LeaderAndIsrRequest(0, EPOCH, (0, 1), (0, 1), leader_handle=leader, replication=FAST)
-    ray.get(leader.become_leader.remote(state))
-    ray.get(follower.become_follower.remote(state))
+    state = LeaderAndIsrPartitionState(0, EPOCH, (0, 1), (0, 1), leader_handle=leader)
+    set_role(leader, state, FAST)
+    set_role(follower, state, FAST)
     yield Pair(leader, follower)
     for handle in (leader, follower):
-        ray.get(handle.close.remote())
+        close_replica(handle)
         kill_broker(handle)
 
 
@@ -233,53 +233,58 @@ def test_hostile_requests_through_ray(pair, request):
     assert len(decode_columns(pair.stored)) == sum(not b.is_control for b in iter_batches(pair.stored) for _ in b)
 
 
-def test_the_broker_actor_refuses_calls_it_does_not_serve(pair):
-    """What reaches a broker actor other than a replica's call or a follower's fetch: a Kafka
-    error (NOT_LEADER_OR_FOLLOWER for a partition it does not host), the broker alive."""
-    broker = pair.leader.host
-    for method in ("__init__", "_state", "_log", "no_such_call", 7):
-        with pytest.raises(InvalidRequestError):
-            ray.get(broker.call.remote("h", 0, method))
+def test_the_host_actor_refuses_calls_it_does_not_serve(pair):
+    """What reaches a host actor other than its own calls: no dispatch by name (a method it
+    does not have is no remote call at all), a Kafka error for a bad argument or a partition
+    it does not host (NOT_LEADER_OR_FOLLOWER), each bad entry of a many-partition call
+    answered in its place, the host alive."""
+    host = pair.leader.host
+    for name in ("call", "_manager", "replica_manager", "no_such_call"):
+        with pytest.raises(AttributeError):
+            getattr(host, name).remote()
     with pytest.raises(NotLeaderOrFollowerError):
-        ray.get(broker.call.remote("h", 99, "describe"))
+        ray.get(host.partition_describe.remote("h", 99))
     with pytest.raises(InvalidRequestError):
-        ray.get(broker.call.remote(["not", "a topic"], 0, "describe"))
-    follower_fetch = FetchRequest(0, 1 << 20, 0, current_leader_epoch=EPOCH, replica_id=1)
-    for replica_id, asked, wait in (
-        (-1, [], 0),
-        ("1", [], 0),
-        (1, "junk", 0),
-        (1, [], "500"),
-        (1, None, 0),
-        (1, [], 10**9),
+        ray.get(host.partition_describe.remote(["not", "a topic"], 0))
+    good = FetchPartition("h", 0, 0, 1 << 20, EPOCH)
+    for asked in (
+        FetchMessagesRequest((good,), 0, replica_id="1"),
+        FetchMessagesRequest("junk", 0, replica_id=1),
+        FetchMessagesRequest(None, 0, replica_id=1),
+        FetchMessagesRequest((good,), "500", replica_id=1),
+        FetchMessagesRequest((good,), 0, 1, -1, replica_id=1),
+        FetchMessagesRequest((good,), 0, 1, 2**31, replica_id=1),
+        FetchMessagesRequest((good,), 0, 1, "big", replica_id=1),
+        FetchMessagesRequest((good,), 0, isolation_level=7),
+        "not a request",
     ):
         with pytest.raises(InvalidRequestError):
-            ray.get(broker.replica_fetch.remote(replica_id, asked, wait))
-    for size in (-1, 2**31, "big"):
-        with pytest.raises(InvalidRequestError):
-            ray.get(broker.replica_fetch.remote(1, [], 0, size))
+            ray.get(host.fetch_messages.remote(asked))
     for replica_id in (-1, "1", 2**40):
         with pytest.raises(InvalidRequestError):
-            ray.get(broker.wake_replica_fetch.remote(replica_id))
-    junk = [
+            ray.get(host.wake_replica_fetch.remote(replica_id))
+    junk = (
         ("h",),
-        ("h", 0, "not a request"),
-        ("h", 0, FetchRequest(0, 1 << 20, 0)),
-        ("h", 99, follower_fetch),
-        (["h"], 0, follower_fetch),
-    ]
-    answers = ray.get(broker.replica_fetch.remote(1, [*junk, ("h", 0, follower_fetch)], 10_000))
+        "not a partition",
+        FetchPartition("h", 0, 0, -5, EPOCH),
+        FetchPartition("h", 99, 0, 1 << 20, EPOCH),
+        FetchPartition(["h"], 0, 0),
+    )
+    answers = ray.get(host.fetch_messages.remote(FetchMessagesRequest((*junk, good), 10_000, replica_id=1)))
     assert [type(a) for a in answers[:5]] == [
         InvalidRequestError,
         InvalidRequestError,
-        InvalidRequestError,
+        InvalidFetchSizeError,
         NotLeaderOrFollowerError,
         InvalidRequestError,
     ]
     assert answers[5].records == pair.everything()[: len(answers[5].records)]  # the good entry is served
     with pytest.raises(InvalidRequestError):
-        ray.get(broker.write_txn_markers.remote("junk"))
-    answers = ray.get(broker.write_txn_markers.remote([("h",), ("h", 0, "not a request"), ("h", 99, None)]))
+        ray.get(host.write_txn_markers.remote("junk"))
+    with pytest.raises(InvalidRequestError):
+        ray.get(host.write_txn_markers.remote(PartitionRequests("junk")))
+    entries = (("h",), ("h", 0, "not a request"), ("h", 99, WriteTxnMarkersRequest(P, 0, 0, 1)))
+    answers = ray.get(host.write_txn_markers.remote(PartitionRequests(entries)))
     assert [type(a) for a in answers] == [InvalidRequestError, InvalidRequestError, NotLeaderOrFollowerError]
     assert pair.pids_now() == pair.pids
 

@@ -46,6 +46,16 @@ def transactions(cluster):
     knows, at epoch 0, holding partition 0 of ``topic``. Afterwards each is aborted through
     the coordinator (one already fenced is left as it is) and its end waited for, so none
     outlives its test."""
+    yield from _transactions(cluster)
+
+
+@pytest.fixture
+def failover_transactions(failover_cluster):
+    """``transactions`` on the failover cluster."""
+    yield from _transactions(failover_cluster)
+
+
+def _transactions(cluster):
     coordinator = cluster.transaction_coordinator
     opened: list[tuple[str, int]] = []
 
@@ -169,7 +179,10 @@ def test_marker_needs_min_insync_replicas(cluster, new_topic):
         ray.get(leader.write_txn_marker.remote(WriteTxnMarkersRequest(next(_pids), 0, 0, True, epoch)))
 
 
-def test_marker_fences_older_epochs_and_survives_a_leader_change(cluster, new_topic, transactions):
+def test_marker_fences_older_epochs_and_survives_a_leader_change(
+    failover_cluster, failover_topic, failover_transactions
+):
+    cluster, new_topic, transactions = failover_cluster, failover_topic, failover_transactions
     topic = new_topic(replication_factor=3)
     leader, epoch = leader_of(cluster, topic)
     tid, pid = transactions(topic)
@@ -238,9 +251,10 @@ def test_batch_ahead_of_its_predecessor_waits_for_it(cluster, new_topic):
         )
 
 
-def test_new_leader_answers_a_retried_batch_with_its_original_offsets(cluster, new_topic):
+def test_new_leader_answers_a_retried_batch_with_its_original_offsets(failover_cluster, failover_topic):
     """Followers keep the producer state too: after a failover, a batch the producer retries
     (its first answer was lost with the old leader) is a duplicate on the new leader."""
+    cluster, new_topic = failover_cluster, failover_topic
     topic = new_topic(partitions=1, replication_factor=3)
     old, epoch = leader_of(cluster, topic)
     pid = next(_pids)

@@ -1,33 +1,20 @@
 """The replica's replication rules on a manual clock, without Ray and without waiting:
 followers leave the ISR after replica.lag.time.max.ms and rejoin when caught up, the high
-watermark never passes what the ISR holds, and leader epochs fence stale requests. The last
-test drives two Broker objects (the actor's class, no Ray), a replica in each, on one manual
-clock."""
+watermark never passes what the ISR holds, and leader epochs fence stale requests. (The host
+class over these rules, driven by hand: ``test_replica_manager.py``.)"""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
 
-from actors.broker import Broker
+from actors.broker.replica_state import ReplicaState
 from actors.clock import ManualClock
 from actors.protocol import (
     NO_EPOCH,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    FetchRequest,
-    LeaderAndIsrRequest,
-    ProduceRequest,
     ReplicaRole,
 )
-from actors.replica_ref import ReplicaRef
-from actors.replica_state import ReplicaState
-from storage import RecordBatchBuilder
 from storage.errors import (
     FencedLeaderEpochError,
-    InvalidRequestError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
@@ -181,137 +168,3 @@ def test_membership_changes_keep_lag_history_and_give_new_isr_members_a_full_per
 def test_the_manual_clock_does_not_go_back() -> None:
     with pytest.raises(ValueError):
         ManualClock().advance(-1)
-
-
-# -- the actor over the state, without Ray ------------------------------------------------
-
-
-class _Handle:
-    """``handle.method.remote(...)`` as a Ray actor handle has it, calling the object itself
-    (the call runs as a task, as a remote call runs whether or not its result is awaited)."""
-
-    def __init__(self, target: object) -> None:
-        self._target = target
-
-    def __getattr__(self, name: str) -> object:
-        method = getattr(self._target, name)
-        return type("Method", (), {"remote": staticmethod(lambda *a, **kw: asyncio.ensure_future(method(*a, **kw)))})
-
-
-class _Controller:
-    """Accepts every ISR change (Kafka's controller answering AlterPartition)."""
-
-    def __init__(self) -> None:
-        self.proposed: list[tuple[int, ...]] = []
-
-    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
-        self.proposed.append(request.new_isr)
-        return AlterPartitionResponse(request.leader_epoch, request.partition_epoch + 1, request.new_isr)
-
-
-async def _until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        await asyncio.sleep(0.01)
-
-
-def _batch(*values: bytes) -> bytes:
-    builder = RecordBatchBuilder()
-    for value in values:
-        builder.append(value)
-    return builder.build()
-
-
-def test_the_replica_actor_shrinks_and_expands_its_isr_on_its_clock(tmp_path) -> None:
-    """Two Broker objects (no Ray) on one ManualClock, each hosting a replica: a paused
-    follower leaves the ISR only when the clock passes replica.lag.time.max.ms, and comes
-    back once it caught up."""
-
-    async def scenario() -> None:
-        clock = ManualClock()
-        controller = _Controller()
-        replication = {"replica.lag.time.max.ms": LAG_MS, "replica.fetch.wait.max.ms": 50}
-        brokers = [Broker(b, metrics_enabled=False, clock=clock) for b in (0, 1)]
-        for b, broker in enumerate(brokers):
-            await broker.open_replica("t", 0, str(tmp_path / f"b{b}"), {}, None)
-        leader_replica, follower = (broker._replicas[("t", 0)] for broker in brokers)
-        ticking = True
-
-        async def tick() -> None:  # time passes for the follower's long polls while wanted
-            while True:
-                await asyncio.sleep(0.01)
-                if ticking:
-                    clock.advance(10)
-
-        ticker = asyncio.ensure_future(tick())
-        try:
-            await leader_replica.become_leader(
-                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, controller=_Handle(controller), replication=replication)
-            )
-            await follower.become_follower(
-                LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0, leader_handle=ReplicaRef(_Handle(brokers[0]), "t", 0, 0))
-            )
-            answer = await leader_replica.produce(ProduceRequest(_batch(b"a", b"b", b"c"), -1, 30000))
-            assert answer.last_offset == 2 and leader_replica.high_watermark == 3
-            await _until(lambda: follower.high_watermark == 3, "the follower learns the HW")
-            with pytest.raises(FencedLeaderEpochError):
-                await leader_replica.fetch(FetchRequest(0, 1000, 0, current_leader_epoch=0))
-
-            await follower.pause_fetching(True)
-            ticking = False
-            clock.advance(LAG_MS - 100)
-            leader_replica._maybe_shrink_isr()
-            assert controller.proposed == []  # not yet past the lag time
-            clock.advance(200)
-            leader_replica._maybe_shrink_isr()
-            await _until(lambda: leader_replica._state.isr == (0,), "the ISR shrinks")
-            assert controller.proposed == [(0,)]
-            # acks=all now needs only the leader: the HW moves without the paused follower.
-            await leader_replica.produce(ProduceRequest(_batch(b"d"), -1, 30000))
-            assert leader_replica.high_watermark == 4
-
-            ticking = True
-            await follower.pause_fetching(False)
-            await _until(lambda: leader_replica._state.isr == (0, 1), "the caught-up follower rejoins")
-            assert controller.proposed == [(0,), (0, 1)]
-            await _until(lambda: follower.high_watermark == 4, "the follower catches up")
-        finally:
-            ticker.cancel()
-            for broker in brokers:
-                await broker.shutdown()
-
-    asyncio.run(scenario())
-
-
-def test_a_replica_fetch_answer_keeps_to_its_size_budget(tmp_path) -> None:
-    """Kafka's replica.fetch.response.max.bytes: past the budget (the first batch always comes
-    whole) a partition with data is left out of the answer (None, fetched next round), while
-    a caught-up one is still read; the same partition twice, or another broker's fetch
-    request, is refused."""
-
-    async def scenario() -> None:
-        broker = Broker(0, metrics_enabled=False)
-        try:
-            for topic in ("a", "b", "c"):
-                await broker.open_replica(topic, 0, str(tmp_path), {}, None)
-                await broker.call(topic, 0, "become_leader", LeaderAndIsrRequest(0, 1, (0, 1), (0, 1), 0))
-            for topic in ("a", "b"):
-                await broker.call(topic, 0, "produce", ProduceRequest(_batch(b"x" * 100), 1, 30000))
-
-            def ask(topic: str, replica_id: int = 1) -> tuple[str, int, FetchRequest]:
-                return (topic, 0, FetchRequest(0, 1 << 20, 0, current_leader_epoch=1, replica_id=replica_id))
-
-            a, b, c = await broker.replica_fetch(1, [ask("a"), ask("b"), ask("c")], 0, 1)
-            assert a.records and b is None and c.records == b"" and c.log_end_offset == 0
-            a, b, c = await broker.replica_fetch(1, [ask("b"), ask("a"), ask("c")], 0, 1 << 20)
-            assert a.records and b.records and c.records == b""
-            twice = await broker.replica_fetch(1, [ask("a"), ask("a")], 0)
-            assert isinstance(twice[1], InvalidRequestError)
-            (wrong,) = await broker.replica_fetch(1, [ask("a", replica_id=2)], 0)
-            assert isinstance(wrong, InvalidRequestError)
-        finally:
-            await broker.shutdown()
-
-    asyncio.run(scenario())

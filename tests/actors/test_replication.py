@@ -1,9 +1,9 @@
 """Replication: followers, ISR, high watermark, acks, elections, broker stop/start, reassignment.
 
 The session cluster has three brokers on one Ray node. Faults are injected by killing a
-replica's broker actor (``kill_broker``: every replica it hosts dies with it), stopping
-brokers through the controller, and pausing a follower's fetching (``pause_fetching``),
-which stands in for a network partition.
+replica's host actor (``kill_broker``: every replica it holds dies with it; on the failover
+cluster, never the session's), stopping brokers through the controller, and pausing a
+follower's fetching (``pause_fetching``), which stands in for a network partition.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.protocol import FetchRequest, LeaderAndIsrRequest, ListOffsetsRequest, ProduceRequest
+from actors.protocol import FetchRequest, ListOffsetsRequest, ProduceRequest
+from actors.protocol_broker import LeaderAndIsrPartitionState
 from rayqueue import TopicPartition
 from rayqueue.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from storage import RecordBatchBuilder, iter_batches
 from storage.checkpoint import read_offset
-from tests.helpers import kill_broker, wait_for
+from tests.helpers import kill_broker, set_role, wait_for
 
 
 def batch(values: list[bytes]) -> bytes:
@@ -89,19 +90,10 @@ def set_lag_limit(meta, ms: int) -> None:
 def set_replication(meta, settings: dict) -> None:
     """Give the leader of ``meta`` these replication settings: the controller's own
     LeaderAndIsr call at the same term, with only those settings changed."""
-    ray.get(
-        meta.leader_handle.become_leader.remote(
-            LeaderAndIsrRequest(
-                meta.leader,
-                meta.leader_epoch,
-                tuple(meta.replicas),
-                tuple(meta.isr),
-                meta.partition_epoch,
-                retention_check_ms=1000,
-                replication=settings,
-            )
-        )
+    state = LeaderAndIsrPartitionState(
+        meta.leader, meta.leader_epoch, tuple(meta.replicas), tuple(meta.isr), meta.partition_epoch
     )
+    set_role(meta.leader_handle, state, settings)
 
 
 def test_rf3_topic_replicates_to_every_replica(admin, cluster, new_topic):
@@ -163,7 +155,8 @@ def test_acks_all_waits_for_the_isr_and_times_out(admin, new_topic):
     assert r.base_offset == 1
 
 
-def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, new_topic):
+def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     producer = cluster.producer(acks="all")
@@ -187,7 +180,10 @@ def test_leader_killed_new_leader_from_isr_and_old_one_rejoins(admin, cluster, n
     producer.close(10)
 
 
-def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(admin, cluster, new_topic):
+def test_follower_killed_while_producing_truncates_catches_up_and_rejoins(
+    failover_admin, failover_cluster, failover_topic
+):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -258,7 +254,8 @@ def test_min_insync_replicas_with_two_brokers_stopped(admin, cluster, new_topic)
     loose.close(10)
 
 
-def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic):
+def test_divergent_old_leader_truncates_to_the_new_leaders_log(failover_admin, failover_topic):
+    admin, new_topic = failover_admin, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -284,7 +281,8 @@ def test_divergent_old_leader_truncates_to_the_new_leaders_log(admin, new_topic)
     assert [e for e, _ in epochs][-1] == new.leader_epoch
 
 
-def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
+def test_preferred_leader_election_and_reassignment(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 2)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -316,7 +314,9 @@ def test_preferred_leader_election_and_reassignment(admin, cluster, new_topic):
 
 
 @pytest.mark.chaos
-def test_leader_killed_ten_times_under_acks_all_loses_nothing(admin, cluster, new_topic):
+@pytest.mark.parametrize("failover_cluster", ["broker"], indirect=True)
+def test_leader_killed_ten_times_under_acks_all_loses_nothing(failover_admin, failover_cluster, failover_topic):
+    admin, cluster, new_topic = failover_admin, failover_cluster, failover_topic
     topic = new_topic(1, 3)
     tp = TopicPartition(topic, 0)
     # The idempotent producer (Kafka's default) keeps send order across retries with five
@@ -575,10 +575,11 @@ def test_fetch_min_bytes_counts_only_bytes_below_the_high_watermark(admin, new_t
     assert len(short.records) == len(small) + len(large)
 
 
-def test_follower_killed_while_the_leader_waits_for_it(admin, cluster, new_topic):
+def test_follower_killed_while_the_leader_waits_for_it(failover_admin, failover_topic):
     """An acks=all produce waiting for a follower that dies is answered once that follower
     leaves the ISR (after replica.lag.time.max.ms), not held until its request times out;
     what it acknowledged is on every ISR replica, and the follower catches up when back."""
+    admin, new_topic = failover_admin, failover_topic
     topic = new_topic(1, 3, min_insync_replicas=2)
     tp = TopicPartition(topic, 0)
     meta = partition_meta(admin, topic)
@@ -673,7 +674,7 @@ def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic
     def fetchers(b: int) -> dict[int, list[tuple[str, int]]]:
         return {
             f["leader"]: [tuple(tp) for tp in f["partitions"]]
-            for f in ray.get(brokers[b].describe_broker.remote())["fetchers"]
+            for f in ray.get(brokers[b].describe_host.remote())["fetchers"]
         }
 
     def grouped(b: int, wanted: dict[int, set]) -> dict | None:
@@ -688,4 +689,4 @@ def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic
         wait_for(lambda b=b, wanted=wanted: grouped(b, wanted), 30, what=f"broker {b}'s fetchers")
     for b, broker in brokers.items():
         # Each leader broker served fetches carrying several partitions at once.
-        assert ray.get(broker.describe_broker.remote())["most_partitions_per_fetch"] >= 2, b
+        assert ray.get(broker.describe_host.remote())["most_partitions_per_fetch"] >= 2, b

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.partition import remove_stray_partitions, write_topic_id
+from actors.broker.partition_files import remove_stray_partitions, write_topic_id
 from storage import Log, RecordBatchBuilder
 from storage.file_lock import FileLock
 

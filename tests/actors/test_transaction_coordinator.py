@@ -257,7 +257,7 @@ def test_the_markers_of_one_broker_go_in_one_call(cluster, new_topic, request):
         led[handle.broker_id] = (handle.host, led.get(handle.broker_id, (None, 0))[1] + 1)
     assert max(count for _, count in led.values()) >= 2  # some broker leads several of them
     for broker, count in led.values():
-        assert ray.get(broker.describe_broker.remote())["most_markers_per_call"] >= count
+        assert ray.get(broker.describe_host.remote())["most_markers_per_call"] >= count
 
 
 def test_abort_hides_data_and_drops_offsets(cluster, new_topic, request):

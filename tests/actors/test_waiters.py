@@ -1,4 +1,4 @@
-"""actors.waiters.Waiters: the replica's waits on its own state (no Ray)."""
+"""actors.broker.waiters.Waiters: the replica's waits on its own state (no Ray)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.waiters import Waiters
+from actors.broker.waiters import Waiters
 
 
 def run(coro):

@@ -29,15 +29,21 @@ TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceTyp
 
 
 class _Replica:
-    """A leader replica's handle: records the produce calls that reach it."""
+    """A leader replica's handle (a ReplicaRef): its host records the produce requests of
+    each partition that reach it."""
+
+    host_key = "the leader's host"
 
     def __init__(self, calls: list) -> None:
-        self.produce = SimpleNamespace(remote=self._produce)
+        self.host = SimpleNamespace(append_records=SimpleNamespace(remote=self._append))
         self.calls = calls
 
-    async def _produce(self, request):
-        self.calls.append(("produce", request))
-        return SimpleNamespace(base_offset=0, log_append_time_ms=-1, log_start_offset=0)
+    async def _append(self, request):
+        answers = []
+        for _, _, produce_request in request.entries:
+            self.calls.append(("produce", produce_request))
+            answers.append(SimpleNamespace(base_offset=0, log_append_time_ms=-1, log_start_offset=0))
+        return answers
 
 
 class _Coordinator:

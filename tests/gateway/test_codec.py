@@ -22,8 +22,8 @@ from actors.gateway.codec import (
     peek,
     schema,
 )
-from actors.gateway.listeners import broker_listeners, parse_listener
 from actors.gateway.versions import served_apis
+from actors.listeners import broker_listeners, parse_listener
 from storage.errors import InvalidConfigError
 from tests.gateway.wire import encode, request_frame
 

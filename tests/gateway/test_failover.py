@@ -13,7 +13,8 @@ from tests.helpers import consume_all, kill_broker, wait_for
 TOTAL = 4000
 
 
-def test_acknowledged_records_survive_a_leader_kill(cluster, new_topic, bootstrap):
+def test_acknowledged_records_survive_a_leader_kill(failover_cluster, failover_topic, failover_bootstrap):
+    cluster, new_topic, bootstrap = failover_cluster, failover_topic, failover_bootstrap
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as CkTP
 

@@ -171,7 +171,8 @@ def test_partitions_led_elsewhere_answer_not_leader(cluster, new_topic):
     assert codes == {topic: 6, "no-such-topic": 3}  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_stale_and_future_leader_epochs_are_fenced_after_a_leader_dies(cluster, admin, new_topic):
+def test_stale_and_future_leader_epochs_are_fenced_after_a_leader_dies(failover_cluster, failover_topic):
+    cluster, new_topic = failover_cluster, failover_topic
     topic = new_topic(partitions=1, replication_factor=2)
     producer = cluster.producer(acks="all")
     producer.send(topic, b"epoch 0", partition=0).get(30)

@@ -6,7 +6,7 @@ and then closing; one connection pipelining fetches of many partitions with a hu
 ``min_bytes``. Meanwhile an unrelated produce completes, each connection has one request in
 processing (Kafka's muted channel), a many-partition fetch holds one broker call however
 many partitions it names, and once the connections close the broker's parked waits go back
-to zero (``describe_broker``). Also: ``max_wait_ms`` is cut to ``rayqueue.fetch.wait.max.ms``;
+to zero (``describe_host``). Also: ``max_wait_ms`` is cut to ``rayqueue.fetch.wait.max.ms``;
 a many-partition fetch waits for ``min_bytes`` counted over its partitions; ``rayqueue
 health`` and the listener-up gauge report a broker whose process does not answer.
 """
@@ -57,7 +57,7 @@ def polled(ray_session):
 
 
 def broker_stats() -> dict:
-    return ray.get(ray.get_actor(broker_actor_name(0), namespace=NAMESPACE).describe_broker.remote(), timeout=60)
+    return ray.get(ray.get_actor(broker_actor_name(0), namespace=NAMESPACE).describe_host.remote(), timeout=60)
 
 
 def gateway_stats() -> dict:

@@ -159,11 +159,12 @@ def test_pipelined_requests_are_processed_one_at_a_time_by_default():
 
 def test_pipelined_requests_run_together_with_a_higher_limit_and_are_answered_in_order():
     with serve(Limits(max_inflight=3)) as (_, address, probe), Wire(address) as wire:
-        # The first takes longest: its answer must still come first.
-        ids = [wire.send(metadata(delay)) for delay in ("0.5", "0.0", "0.2")]
+        # The first takes longest: its answer must still come first. Each runs long enough
+        # that all three are running together even when the machine is slow to read them.
+        ids = [wire.send(metadata(delay)) for delay in ("1.5", "1.0", "1.2")]
         answers = [wire.receive(3, 12) for _ in ids]
         assert [cid for cid, _ in answers] == ids
-        assert [a.topics[0].name for _, a in answers] == ["0.5", "0.0", "0.2"]
+        assert [a.topics[0].name for _, a in answers] == ["1.5", "1.0", "1.2"]
         assert probe.max_running == 3
 
 

@@ -8,7 +8,8 @@ from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from tests.helpers import kill_broker, wait_for
 
 
-def test_list_offsets_and_delete_records_follow_a_new_leader(cluster, new_topic):
+def test_list_offsets_and_delete_records_follow_a_new_leader(failover_cluster, failover_topic):
+    cluster, new_topic = failover_cluster, failover_topic
     topic = new_topic(partitions=1, replication_factor=3)
     tp = TopicPartition(topic, 0)
     producer = cluster.producer()

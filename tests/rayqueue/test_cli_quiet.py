@@ -63,7 +63,8 @@ def test_start_and_cli_commands_print_no_ray_lines(tmp_path, default_ports_taken
         code, outputs["status"] = run([*RAYQUEUE, "status", *at], env)
         # quiet's 18, the internal topics' 6 (configs/local.toml: 3 partitions each, RF 1) and
         # the schema registry's _schemas (1 partition, RF 3), created when the cluster starts.
-        assert code == 0 and re.search(r"Replicas open:\s+27 in 3 broker actors", outputs["status"])
+        assert code == 0 and re.search(r"Replicas open:\s+27 in 3 host actors", outputs["status"])
+        assert re.search(r"Placement:\s+broker", outputs["status"])
         code, outputs["health"] = run([*RAYQUEUE, "health", *at], env)
         assert code == 0 and "healthy:" in outputs["health"] and "none offline" in outputs["health"]
         outputs["console"] = _console_serves_the_cluster(at, env, tmp_path)

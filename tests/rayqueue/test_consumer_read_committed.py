@@ -16,9 +16,13 @@ import ray
 
 from actors.protocol import (
     AbortedTransaction,
+    AddPartitionsToTxnRequest,
     CompleteTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
     IsolationLevel,
     ProduceRequest,
     TxnOffsetCommitRequest,
@@ -38,13 +42,13 @@ TS = 1_700_000_000_000
 
 
 def data_batch(
-    base_offset: int, values: list[bytes], producer_id: int = -1, *, txn: bool = False, seq: int = -1
+    base_offset: int, values: list[bytes], producer_id: int = -1, *, txn: bool = False, seq: int = -1, epoch: int = 0
 ) -> bytes:
     """One batch of ``values`` at ``base_offset`` (transactional when ``txn``)."""
     builder = RecordBatchBuilder(
         base_offset=base_offset,
         producer_id=producer_id,
-        producer_epoch=0 if producer_id >= 0 else -1,
+        producer_epoch=epoch if producer_id >= 0 else -1,
         base_sequence=seq if producer_id >= 0 else -1,
         is_transactional=txn,
     )
@@ -332,11 +336,13 @@ def test_position_and_seek_inside_a_fetch_while_iterating(ray_session):
 
 # -- against a partition leader holding transactional batches and markers -------------------
 
-_producer_ids = itertools.count(1 << 40)  # far from the ids the transaction coordinator hands out
+_transactional_ids = itertools.count()
 
 
 class TxnWriter:
-    """Appends transactional batches (with their producer's sequences) and markers to a leader.
+    """Appends plain and transactional batches to a leader, the transactions run by the
+    transaction coordinator (the leader verifies each producer's first batch of a transaction
+    with it, KIP-890, and the coordinator writes the markers).
 
     The records carry timestamps from 2023 (TS) and the markers today's: the first marker rolls
     the segment (segment.ms against its first timestamp), and retention would then delete the
@@ -346,21 +352,50 @@ class TxnWriter:
     def __init__(self, cluster, topic: str) -> None:
         meta = cluster.metadata([topic]).topics[topic].partitions[0]
         self.leader, self.epoch = meta.leader_handle, meta.leader_epoch
-        self.sequences: dict[int, int] = {}
+        self.tp = TopicPartition(topic, 0)
+        self.coordinator = cluster.transaction_coordinator
+        self.producers: dict[str, list[int]] = {}  # transactional id -> [pid, epoch, next sequence]
+        self.open: set[str] = set()
 
-    def send(self, values: list[bytes], producer_id: int = -1) -> list[int]:
-        if producer_id < 0:
-            batch = data_batch(0, values)
+    def producer(self) -> str:
+        """A new transactional producer; its transactional id."""
+        tid = f"{self.tp.topic}-txn-{next(_transactional_ids)}"
+        ident = ray.get(self.coordinator.init_producer_id.remote(InitProducerIdRequest(tid)))
+        self.producers[tid] = [ident.producer_id, ident.epoch, 0]
+        return tid
+
+    def send(self, values: list[bytes], tid: str | None = None) -> list[int]:
+        if tid is None:
+            request = ProduceRequest(data_batch(0, values), -1, 30000, self.epoch)
         else:
-            seq = self.sequences.get(producer_id, 0)
-            self.sequences[producer_id] = seq + len(values)
-            batch = data_batch(0, values, producer_id, txn=True, seq=seq)
-        result = ray.get(self.leader.produce.remote(ProduceRequest(batch, -1, 30000, self.epoch)))
+            pid, epoch, seq = self.producers[tid]
+            if tid not in self.open:
+                add = AddPartitionsToTxnRequest(tid, pid, epoch, [self.tp])
+                ray.get(self.coordinator.add_partitions_to_txn.remote(add))
+                self.open.add(tid)
+            self.producers[tid][2] = seq + len(values)
+            batch = data_batch(0, values, pid, txn=True, seq=seq, epoch=epoch)
+            request = ProduceRequest(batch, -1, 30000, self.epoch, transactional_id=tid)
+        result = ray.get(self.leader.produce.remote(request))
         return list(range(result.base_offset, result.last_offset + 1))
 
-    def end(self, producer_id: int, commit: bool) -> int:
-        marker = WriteTxnMarkersRequest(producer_id, 0, 0, commit, self.epoch)
-        return ray.get(self.leader.write_txn_marker.remote(marker)).base_offset
+    def end(self, tid: str, commit: bool) -> int:
+        """End ``tid``'s transaction through the coordinator; the offset of its marker (the
+        partition's last record once the transaction is complete: the tests write nothing
+        meanwhile)."""
+        pid, epoch, _ = self.producers[tid]
+        ray.get(self.coordinator.end_txn.remote(EndTxnRequest(tid, pid, epoch, commit)))
+        self.open.discard(tid)
+        state = "CompleteCommit" if commit else "CompleteAbort"
+
+        def done():
+            desc = ray.get(self.coordinator.describe_transactions.remote(DescribeTransactionsRequest([tid])))[0]
+            return desc if desc.state == state else None
+
+        desc = wait_for(done, 60, what=f"{tid} {state}")
+        self.producers[tid][1] = desc.producer_epoch  # a new epoch for the next transaction, if bumped
+        fetch = FetchRequest(0, 1, 0, 0, IsolationLevel.READ_UNCOMMITTED, current_leader_epoch=self.epoch)
+        return ray.get(self.leader.fetch.remote(fetch)).high_watermark - 1
 
 
 def read_to(cluster, topic: str, end: int, **config) -> list:
@@ -379,7 +414,7 @@ def read_to(cluster, topic: str, end: int, **config) -> list:
 def test_broker_interleaved_producers_in_both_isolation_levels(cluster, new_topic):
     topic = new_topic(retention_ms=-1)  # records stamped TS (2023): kept, see TxnWriter
     log = TxnWriter(cluster, topic)
-    a, b = next(_producer_ids), next(_producer_ids)
+    a, b = log.producer(), log.producer()
     aborted = log.send([b"a1", b"a2"], a)
     committed = log.send([b"b1"], b)
     plain = log.send([b"p1"])
@@ -405,7 +440,7 @@ def test_broker_open_transaction_holds_read_committed_at_the_lso(cluster, new_to
     tp = TopicPartition(topic, 0)
     log = TxnWriter(cluster, topic)
     before = log.send([b"before"])
-    pid = next(_producer_ids)
+    pid = log.producer()
     pending = log.send([b"t1", b"t2"], pid)
     after = log.send([b"after"])  # past the LSO while the transaction is open
     consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=100)
@@ -444,7 +479,7 @@ def test_group_offset_fetch_waits_for_a_pending_transactional_commit(cluster, ne
     first.assign([tp])
     first.commit({tp: 2})
     first.close()
-    pid = next(_producer_ids)
+    pid = 1 << 40  # an id the transaction coordinator never hands out: the group coordinator alone sees it
     ray.get(
         coordinator.txn_offset_commit.remote(
             TxnOffsetCommitRequest("rc-txn", pid, 0, group, {tp: OffsetAndMetadata(7)}, "", None, -1)

@@ -177,7 +177,9 @@ def test_pipeline_process_killed_at_random_moments(cluster, admin, new_topic):
     assert len(_read_all(cluster, sink, 2, RECORDS, "read_uncommitted")) > RECORDS
 
 
-def test_pipeline_survives_partition_leader_kills(cluster, admin, new_topic):
+@pytest.mark.parametrize("failover_cluster", ["broker"], indirect=True)
+def test_pipeline_survives_partition_leader_kills(failover_cluster, failover_admin, failover_topic):
+    cluster, admin, new_topic = failover_cluster, failover_admin, failover_topic
     source, sink = new_topic(2, 3), new_topic(2, 3)
     values = _fill_source(cluster, source)
     rng = random.Random(5)

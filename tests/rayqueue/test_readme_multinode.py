@@ -95,7 +95,7 @@ def test_readme_multinode_flow_on_a_ray_with_token_authentication(tmp_path):
         code, out = run([*RAYQUEUE, "status", *at], env)
         assert code == 0, out
         # events' 4 and the internal topics' 12 (3 partitions each, RF 3 capped at 2 brokers).
-        assert re.search(r"Replicas open:\s+16 in 2 broker actors", out) and re.search(r"Offline:\s+0", out), out
+        assert re.search(r"Replicas open:\s+16 in 2 host actors", out) and re.search(r"Offline:\s+0", out), out
         # Brokers spread round-robin over the two nodes.
         nodes = set(re.findall(r"│\s+\d+ │ \S+ \((\w+)\)", out))
         assert len(nodes) == 2, out

@@ -12,6 +12,7 @@ import pytest
 
 from rayqueue import TopicPartition
 from rayqueue import spark as rq_spark
+from rayqueue.cluster import Cluster
 from rayqueue.errors import InvalidConfigError
 from tests.helpers import wait_for
 from tests.rayqueue.processes import REPO, Background
@@ -113,7 +114,10 @@ def test_kafka_connector_jars_refuse_what_does_not_fit(tmp_path, monkeypatch):
 
 
 def test_kafka_options_point_spark_at_the_gateways():
-    class Listening:
+    class Listening(Cluster):  # a cluster whose gateways are known, without Ray
+        def __init__(self) -> None:
+            pass
+
         bootstrap_servers = "127.0.0.1:39092,127.0.0.1:39093"
 
     options = rq_spark.kafka_options(
@@ -127,7 +131,10 @@ def test_kafka_options_point_spark_at_the_gateways():
         "minPartitions": "4",
     }
 
-    class Silent:
+    class Silent(Cluster):  # a cluster without Kafka listeners
+        def __init__(self) -> None:
+            pass
+
         bootstrap_servers = ""
 
     with pytest.raises(InvalidConfigError, match="listeners"):
@@ -135,7 +142,10 @@ def test_kafka_options_point_spark_at_the_gateways():
 
 
 def test_read_via_the_connector_refuses_the_bridges_own_options():
-    class Listening:
+    class Listening(Cluster):
+        def __init__(self) -> None:
+            pass
+
         bootstrap_servers = "127.0.0.1:39092"
 
     with pytest.raises(InvalidConfigError, match="max_records_per_task"):

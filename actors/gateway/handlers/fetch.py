@@ -1,12 +1,13 @@
 """Fetch: the leader's stored batches, as they are on disk, to the client.
 
-A request for one partition is one call to its leader replica on this broker, which reads
-whole batches up to the high watermark (the last stable offset for read_committed, with the
+A request for one partition is one call to its leader replica's host, which reads whole
+batches up to the high watermark (the last stable offset for read_committed, with the
 aborted transactions of the range), fences stale leader epochs and long-polls. A request for
-several is one call to the broker (``Broker.fetch_messages``): it reads them all and, with
-fewer than ``min_bytes``, parks as one operation until enough bytes are readable or
-``max_wait_ms`` passed, as Kafka's DelayedFetch (however many partitions a request names, it
-holds one of the broker's calls). The gateway's event loop never blocks on any of it, so one
+several is one call per host that leads some of them (``fetch_messages``: one with the
+default placement, one host per broker): it reads them all and, with fewer than
+``min_bytes``, parks as one operation until enough bytes are readable or ``max_wait_ms``
+passed, as Kafka's DelayedFetch (however many partitions a request names, it holds one of
+the host's calls). The gateway's event loop never blocks on any of it, so one
 client's long poll holds up no other.
 
 Bounds: ``max_wait_ms`` is cut to ``rayqueue.fetch.wait.max.ms`` (Kafka's clients give up
@@ -49,7 +50,7 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import FetchRequest, FetchResponse, IsolationLevel
-from actors.replica_ref import actor_key
+from actors.protocol_broker import FetchMessagesRequest, FetchPartition
 from storage.batch_header import batch_boundaries, read_header
 from storage.errors import FetchSessionIdNotFoundError, UnknownTopicIdError
 
@@ -68,10 +69,9 @@ def _fetch(replica: Any, request: FetchRequest) -> Any:
     return replica.fetch.remote(request)
 
 
-def _fetch_many(host: Any, requests: list[tuple[str, int, FetchRequest]], wait: tuple[int, int, int]) -> Any:
-    """The broker's fetch_messages call for many partitions: ``wait`` is (max wait ms, min
-    bytes, max bytes); returns its ObjectRef."""
-    return host.fetch_messages.remote(requests, *wait)
+def _fetch_many(host: Any, request: FetchMessagesRequest) -> Any:
+    """A host's fetch_messages call for many partitions; returns its ObjectRef."""
+    return host.fetch_messages.remote(request)
 
 
 async def _answer(ref: Any) -> Any:
@@ -121,6 +121,10 @@ class _Partition:
     def call(self, max_wait_ms: int, min_bytes: int, isolation: int) -> Any:
         """This partition's fetch from its leader replica (an ObjectRef)."""
         return _fetch(self.handle, self.request(isolation, max_wait_ms, min_bytes))
+
+    def asked(self) -> FetchPartition:
+        """This partition in its host's fetch_messages."""
+        return FetchPartition(self.topic, self.partition, self.offset, self.max_bytes, self.leader_epoch)  # type: ignore[arg-type]
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -222,7 +226,7 @@ async def _read_one(view: BrokerView, part: _Partition, max_wait_ms: int, min_by
 
 async def _read_many(view: BrokerView, parts: list[_Partition], wait: tuple[int, int, int], isolation: int) -> None:
     """Several partitions: the read-aheads made for them, then one fetch_messages call per
-    broker actor for the rest, long-polling for what ``min_bytes`` still misses."""
+    leader host for the rest, long-polling for what ``min_bytes`` still misses."""
     max_wait_ms, min_bytes, max_bytes = wait
     ahead = [p for p in parts if p.ahead is not None]
     if ahead:
@@ -237,7 +241,7 @@ async def _read_many(view: BrokerView, parts: list[_Partition], wait: tuple[int,
     by_host: dict[Any, list[_Partition]] = {}
     for part in parts:
         if part.result is None and part.code == NONE:
-            by_host.setdefault(actor_key(part.handle.host), []).append(part)
+            by_host.setdefault(part.handle.host_key, []).append(part)
     groups = list(by_host.values())
     if not groups:
         return
@@ -245,8 +249,9 @@ async def _read_many(view: BrokerView, parts: list[_Partition], wait: tuple[int,
         _answer(
             _fetch_many(
                 group[0].handle.host,
-                [(p.topic, p.partition, p.request(isolation)) for p in group],
-                (max_wait_ms, max(0, min_bytes - got), max_bytes),
+                FetchMessagesRequest(
+                    tuple(p.asked() for p in group), max_wait_ms, max(0, min_bytes - got), max_bytes, isolation
+                ),
             )
         )
         for group in groups

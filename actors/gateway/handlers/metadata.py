@@ -13,7 +13,6 @@ import dataclasses
 import uuid
 from typing import Any
 
-from actors.controller.topics import validate_topic_name
 from actors.gateway import authorization as authz
 from actors.gateway.broker_view import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -26,6 +25,7 @@ from actors.gateway.codec import ZERO_MS, build, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
 from actors.gateway.server import PACE, Api, RequestContext
 from actors.names import INTERNAL_TOPICS
+from actors.topics import validate_topic_name
 from actors.types import PartitionMetadata
 from storage.errors import InvalidTopicError, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
 

@@ -1,10 +1,12 @@
-"""Produce: the client's record batches, as the bytes it sent, to the leader's append.
+"""Produce: the client's record batches, as the bytes they came in, to the leaders' appends.
 
-Each partition of a request is one call to its leader replica on this broker; the replica
-validates the batches (headers, CRCs, producer sequences) and appends them unchanged.
-acks=0 gets no response (an error closes the connection, as Kafka does, so the client
-notices and refreshes its metadata); acks=1 answers after the leader's append, acks=all
-after the in-sync replicas have the batches.
+A request's partitions are sent to their leaders' hosts together: one ``append_records`` call
+per host, carrying every partition of the request that host leads (Kafka's ReplicaManager
+takes a request's partitions at once, ``appendRecords``); each replica validates its batches
+(headers, CRCs, producer sequences) and appends them unchanged, and each partition is
+answered on its own. acks=0 gets no response (an error closes the connection, as Kafka does,
+so the client notices and refreshes its metadata); acks=1 answers after the leaders'
+appends, acks=all after the in-sync replicas have the batches.
 
 Each partition's part of the request becomes one ``ProduceRequest`` (its record bytes as
 they came, the request's acks, timeout and transactional id), the same request rayqueue's own
@@ -12,9 +14,9 @@ producer sends. The leader verifies a transaction's first batch with the transac
 coordinator (KIP-890, ``actors.txn_verification``).
 
 Order: Kafka appends a connection's produce requests in the order they came. Ray may start
-an async actor's calls in any order, so each call carries a ``ProduceOrder``: this
-connection's number for the call on that partition and the oldest one still unanswered,
-and the replica appends them in number order (PartitionReplica.produce).
+an async actor's calls in any order, so each partition's request carries a ``ProduceOrder``:
+this connection's number for the call on that partition and the oldest one still
+unanswered, and the replica appends them in number order (PartitionReplica.produce).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from actors.gateway import authorization as authz
@@ -30,6 +33,7 @@ from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of, error_message_of
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import AppendOrigin, ProduceRequest, ProduceResponse, ProduceTurns
+from actors.protocol_broker import PartitionRequests
 from storage.batch_header import ATTRIBUTES_OFFSET, CURRENT_MAGIC, MAGIC_OFFSET, TRANSACTIONAL_MASK
 from storage.errors import InvalidRecordError
 
@@ -39,8 +43,8 @@ PRODUCE_KEY = 0
 # -- actor calls (one function each) --------------------------------------------------------
 
 
-async def _append(replica: Any, request: ProduceRequest) -> ProduceResponse:
-    return await replica.produce.remote(request)
+async def _append(host: Any, request: PartitionRequests[ProduceRequest]) -> list[Any]:
+    return await host.append_records.remote(request)
 
 
 # -- per-connection call order --------------------------------------------------------------
@@ -56,13 +60,32 @@ def _turns(ctx: RequestContext) -> ProduceTurns:
 # -- the request ------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class _Partition:
+    """One partition of a produce request and what became of it."""
+
+    topic: str
+    index: int
+    request: ProduceRequest | None = None  # None: refused before it was numbered
+    code: int = NONE
+    message: str | None = None
+    result: ProduceResponse | None = None
+    leader: Any = None  # its leader's ReplicaRef
+
+    def fail(self, view: BrokerView, exc: BaseException) -> None:
+        """The partition's error: its code (and forget the metadata it may have been sent by)."""
+        self.code = error_code_of(exc)
+        self.message = error_message_of(exc)
+        view.on_partition_error(self.topic, self.code)
+
+
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     """Produce v3-v11."""
     view: BrokerView = ctx.state
     acks = int(request.acks)
     timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
     turns = _turns(ctx)
-    calls = []
+    parts: list[_Partition] = []
     # Kafka's KafkaApis: transactional records need their transactional id and WRITE on it
     # (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED: a batch with the
     # transactional bit and no id is a forged one), and every topic WRITE; a refused
@@ -77,32 +100,41 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         code = refused
         if code is None and not authz.authorized(ctx, authz.Op.WRITE, authz.TOPIC, topic.name):
             code = authz.denied_code(authz.TOPIC)
-        if code is not None:
-            calls.extend(_refused(topic.name, part.index, code) for part in topic.partition_data)
-            continue
         for part in topic.partition_data:
+            if code is not None:
+                parts.append(_Partition(topic.name, part.index, code=code))
+                continue
             # Numbered before anything is awaited: in the order the requests came.
             order = turns.take((topic.name, part.index))
             records = part.records if part.records is not None else b""
             call = ProduceRequest(
                 records, acks, timeout_ms, origin=AppendOrigin.CLIENT, order=order, transactional_id=tid
             )
-            calls.append(_produce_partition(view, turns, topic.name, part.index, call))
-    results = await asyncio.gather(*calls)
+            parts.append(_Partition(topic.name, part.index, call))
+    try:
+        await _produce(view, [p for p in parts if p.request is not None])
+    finally:
+        for part in parts:
+            if part.request is not None:
+                turns.done((part.topic, part.index), part.request.order.number)  # type: ignore[union-attr]
     if acks == 0:
-        failed = [(name, index, code, message) for name, index, code, message, _ in results if code != NONE]
+        failed = [p for p in parts if p.code != NONE]
         if failed:
-            name, index, code, message = failed[0]
-            ctx.connection.fail(f"acks=0 produce to {name}-{index} failed with error {code}: {message}")
+            first = failed[0]
+            ctx.connection.fail(
+                f"acks=0 produce to {first.topic}-{first.index} failed with error {first.code}: {first.message}"
+            )
         return None
     resp_cls = ctx.schema.response
     topic_cls = nested(resp_cls, "responses")
     by_topic: dict[str, list[Any]] = {}
-    for name, index, code, message, result in results:
-        by_topic.setdefault(name, []).append(_partition_response(topic_cls, index, code, message, result))
+    for part in parts:
+        by_topic.setdefault(part.topic, []).append(
+            _partition_response(topic_cls, part.index, part.code, part.message, part.result)
+        )
     return ctx.schema.response_of(
         responses=tuple(
-            make(resp_cls, "responses", name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
+            make(resp_cls, "responses", name=name, partition_responses=tuple(items)) for name, items in by_topic.items()
         ),
         throttle_time=ZERO_MS,
     )
@@ -124,30 +156,39 @@ def _has_transactional_records(request: Any) -> bool:
     return False
 
 
-async def _refused(topic: str, index: int, code: int) -> tuple[str, int, int, str | None, None]:
-    """A partition the principal may not write to: its error, nothing appended."""
-    return topic, index, code, None, None
+async def _produce(view: BrokerView, parts: list[_Partition]) -> None:
+    """Append every partition: their leaders looked up, then one call per leader host."""
 
+    async def route(part: _Partition) -> None:
+        try:
+            # Checked here too (the replica checks again): a bad acks value or an empty
+            # partition answers without a round trip to the leader.
+            part.request.checked()  # type: ignore[union-attr]
+            if not part.request.records:  # type: ignore[union-attr]
+                raise InvalidRecordError("a produce request must carry at least one record batch")
+            part.leader = (await view.leader(part.topic, part.index)).leader_handle
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the partition's error code
+            part.fail(view, exc)
 
-async def _produce_partition(
-    view: BrokerView, turns: ProduceTurns, topic: str, index: int, request: ProduceRequest
-) -> tuple[str, int, int, str | None, ProduceResponse | None]:
-    """(topic, partition, error code, error message, response) of one partition's append."""
-    try:
-        # Checked here too (the replica checks again): a bad acks value or an empty
-        # partition answers without a round trip to the leader.
-        request.checked()
-        if not request.records:
-            raise InvalidRecordError("a produce request must carry at least one record batch")
-        leader = await view.leader(topic, index)
-        response = await _append(leader.leader_handle, request)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes the partition's error code
-        code = error_code_of(exc)
-        view.on_partition_error(topic, code)
-        return topic, index, code, error_message_of(exc), None
-    finally:
-        turns.done((topic, index), request.order.number)  # type: ignore[union-attr]
-    return topic, index, NONE, None, response
+    await asyncio.gather(*(route(part) for part in parts))
+    by_host: dict[Any, tuple[Any, list[_Partition]]] = {}
+    for part in parts:
+        if part.leader is not None:
+            by_host.setdefault(part.leader.host_key, (part.leader.host, []))[1].append(part)
+
+    async def send(host: Any, group: list[_Partition]) -> None:
+        request = PartitionRequests(tuple((p.topic, p.index, p.request) for p in group))
+        try:
+            answers = await _append(host, request)
+        except Exception as exc:  # noqa: BLE001 - the host died or failed: every partition's error
+            answers = [exc] * len(group)
+        for part, answer in zip(group, answers, strict=True):
+            if isinstance(answer, BaseException):
+                part.fail(view, answer)
+            else:
+                part.result = answer
+
+    await asyncio.gather(*(send(host, group) for host, group in by_host.values()))
 
 
 def _partition_response(

@@ -1,18 +1,22 @@
-"""The follower side of replication, per source broker: Kafka's replica fetcher threads.
+"""The follower side of replication, per source host: Kafka's replica fetcher threads.
 
-A broker's follower replicas do not fetch one by one. Every partition this broker follows
-from one leader broker is fetched by that broker's one :class:`ReplicaFetcher`, in one call
-per round (``Broker.replica_fetch`` on the leader's broker, carrying each partition's fetch
-offset, which is its log end and so tells the leader its LEO). The calls between brokers grow
-with the brokers, not with the partitions, as Kafka's ReplicaFetcherManager keeps one fetcher
-thread per source broker.
+A host's follower replicas do not fetch one by one. Every partition this host follows from one
+leader host is fetched by one :class:`ReplicaFetcher`, in one call per round (the leader
+host's ``fetch_messages`` with this broker's replica id, carrying each partition's fetch
+offset, which is its log end and so tells the leader its LEO). The calls between hosts grow
+with the hosts, not with the partitions, as Kafka's ReplicaFetcherManager keeps its fetcher
+threads per source broker and ``hash(topic, partition) % num.replica.fetchers``: with one
+host per broker a fetcher serves a source broker, with K hosts per broker a source broker's
+share of the partitions (the same stable hash), with one host per replica one partition.
 
 A replica hands itself to the fetcher once it has cut its divergent suffix (``follow``) and
 gets back what it must handle alone: OffsetOutOfRange (its log end is below the leader's log
 start) or an append the log refused (the logs disagree: truncate again). Errors that only need
-time (the leader moved, an epoch not yet known there, the leader's broker restarting) back the
+time (the leader moved, an epoch not yet known there, the leader's host restarting) back the
 partition off and keep it in the fetcher. The replica's own state changes stay the replica's:
-the fetcher hands it the answer (``PartitionReplica.apply_fetched``).
+the fetcher hands it the answer (``PartitionReplica.apply_fetched``). The leader's host is
+reached through a link (``actors.broker.links``): a Ray actor handle in a host actor, the
+host object itself when hosts are driven by hand.
 """
 
 from __future__ import annotations
@@ -22,15 +26,14 @@ import dataclasses
 import logging
 from typing import Any
 
-import ray
-
+from actors.broker.links import HostLink, Links
 from actors.clock import SYSTEM, Clock
-from actors.protocol import FetchRequest
-from actors.replica_ref import actor_key
+from actors.protocol_broker import FetchMessagesRequest, FetchPartition
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
+    NetworkError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
@@ -38,7 +41,7 @@ from storage.errors import (
 
 logger = logging.getLogger(__name__)
 
-# How long a partition (or every partition, when the leader's broker does not answer) waits
+# How long a partition (or every partition, when the leader's host does not answer) waits
 # before it is fetched again: Kafka's replica.fetch.backoff.ms defaults to 1 s; a Ray actor
 # restarts in about that time, and a quicker retry finds a new leader sooner.
 RETRY_BACKOFF_S = 0.05
@@ -62,9 +65,9 @@ class _Fetching:
 
 
 class ReplicaFetcher:
-    """Fetches every partition this broker follows from one leader broker (its actor: ``leader``)."""
+    """Fetches every partition this host follows from one leader host (reached by ``leader``)."""
 
-    def __init__(self, broker_id: int, leader: Any, leader_id: int, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker_id: int, leader: HostLink, leader_id: int, clock: Clock = SYSTEM) -> None:
         self.broker_id = broker_id
         self.leader = leader
         self.leader_id = leader_id
@@ -91,8 +94,8 @@ class ReplicaFetcher:
         self._changed.set()
         if self._in_flight:
             # The round in flight may long-poll for replica.fetch.wait.max.ms without this
-            # partition: ask the leader's broker to answer it now.
-            self.leader.wake_replica_fetch.remote(self.broker_id)
+            # partition: ask the leader's host to answer it now.
+            self.leader.wake_replica_fetch(self.broker_id)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         try:
@@ -102,7 +105,7 @@ class ReplicaFetcher:
                 del self._partitions[key]
 
     def stop(self) -> None:
-        """Stop fetching (the broker closes): every ``follow`` waiting here is cancelled."""
+        """Stop fetching (the host closes): every ``follow`` waiting here is cancelled."""
         for entry in self._partitions.values():
             entry.done.cancel()
         self._partitions.clear()
@@ -137,28 +140,28 @@ class ReplicaFetcher:
             return
         settings = batch[0].replica.replication
         max_wait_ms = settings["replica.fetch.wait.max.ms"]
-        requests = [
-            (
-                e.replica.topic,
-                e.replica.partition,
-                FetchRequest(
+        request = FetchMessagesRequest(
+            tuple(
+                FetchPartition(
+                    e.replica.topic,
+                    e.replica.partition,
                     e.replica.log_end_offset,
                     settings["replica.fetch.max.bytes"],
-                    max_wait_ms,
-                    current_leader_epoch=e.epoch,
-                    replica_id=self.broker_id,
-                ),
-            )
-            for e in batch
-        ]
+                    e.epoch,
+                )
+                for e in batch
+            ),
+            max_wait_ms,
+            1,
+            settings["replica.fetch.response.max.bytes"],
+            replica_id=self.broker_id,
+        )
         self._in_flight = True
         self.rounds += 1
         try:
-            answers = await self.leader.replica_fetch.remote(
-                self.broker_id, requests, max_wait_ms, settings["replica.fetch.response.max.bytes"]
-            )
-        except ray.exceptions.RayActorError:
-            # The leader's broker died: the controller elects new leaders and tells us.
+            answers = await self.leader.fetch_messages(request)
+        except NetworkError:
+            # The leader's host died: the controller elects new leaders and tells us.
             self._back_off(batch, RETRY_BACKOFF_S)
             return
         finally:
@@ -208,20 +211,22 @@ class ReplicaFetcher:
 
 
 class ReplicaFetchers:
-    """A broker's fetchers, one per leader broker (Kafka's ReplicaFetcherManager)."""
+    """A host's fetchers, one per leader host (Kafka's ReplicaFetcherManager)."""
 
-    def __init__(self, broker_id: int, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker_id: int, links: Links, clock: Clock = SYSTEM) -> None:
         self.broker_id = broker_id
+        self._links = links
         self._clock = clock
         self._fetchers: dict[Any, ReplicaFetcher] = {}
 
     async def follow(self, replica: Any, leader: Any, epoch: int) -> BaseException:
-        """Fetch for ``replica`` from the leader's broker (``leader``: the leader's ReplicaRef;
+        """Fetch for ``replica`` from the leader's host (``leader``: the leader's ReplicaRef;
         see ReplicaFetcher.follow)."""
-        key = actor_key(leader.host)
+        key = self._links.key(leader.host)
         fetcher = self._fetchers.get(key)
         if fetcher is None:
-            fetcher = self._fetchers[key] = ReplicaFetcher(self.broker_id, leader.host, leader.broker_id, self._clock)
+            link = self._links.host(leader.host)
+            fetcher = self._fetchers[key] = ReplicaFetcher(self.broker_id, link, leader.broker_id, self._clock)
         return await fetcher.follow(replica, epoch)
 
     def describe(self) -> list[dict[str, Any]]:
@@ -233,6 +238,7 @@ class ReplicaFetchers:
         ]
 
     def stop(self) -> None:
+        """Stop every fetcher (the host closes)."""
         for fetcher in self._fetchers.values():
             fetcher.stop()
         self._fetchers.clear()

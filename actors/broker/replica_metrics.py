@@ -1,5 +1,5 @@
 """What a partition replica records (``actors.metrics``): per request and per append, summed
-until its tick; the log's gauges on the tick. Never per record."""
+in its host's recorder until the host's tick; the log's gauges on the tick. Never per record."""
 
 from __future__ import annotations
 
@@ -13,20 +13,22 @@ from storage.log import Log
 
 
 class ReplicaMetrics:
-    """What a replica records (``actors.metrics``): per request and per append, summed
-    until its tick; the log's gauges on the tick. Never per record."""
+    """What a replica records (``actors.metrics``) into its host's recorder (None: metrics
+    are off): per request and per append, summed until the host's tick; the log's gauges on
+    the tick. Never per record."""
 
     def __init__(
-        self, topic: str, partition: int, broker_id: int, enabled: bool, namespace: str, clock: Clock = SYSTEM
+        self, topic: str, partition: int, broker_id: int, recorder: Recorder | None, clock: Clock = SYSTEM
     ) -> None:
-        self.enabled = enabled
+        self.enabled = recorder is not None
         self._clock = clock
         self._broker = str(broker_id)
         self._last_clean = clock.monotonic()
-        self.recorder: Recorder | None = None  # what counts the replica's refusals of native principals
-        if not enabled:
+        # The host's recorder, shared by its replicas: it flushes their counters once per tick.
+        self.recorder = recorder
+        if recorder is None:
             return
-        self._rec = self.recorder = rec = Recorder(namespace, enabled)
+        self._rec = rec = recorder
         self._m = rec.metrics
         topic, partition, broker = topic, str(partition), self._broker
         self._topic_tags = (("topic", topic), ("broker", broker))
@@ -97,12 +99,11 @@ class ReplicaMetrics:
             self._rec.add(self._m.cleaner_bytes_written, stats.bytes_written, self._clean_tags)
 
     def tick(self, log: Log, leader_hw: int | None, compacted: bool, lso: Callable[[], int]) -> None:
-        """Counters to Ray; the log's gauges (and the flushes since the last tick).
-        ``leader_hw``: the high watermark when this replica leads, else None."""
+        """The log's gauges (and the flushes since the last tick); the host flushes the
+        counters. ``leader_hw``: the high watermark when this replica leads, else None."""
         if not self.enabled:
             return
         m, tags = self._m, self._replica_tags
-        self._rec.flush()
         if log.closed:
             return
         m.log_size.set(log.size_in_bytes, tags)

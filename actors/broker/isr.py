@@ -33,7 +33,7 @@ class FollowerState:
 
 class IsrTracker:
     """The followers' fetch state of one partition leader and the ISR rules over it (the
-    replica's :class:`~actors.replica_state.ReplicaState` keeps one)."""
+    replica's :class:`~actors.broker.replica_state.ReplicaState` keeps one)."""
 
     def __init__(self, leader_id: int, clock: Clock, lag_time_max_ms: float = 30000) -> None:
         self.leader_id = leader_id

@@ -2,7 +2,7 @@
 ``Partition`` and ``Replica`` state): who leads at which epoch, the ISR, what the leader knows
 of each follower, and the high watermark.
 
-The :class:`~actors.partition.PartitionReplica` actor owns the log, the tasks and the calls to
+The :class:`~actors.broker.partition.PartitionReplica` owns the log, the tasks and the calls to
 the controller; it asks this state what to do (``isr_expansion``, ``isr_shrink``,
 ``advance_hw``) and tells it what happened (``lead``, ``follow``, ``follower_fetched``,
 ``isr_changed``). Time comes from an injected :class:`~actors.clock.Clock`, so the rules are
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from actors.broker.isr import FollowerState, IsrTracker
 from actors.clock import SYSTEM, Clock
-from actors.isr import FollowerState, IsrTracker
 from actors.protocol import NO_EPOCH, ReplicaRole
 from storage.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 
@@ -25,7 +25,7 @@ DEFAULT_LAG_TIME_MAX_MS = 30000
 class ReplicaState:
     """Leadership, membership and the high watermark of one replica, on an injected clock.
     What the leader knows of its followers, and the ISR rules over it, are its
-    :class:`~actors.isr.IsrTracker`'s."""
+    :class:`~actors.broker.isr.IsrTracker`'s."""
 
     def __init__(self, name: str, broker_id: int, high_watermark: int = 0, clock: Clock = SYSTEM) -> None:
         self.name = name  # "topic-partition", for error messages

@@ -1,5 +1,5 @@
-"""A consumer's fetch of many partitions in one broker call: Kafka's ``fetchMessages`` and its
-``DelayedFetch``, in small.
+"""A consumer's fetch of many partitions in one host call: Kafka's ``fetchMessages`` and its
+``DelayedFetch``, in small (``ReplicaManager.fetch_messages`` runs a consumer's fetch here).
 
 Kafka's ReplicaManager reads every partition a Fetch names at once; when the bytes read fall
 short of ``min_bytes`` it parks the fetch in its purgatory as one delayed operation watched
@@ -7,26 +7,30 @@ by each of its partitions, and completes it when a change to one of them makes e
 readable, when one of them can no longer be served here (a leader change, a closed replica),
 or at ``max_wait_ms``. Here the same: :func:`fetch_messages` reads the partitions (yielding
 the event loop every ``PACE`` of them) and, if short, parks one :class:`DelayedFetch` in the
-broker's :class:`FetchPurgatory`. A parked fetch costs one small entry per partition, one
+host's :class:`FetchPurgatory`. A parked fetch costs one small entry per partition, one
 future and one timer, however many partitions it names; a change to a partition costs each
 fetch watching that partition a constant amount of work (no read).
 
-What counts toward ``min_bytes`` while parked: a partition whose readable end (the high
-watermark; the last stable offset for read_committed) is past the fetch offset counts the
-bytes appended to its log since the wait began, and at least one byte once that end moved.
+What counts toward ``min_bytes`` while parked: when a partition's readable end (the high
+watermark; the last stable offset for read_committed) moves past the fetch offset, the bytes
+appended to its log since the fetch first parked, and at least one byte; bytes appended above
+the readable end count only once it moves (a leader's own appends wait for its followers).
 When the count reaches what was missing, every partition is read again and that is the
 answer; if the reads still fall short (bytes above the high watermark were counted) and time
-is left, the fetch parks again from there. ``min_bytes`` above ``max_bytes`` waits for
+is left, the fetch parks again, counting from where it first parked. ``min_bytes`` above ``max_bytes`` waits for
 ``max_bytes``: the answer could not carry more.
 
 Cancelling :func:`fetch_messages` (the client's connection closed: the gateway cancels the
 Ray call) leaves nothing behind: the parked fetch leaves the purgatory in a ``finally``.
+
+A replica here is read with ``read(request, limit, min_one_batch)`` (whole batches, no wait)
+and watched with ``fetch_position(committed)``; the host checks the caller's principal and
+records the metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +51,9 @@ class DelayedFetch:
 
     __slots__ = ("need", "counted", "touched", "future", "_entries")
 
-    def __init__(self, watched: dict[Key, tuple[Any, int, bool]], need: int) -> None:
+    def __init__(
+        self, watched: dict[Key, tuple[Any, int, bool]], need: int, starts: dict[Key, int] | None = None
+    ) -> None:
         self.need = need
         self.counted = 0
         self.touched = False  # some partition changed while parked
@@ -56,7 +62,14 @@ class DelayedFetch:
         self._entries: dict[Key, list[Any]] = {}
         for key, (replica, offset, committed) in watched.items():
             end, size, epoch, _ = replica.fetch_position(committed)
-            self._entries[key] = [replica, offset, committed, size, end, epoch, 0]
+            start = size if starts is None else starts.get(key, size)
+            self._entries[key] = [replica, offset, committed, start, end, epoch, 0]
+
+    @property
+    def starts(self) -> dict[Key, int]:
+        """Each partition's log size when the fetch first parked (a fetch parked again counts
+        from there: bytes appended above the readable end before then count once readable)."""
+        return {key: entry[3] for key, entry in self._entries.items()}
 
     @property
     def keys(self) -> list[Key]:
@@ -80,9 +93,9 @@ class DelayedFetch:
         if closed or now_epoch != epoch:
             future.set_result(True)
             return
-        if end <= offset:
-            return
-        counted = max(size - start, 1 if end != seen else 0)
+        if end <= offset or end == seen:
+            return  # nothing more is readable: bytes above the readable end do not count yet
+        counted = max(size - start, 1)
         entry[6] = counted
         self.counted += counted - before
         if self.counted >= self.need:
@@ -90,7 +103,7 @@ class DelayedFetch:
 
 
 class FetchPurgatory:
-    """The broker's parked fetches, by the partitions they watch (Kafka's fetch purgatory)."""
+    """A host's parked fetches, by the partitions they watch (Kafka's fetch purgatory)."""
 
     def __init__(self) -> None:
         self._watchers: dict[Key, dict[DelayedFetch, None]] = {}
@@ -157,15 +170,17 @@ async def fetch_messages(
         return []  # nothing to wait on
     deadline = clock.monotonic() + max_wait_ms / 1000
     need = min(min_bytes, max_bytes)
+    starts: dict[Key, int] | None = None
     while True:
         answers, got = await _read(lookup, requests, max_bytes)
         remaining = deadline - clock.monotonic()
         if got >= need or remaining <= 0 or any(isinstance(a, BaseException) for a in answers):
             return answers
         try:
-            op = DelayedFetch(_watched(lookup, requests), need - got)
+            op = DelayedFetch(_watched(lookup, requests), need - got, starts)
         except Exception:  # noqa: BLE001 - a replica closed meanwhile: these answers stand
             return answers
+        starts = op.starts
         if not await purgatory.wait(op, remaining) and not op.touched:
             return answers  # expired with nothing changed: the reads stand
 
@@ -195,10 +210,10 @@ async def _read(lookup: Lookup, requests: list[Any], max_bytes: int) -> tuple[li
             replica, request = lookup(entry)
             if type(request) is not FetchRequest or request.replica_id != CONSUMER_REPLICA_ID:
                 raise InvalidRequestError("a consumer's fetch carries a consumer's FetchRequest")
+            # While the budget lasts each partition's first batch comes whole; past max_bytes,
+            # the offsets only.
             limit = max(0, min(request.partition_max_bytes, budget))
-            answer = await replica.fetch(dataclasses.replace(request, max_wait_ms=0, partition_max_bytes=limit))
-            if budget <= 0 and answer.records:
-                answer = dataclasses.replace(answer, records=b"")  # past max_bytes: the offsets only
+            answer = replica.read(request, limit, budget > 0)
             budget -= len(answer.records)
             got += len(answer.records)
         except Exception as exc:  # noqa: BLE001 - each partition's error goes back in its answer

@@ -1,8 +1,8 @@
-"""PartitionReplica: one replica of one partition, owning its on-disk log, hosted with the
-other replicas of its broker in the broker's actor (``actors.broker``).
+"""PartitionReplica: one replica of one partition, owning its on-disk log, held by a host
+(``actors.broker.replica_manager.ReplicaManager``) with the other replicas placed there.
 
-The leader serves ``produce``, ``fetch``, ``list_offsets`` and ``delete_records``, each
-taking its request of ``actors.protocol`` (ProduceRequest, FetchRequest, ...). Batches
+The leader serves ``produce``, ``read`` (fetches), ``list_offsets`` and ``delete_records``,
+each taking its request of ``actors.protocol`` (ProduceRequest, FetchRequest, ...). Batches
 travel as the same bytes from the producer to disk, to followers and back to consumers:
 the leader validates headers and CRCs, walks every record of a producer's batch (Kafka's
 LogValidator, in ``storage.Log.append``) and patches offsets; a follower keeps the leader's
@@ -10,20 +10,27 @@ bytes. Produce takes client batches (control batches only come from ``write_txn_
 every request field is checked (the request's ``checked()``), so bad input gets a Kafka
 error and never reaches the log.
 
-Replication follows Kafka's ISR design. A follower is fetched by its broker's fetcher for
-the leader's broker (``actors.replica_fetcher``), with every partition it follows from there,
-in one call per round (``fetch`` with its ``replica_id`` and log end offset, per partition)
-and appends the leader's batches unchanged. The leader learns each follower's log end
-offset (LEO) from those fetches; the high watermark (HW) is the smallest LEO in the ISR, and consumers never see
-past it. A follower that lags longer than replica.lag.time.max.ms leaves the ISR, one
-that reaches the HW rejoins; both changes go through the controller (``alter_partition``)
-with the partition epoch, so a stale leader cannot change the ISR. On a leader change a
-follower cuts its divergent suffix by asking the new leader where its last epoch ended
-(``offset_for_leader_epoch``, KIP-101/KIP-279), never by the HW alone.
+Replication follows Kafka's ISR design. A follower is fetched by its host's fetcher for the
+leader's host (``actors.broker.replica_fetcher``), with every partition it follows from
+there, in one call per round (the leader host's ``fetch_messages`` with the follower's
+``replica_id`` and each partition's log end offset), and appends the leader's batches
+unchanged. The leader learns each follower's log end offset (LEO) from those fetches; the
+high watermark (HW) is the smallest LEO in the ISR, and consumers never see past it. A
+follower that lags longer than replica.lag.time.max.ms leaves the ISR, one that reaches the
+HW rejoins; both changes go through the controller (``alter_partition``) with the partition
+epoch, so a stale leader cannot change the ISR. On a leader change a follower cuts its
+divergent suffix by asking the new leader where its last epoch ended
+(``offsets_for_leader_epoch``, KIP-101/KIP-279), never by the HW alone.
 
 Every request may carry the caller's ``current_leader_epoch``: an older one is fenced
 (FencedLeaderEpochError), a newer one means this replica has not heard of the election
 yet (UnknownLeaderEpochError); both are retriable and make the client refresh metadata.
+
+What runs on a schedule (ISR expiry, high-watermark checkpoints, retention, the cleaner, the
+metrics) is the host's one tick over all of its replicas; a replica offers the steps
+(``maybe_shrink_isr``, ``checkpoint_due``, ``apply_retention``, ``cleaning_due``, ...).
+Long-polling fetches wait in the host as well (one wait for many partitions): a replica
+reads (``read``) and tells its host of every change (``on_change``).
 """
 
 from __future__ import annotations
@@ -34,18 +41,21 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import ray
-
-from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
+from actors.auth_helper import TOPIC, AuthHelper, Caller, Op
+from actors.authorizer import StandardAuthorizer
+from actors.broker.links import HostLink, Links
+from actors.broker.partition_files import partition_dir, read_topic_id, remove_stray, write_topic_id
+from actors.broker.replica_fetcher import ReplicaFetchers
+from actors.broker.replica_metrics import ReplicaMetrics
+from actors.broker.replica_state import ReplicaState
+from actors.broker.waiters import Waiters
 from actors.clock import SYSTEM, Clock
-from actors.metrics import TICK_S
+from actors.metrics import Recorder
 from actors.names import INTERNAL_TOPICS
-from actors.partition_files import partition_dir, read_topic_id, remove_stray, write_topic_id
-
-# Re-exported: the controller removes stray partitions through this module.
-from actors.partition_files import remove_stray_partitions as remove_stray_partitions
 from actors.protocol import (
     AbortedTransaction,
     AlterPartitionRequest,
@@ -55,7 +65,6 @@ from actors.protocol import (
     FetchRequest,
     FetchResponse,
     IsolationLevel,
-    LeaderAndIsrRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
     ProduceOrder,
@@ -67,16 +76,13 @@ from actors.protocol import (
     checked_request,
     require,
 )
-from actors.replica_fetcher import ReplicaFetchers
-from actors.replica_metrics import ReplicaMetrics
-from actors.replica_state import ReplicaState
+from actors.protocol_broker import LeaderAndIsrPartitionState, PartitionRequests, only_answer
 from actors.txn_verification import VERIFICATION_KEY, TransactionVerifier
 from actors.types import OffsetAndTimestamp
-from actors.waiters import Waiters
 from storage import AppendOrigin, Log, log_config
 from storage.batch_header import BatchHeader, has_control_batch
 from storage.checkpoint import read_offset, write_offset
-from storage.cleaner import clean, cleanable
+from storage.cleaner import clean, cleanable, dirty_ratio
 from storage.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -84,6 +90,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaStorageError,
+    NetworkError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -100,10 +107,9 @@ from storage.records.control import build_control_batch
 
 logger = logging.getLogger(__name__)
 
-# How often a replica of a compacted topic checks whether its log is dirty enough to clean
-# (Kafka's cleaner threads poll their logs the same way, backing off when nothing is due).
-CLEANER_CHECK_S = 1.0
-
+# How long a follower's OffsetForLeaderEpoch at an epoch the leader has not taken yet waits
+# for the leader's own LeaderAndIsr (sent at the same time).
+EPOCH_WAIT_S = 0.5
 # How long a batch that arrived ahead of its producer's previous one waits for it.
 REORDER_WAIT_S = 5.0
 # Producer sessions whose call order a leader remembers (the oldest are forgotten first).
@@ -121,27 +127,57 @@ DEFAULT_REPLICATION = {
 }
 
 
+@dataclass(slots=True, eq=False)
+class HostServices:
+    """What a host shares with every replica it holds: its broker id and clock, its replica
+    fetchers, how it reaches other hosts and the controller (``links``; ``controller`` is
+    the controller's handle from the latest LeaderAndIsr, None before one), the check of
+    native clients' principals against its one ACL view (``auth``), its metrics recorder,
+    the broker's replication settings, the Ray node it runs on (for ``describe``) and the
+    cluster's namespace."""
+
+    broker_id: int
+    clock: Clock
+    fetchers: ReplicaFetchers
+    links: Links
+    auth: AuthHelper
+    recorder: Recorder | None = None
+    replication: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_REPLICATION))
+    controller: Any = None
+    node_id: str = ""
+    namespace: str = ""  # the cluster's Ray namespace (where the transaction coordinator is)
+
+    @classmethod
+    def alone(cls, broker_id: int, clock: Clock = SYSTEM) -> HostServices:
+        """Services for a replica opened by hand (tools, tests): no metrics, no authorizer,
+        peers reached as they are."""
+        links = Links()
+        allow_all = StandardAuthorizer(enabled=False)
+
+        async def authorizer() -> StandardAuthorizer:
+            return allow_all
+
+        return cls(broker_id, clock, ReplicaFetchers(broker_id, links, clock), links, AuthHelper(authorizer))
+
+
 class PartitionReplica:
-    """One replica of a partition. Created by the controller, pinned to its broker's node."""
+    """One replica of a partition, opened by its host when the controller places it there."""
 
     def __init__(
         self,
         topic: str,
         partition: int,
-        broker_id: int,
         data_dir: str,
         config: dict[str, Any],
-        topic_id: str | None = None,
-        metrics_enabled: bool = True,
-        namespace: str = "",
-        clock: Clock = SYSTEM,
-        fetchers: ReplicaFetchers | None = None,
+        topic_id: str | None,
+        services: HostServices,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
-        self.broker_id = broker_id
+        self.broker_id = broker_id = services.broker_id
         self.topic_id = topic_id
+        self._services = services
         self._config = log_config(config)
         self._dir = partition_dir(data_dir, topic, partition)
         # A topic deleted while this broker was down left its directory here (KIP-516).
@@ -154,53 +190,49 @@ class PartitionReplica:
         # Recovery may have cut a torn tail that the epoch cache still covers.
         self._epochs.truncate_from_end(self._log.log_end_offset)
         hw = min(read_offset(self._dir / HIGH_WATERMARK_FILE) or 0, self._log.log_end_offset)
-        self._clock = clock
+        self._clock = clock = services.clock
         # Role, epochs, ISR, follower lag and the HW: the rules live in ReplicaState.
         self._state = ReplicaState(f"{topic}-{partition}", broker_id, hw, clock)
+        # The broker's replication settings as its host has them; a LeaderAndIsr may change
+        # them for this replica.
+        self._replication = dict(services.replication)
+        self._state.lag_time_max_ms = self._replication["replica.lag.time.max.ms"]
         self._hw_checkpointed = hw
-        self._checkpointing: asyncio.Future | None = None  # the periodic write in its thread
+        # The host's checkpoint write in its thread that covers this replica, while it runs.
+        self.checkpointing: asyncio.Future | None = None
         self._log.update_high_watermark(hw)
-        self._leader_handle: Any = None  # the leader actor a follower fetches from
-        self._controller: Any = None
-        self._replication = dict(DEFAULT_REPLICATION)
-        self._txn = TransactionVerifier(topic, partition, namespace, self._replication)
-        self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its broker's fetcher
-        # The broker's replica fetchers (one per leader broker); a replica alone has its own.
-        self._fetchers = fetchers if fetchers is not None else ReplicaFetchers(broker_id, clock)
+        self._leader_handle: Any = None  # the leader's ReplicaRef a follower fetches from
+        # KIP-890: a transaction's first batch here is verified with the transaction coordinator.
+        self._txn = TransactionVerifier(topic, partition, services.namespace, self._replication)
+        self._fetcher: asyncio.Task | None = None  # as a follower: truncation, then its host's fetcher
         self.fetch_paused = False
         self.fetch_delay_s = 0.0  # fault injection: a slow network to the leader
-        # Long-polling fetches, acks=all produces and reordered calls wait here; the broker's
-        # waiting replica fetches are told of every change too.
+        # acks=all produces and reordered calls wait here; the host's waiting fetches are
+        # told of every change through on_change.
         self._waiters = Waiters()
         self._on_change = on_change
         self._next_turns: dict[str, int] = {}  # producer session -> its next call number here
         self._cleaning: asyncio.Task | None = None
-        self._background: asyncio.Task | None = None
-        self._retention_check_ms = 300000
-        self._metrics = ReplicaMetrics(topic, partition, broker_id, metrics_enabled, namespace, clock)
-        # Native clients' principals against the ACLs (loaded by the first request with one).
-        self._acls = LazyAclView(self._controller_for_acls)
-        self._auth = AuthHelper(self._acls, self._metrics.recorder, str(broker_id))
+        self.metrics = ReplicaMetrics(topic, partition, broker_id, services.recorder, clock)
+        self._auth = services.auth
         logger.info("replica %s-%d on broker %d opened at %s", topic, partition, broker_id, self._dir)
 
     # -- role changes (driven by the controller) ------------------------------------------
 
-    async def become_leader(self, request: LeaderAndIsrRequest) -> int:
-        """Take leadership at the request's leader epoch (or take a new ISR/replica list at
-        the same epoch); ``request.leader`` must be this broker.
+    async def become_leader(self, state: LeaderAndIsrPartitionState, replication: dict[str, Any] | None = None) -> int:
+        """Take leadership at the state's leader epoch (or take a new ISR/replica list at the
+        same epoch); ``state.leader`` must be this broker. ``replication``: the controller's
+        replica.* settings.
 
         Returns the log end offset. An older epoch than this replica's is ignored.
         """
-        if type(request) is not LeaderAndIsrRequest or request.leader != self.broker_id:
-            raise InvalidRequestError(f"broker {self.broker_id} cannot lead on {request!r:.200}")
-        leader_epoch, partition_epoch = request.leader_epoch, request.partition_epoch
-        replicas, isr = request.replicas, request.isr
+        if type(state) is not LeaderAndIsrPartitionState or state.leader != self.broker_id:
+            raise InvalidRequestError(f"broker {self.broker_id} cannot lead on {state!r:.200}")
+        leader_epoch, partition_epoch = state.leader_epoch, state.partition_epoch
+        replicas, isr = state.replicas, state.isr
         if leader_epoch < self._state.leader_epoch:
             return self._log.log_end_offset
-        self._retention_check_ms = request.retention_check_ms
-        if request.controller is not None:
-            self._controller = request.controller
-        self._take_replication(request.replication)
+        self._take_replication(replication)
         if self._state.role == ReplicaRole.LEADER and leader_epoch == self._state.leader_epoch:
             # Same term: the controller changed the ISR or the replica set.
             if partition_epoch >= self._state.partition_epoch:
@@ -222,40 +254,42 @@ class PartitionReplica:
         )  # fmt: skip
         return self._log.log_end_offset
 
-    async def become_follower(self, request: LeaderAndIsrRequest) -> bool:
-        """Follow ``request.leader`` (its actor: ``request.leader_handle``) at the request's
-        leader epoch: truncate the divergent suffix, then fetch.
+    async def become_follower(
+        self, state: LeaderAndIsrPartitionState, replication: dict[str, Any] | None = None
+    ) -> bool:
+        """Follow ``state.leader`` (its replica: ``state.leader_handle``) at the state's
+        leader epoch: truncate the divergent suffix, then fetch. ``replication``: the
+        controller's replica.* settings.
 
         Returns False (and changes nothing) for an epoch older than this replica's.
         """
-        if type(request) is not LeaderAndIsrRequest or request.leader_handle is None:
-            raise InvalidRequestError(f"broker {self.broker_id} cannot follow on {request!r:.200}")
-        leader_epoch, leader_id, leader = request.leader_epoch, request.leader, request.leader_handle
+        if type(state) is not LeaderAndIsrPartitionState or state.leader_handle is None:
+            raise InvalidRequestError(f"broker {self.broker_id} cannot follow on {state!r:.200}")
+        leader_epoch, leader_id, leader = state.leader_epoch, state.leader, state.leader_handle
         if leader_epoch < self._state.leader_epoch:
             return False
-        self._retention_check_ms = request.retention_check_ms
-        self._take_replication(request.replication)
-        state = self._state
-        state.replicas, state.isr, state.partition_epoch = (
-            tuple(request.replicas),
-            tuple(request.isr),
-            request.partition_epoch,
+        self._take_replication(replication)
+        current = self._state
+        current.replicas, current.isr, current.partition_epoch = (
+            tuple(state.replicas),
+            tuple(state.isr),
+            state.partition_epoch,
         )
         if (
-            self._state.role == ReplicaRole.FOLLOWER
-            and leader_epoch == self._state.leader_epoch
-            and leader_id == self._state.leader_id
-            # The same leader at the same epoch may be a new actor (recreated after it died).
+            current.role == ReplicaRole.FOLLOWER
+            and leader_epoch == current.leader_epoch
+            and leader_id == current.leader_id
+            # The same leader at the same epoch may be in a new host (recreated after it died).
             and leader == self._leader_handle
             and self._fetcher is not None
             and not self._fetcher.done()
         ):
             return True
         self._stop_fetcher()
-        state.follow(leader_epoch, leader_id, request.replicas, request.isr, request.partition_epoch)
+        current.follow(leader_epoch, leader_id, state.replicas, state.isr, state.partition_epoch)
         self._leader_handle = leader
         self._fetcher = asyncio.get_running_loop().create_task(self._follow(leader, leader_epoch))
-        # Wake produce and fetch calls waiting here as leader: they now fail with NotLeader.
+        # Wake produce calls waiting here as leader: they now fail with NotLeader.
         self._notify()
         logger.info(
             "%s-%d: broker %d follows %d at epoch %d", self.topic, self.partition, self.broker_id,
@@ -279,8 +313,6 @@ class PartitionReplica:
         self._log.close()
         self._log = Log(self._dir, self._config)
         self._log.update_high_watermark(self._state.hw)
-
-    # -- the data path --------------------------------------------------------------------
 
     async def produce(self, request: ProduceRequest) -> ProduceResponse:
         """Append whole record batches; returns where the first one landed.
@@ -322,17 +354,17 @@ class PartitionReplica:
             if order is not None:  # refused: the session's next call must not wait for it
                 self._end_turn(order)
                 self._notify()
-            self._metrics.produce_failed(request.acks, exc)
+            self.metrics.produce_failed(request.acks, exc)
             raise
-        if not self._metrics.enabled:
+        if not self.metrics.enabled:
             return await self._produce(request)
         started = self._clock.monotonic()
         try:
             result = await self._produce(request)
         except BaseException as exc:
-            self._metrics.produce_failed(request.acks, exc, started)
+            self.metrics.produce_failed(request.acks, exc, started)
             raise
-        self._metrics.request_done("Produce", request.acks, started)
+        self.metrics.request_done("Produce", request.acks, started)
         return result
 
     async def _produce(self, request: ProduceRequest, count: bool = True) -> ProduceResponse:
@@ -367,7 +399,7 @@ class PartitionReplica:
         if order is not None:
             self._end_turn(order)  # the notify below wakes the session's next call
         if count and not info.duplicate:
-            self._metrics.appended(info, len(records))
+            self.metrics.appended(info, len(records))
         if not info.duplicate or order is not None:
             self._advance_hw()
             self._notify()
@@ -453,91 +485,55 @@ class PartitionReplica:
             count=False,
         )
 
-    def _controller_for_acls(self) -> Any:
-        """The controller, for the first load of the ACLs (a replica learns it with its role)."""
-        if self._controller is None:
-            raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition} has no role yet")
-        return self._controller
+    # -- reads (the host's fetch_messages waits; a replica answers what is there now) -----
 
-    async def fetch(self, request: FetchRequest) -> FetchResponse:
-        """Whole batches from ``fetch_offset``, long-polling for data.
+    def read(self, request: FetchRequest, limit: int, min_one_batch: bool = True) -> FetchResponse:
+        """Whole batches from ``request.fetch_offset``, up to ``limit`` bytes (at least one
+        batch with ``min_one_batch``, KIP-74), without waiting; ``request`` is checked
+        (``checked()``) and its principal authorized by the host.
 
-        A consumer (``replica_id`` -1) reads up to the high watermark, or with
-        READ_COMMITTED up to the last stable offset, and then also gets the aborted
-        transactions in the returned range. A follower (its broker id) reads up to the log
-        end and its ``fetch_offset`` tells the leader its LEO. Waits up to ``max_wait_ms``
-        until at least ``min_bytes`` are available past the offset; answers at once when
-        they are. Raises OffsetOutOfRangeError outside [log start, log end],
-        InvalidFetchSizeError for a ``partition_max_bytes`` outside [0, 2**31 - 1] and
-        InvalidRequestError for other bad fields (a non-integer, an isolation level other
-        than 0 or 1).
+        A consumer (``replica_id`` -1) reads up to the high watermark, or with READ_COMMITTED
+        up to the last stable offset, and then also gets the aborted transactions in the
+        returned range. A follower (its broker id) reads up to the log end and its
+        ``fetch_offset`` tells the leader its LEO. Raises OffsetOutOfRangeError outside
+        [log start, log end] and the leader's epoch errors.
         """
-        request = checked_request(request, FetchRequest)
-        if request.principal is not None:  # the data path: no await without one
-            await self._auth.check(request, Op.READ, TOPIC, self.topic)
-        if not self._metrics.enabled:
-            return await self._fetch(request)
-        started = self._clock.monotonic()
+        self._check_leader(request.current_leader_epoch)
         follower = request.replica_id >= 0
-        try:
-            result = await self._fetch(request)
-        except Exception as exc:  # a cancelled wait (its client left) is no failed fetch
-            self._metrics.fetch_failed(follower, exc, started)
-            raise
-        self._metrics.fetched(follower, len(result.records), started)
-        return result
-
-    async def _fetch(self, request: FetchRequest) -> FetchResponse:
-        offset, max_bytes, max_wait_ms, min_bytes = (
-            request.fetch_offset,
-            request.partition_max_bytes,
-            request.max_wait_ms,
-            request.min_bytes,
-        )
-        leader_epoch, replica_id = request.current_leader_epoch, request.replica_id
-        self._check_leader(leader_epoch)
-        follower = replica_id >= 0
-        committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
         if follower:
-            self._on_follower_fetch(replica_id, offset)
-        result = self._read(offset, max_bytes, follower, committed)
-        if len(result.records) >= min_bytes or max_wait_ms <= 0:
-            return result
-        deadline = self._clock.monotonic() + max_wait_ms / 1000
-        epoch = self._state.leader_epoch
-        limit = self._log_end if follower else self._lso if committed else (lambda: self._state.hw)
-        while True:
-            # Woken when data became readable and either the readable end moved or enough
-            # bytes were appended; a read then tells whether min_bytes are readable (bytes
-            # above the high watermark do not count, as in Kafka's DelayedFetch).
-            seen, start_size, already = limit(), self._log.size_in_bytes, len(result.records)
-            await self._wait_until(
-                lambda seen=seen, start_size=start_size, already=already: (
-                    self._state.closed
-                    or self._state.leader_epoch != epoch
-                    or self._worth_reading(limit(), seen, offset, start_size, already, min_bytes)
-                ),
-                deadline - self._clock.monotonic(),
-            )
-            self._check_leader(leader_epoch)
-            result = self._read(offset, max_bytes, follower, committed)
-            if (
-                len(result.records) >= min_bytes
-                or self._state.closed
-                or self._state.leader_epoch != epoch
-                or self._clock.monotonic() >= deadline
-            ):
-                return result
+            self._on_follower_fetch(request.replica_id, request.fetch_offset)
+        committed = request.isolation_level is IsolationLevel.READ_COMMITTED and not follower
+        return self._read(request.fetch_offset, limit, follower, committed, min_one_batch)
+
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch this replica knows."""
+        return self._state.leader_epoch
+
+    def follower_fetch_ready(self, offset: int, seen_epoch: int, end: int) -> bool:
+        """Whether a follower's fetch waiting at ``offset`` (which saw leader epoch
+        ``seen_epoch`` and the log end at ``end``) should read again: this replica closed or
+        its epoch changed, or its log end moved past ``offset`` and past ``end``."""
+        state = self._state
+        if state.closed or state.leader_epoch != seen_epoch:
+            return True
+        now = self._log.log_end_offset
+        return now > offset and now != end
 
     async def offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
         """OffsetForLeaderEpoch: the largest epoch not above ``leader_epoch`` and where it
         ended in this log.
 
         (-1, -1) when this log holds no epoch that old. Followers use it to find where
-        their log diverges from the leader's.
+        their log diverges from the leader's. A follower that names a newer epoch than this
+        replica knows heard of the election first (the controller tells every host at once):
+        the call waits up to EPOCH_WAIT_S for this replica's LeaderAndIsr before it answers.
         """
         request = checked_request(request, OffsetForLeaderEpochRequest)
-        self._check_leader(request.current_leader_epoch)
+        asked = request.current_leader_epoch
+        if asked > self._state.leader_epoch:
+            await self._wait_until(lambda: self._state.closed or self._state.leader_epoch >= asked, EPOCH_WAIT_S)
+        self._check_leader(asked)
         return EpochEndOffset(*self._epochs.end_offset_for(request.leader_epoch, self._log.log_end_offset))
 
     async def list_offsets(self, request: ListOffsetsRequest) -> OffsetAndTimestamp:
@@ -603,7 +599,9 @@ class PartitionReplica:
             self._log.update_high_watermark(self._state.hw)
             self._notify()
 
-    def _maybe_shrink_isr(self) -> None:
+    def maybe_shrink_isr(self) -> None:
+        """ISR expiry (the host's tick): as leader, propose the ISR without the followers
+        that lagged longer than replica.lag.time.max.ms."""
         shrunk = self._state.isr_shrink()
         if shrunk is not None:
             logger.info(
@@ -617,7 +615,7 @@ class PartitionReplica:
 
     def _propose_isr(self, isr: tuple[int, ...]) -> None:
         """Ask the controller for a new ISR (one change in flight at a time)."""
-        if self._controller is None or self._state.pending_isr is not None:
+        if self._services.controller is None or self._state.pending_isr is not None:
             return
         self._state.pending_isr = tuple(isr)
         asyncio.get_running_loop().create_task(self._alter_partition(tuple(isr)))
@@ -625,13 +623,14 @@ class PartitionReplica:
     async def _alter_partition(self, isr: tuple[int, ...]) -> None:
         epoch = self._state.leader_epoch
         try:
-            answer = await self._controller.alter_partition.remote(
+            controller = self._services.links.controller(self._services.controller)
+            answer = await controller.alter_partition(
                 AlterPartitionRequest(
                     self.topic, self.partition, self.broker_id, epoch, self._state.partition_epoch, isr
                 )
             )
             self._state.isr_changed(answer.leader_epoch, answer.partition_epoch, answer.isr)
-        except Exception:  # controller restarting: the next background turn proposes again
+        except Exception:  # controller restarting: the next ISR expiry or fetch proposes again
             logger.warning("%s-%d: ISR change to %s failed", self.topic, self.partition, list(isr), exc_info=True)
         finally:
             self._state.pending_isr = None
@@ -641,33 +640,33 @@ class PartitionReplica:
     # -- follower side of replication -----------------------------------------------------
 
     async def _follow(self, leader: Any, epoch: int) -> None:
-        """Follow ``leader`` (a ReplicaRef) until the role or epoch changes (the controller
-        cancels this task): cut the divergent suffix, then let this broker's fetcher for the
-        leader's broker fetch, until it hands back an error only this replica can handle."""
+        """Follow ``leader`` (a ReplicaRef) until the role or epoch changes (the host cancels
+        this task): cut the divergent suffix, then let this host's fetcher for the leader's
+        host fetch, until it hands back an error only this replica can handle."""
+        link = self._services.links.host(leader.host)
         while not self._state.closed and self._state.role == ReplicaRole.FOLLOWER and self._state.leader_epoch == epoch:
             try:
                 if self.fetch_paused:
                     await asyncio.sleep(0.02)
                     continue
-                await self._truncate_to_leader(leader, epoch)
-                raise await self._fetchers.follow(self, leader, epoch)
+                await self._truncate_to_leader(link, epoch)
+                raise await self._services.fetchers.follow(self, leader, epoch)
             except asyncio.CancelledError:
                 raise
             except OffsetOutOfRangeError:
-                await self._reset_below_log_start(leader, epoch)
+                await self._reset_below_log_start(link, epoch)
             except (InvalidRequestError, CorruptRecordError):
                 # Our log and the leader's disagree on batch boundaries: find the divergence again.
                 logger.warning(
                     "%s-%d: follower append refused; re-truncating", self.topic, self.partition, exc_info=True
                 )
                 await asyncio.sleep(0.05)
-            except (
-                NotLeaderOrFollowerError,
-                FencedLeaderEpochError,
-                UnknownLeaderEpochError,
-                ray.exceptions.RayActorError,
-            ):
-                # The leader moved or died; the controller will tell us the new one.
+            except UnknownLeaderEpochError:
+                # The leader's host has not taken this epoch yet (its LeaderAndIsr went out
+                # with ours): ask again shortly.
+                await asyncio.sleep(0.005)
+            except (NotLeaderOrFollowerError, FencedLeaderEpochError, NetworkError):
+                # The leader moved or its host died; the controller will tell us the new one.
                 await asyncio.sleep(0.05)
             except Exception:
                 logger.exception("%s-%d: follower fetch failed", self.topic, self.partition)
@@ -691,14 +690,10 @@ class PartitionReplica:
         if result.log_start_offset > self._log.log_start_offset:
             self._log.delete_records(min(result.log_start_offset, leo), high_watermark=leo)
 
-    def follower_fetch_ready(self, offset: int, leader_epoch: int) -> bool:
-        """Whether a follower's fetch waiting at ``offset`` should be answered: data past it,
-        or this replica closed or left the term the follower fetches in."""
-        state = self._state
-        return state.closed or state.leader_epoch != leader_epoch or self._log.log_end_offset > offset
-
     def fetch_position(self, committed: bool) -> tuple[int, int, int, bool]:
-        """A parked fetch's watch: readable end (LSO if ``committed``, else HW), log bytes, leader epoch, closed."""
+        """A parked consumer fetch's watch (``actors.broker.delayed_fetch``): the readable end
+        (the LSO if ``committed``, else the HW; -1 when closed), the log's bytes, the leader
+        epoch, and whether it is closed."""
         s = self._state
         return -1 if s.closed else self._lso() if committed else s.hw, self._log.size_in_bytes, s.leader_epoch, s.closed
 
@@ -709,9 +704,10 @@ class PartitionReplica:
 
     @property
     def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
         return self._log.log_end_offset
 
-    async def _truncate_to_leader(self, leader: Any, epoch: int) -> None:
+    async def _truncate_to_leader(self, leader: HostLink, epoch: int) -> None:
         """Cut the suffix that differs from the leader's log (KIP-279's epoch walk)."""
         while True:
             mine, leo = self._epochs.latest_epoch, self._log.log_end_offset
@@ -719,7 +715,10 @@ class PartitionReplica:
                 # No epoch history (an empty log, or one written before the cache existed).
                 self._truncate(self._state.hw)
                 return
-            theirs = await leader.offset_for_leader_epoch.remote(OffsetForLeaderEpochRequest(mine, epoch))
+            asked = OffsetForLeaderEpochRequest(mine, epoch)
+            theirs = only_answer(
+                await leader.offsets_for_leader_epoch(PartitionRequests(((self.topic, self.partition, asked),)))
+            )
             their_epoch, their_end = theirs.leader_epoch, theirs.end_offset
             if self._state.role != ReplicaRole.FOLLOWER or self._state.leader_epoch != epoch:
                 return
@@ -748,14 +747,6 @@ class PartitionReplica:
         self._epochs.truncate_from_end(leo)
         self._set_hw(min(self._state.hw, leo))
 
-    async def _reset_below_log_start(self, leader: Any, epoch: int) -> None:
-        start = (await leader.list_offsets.remote(ListOffsetsRequest(EARLIEST_TIMESTAMP, epoch))).offset
-        if self._log.log_end_offset < start:
-            # Everything we hold is older than the leader's log start: start over there.
-            self._log.truncate_fully_and_start_at(start)
-            self._epochs.clear()
-            self._set_hw(start)
-
     def _assign_epochs(self, headers: list[BatchHeader]) -> None:
         latest = self._epochs.latest_epoch
         for h in headers:
@@ -768,62 +759,68 @@ class PartitionReplica:
             self._fetcher.cancel()
             self._fetcher = None
 
-    # -- background work and introspection ------------------------------------------------
+    async def _reset_below_log_start(self, leader: HostLink, epoch: int) -> None:
+        asked = ListOffsetsRequest(EARLIEST_TIMESTAMP, epoch)
+        start = only_answer(await leader.list_offsets(PartitionRequests(((self.topic, self.partition, asked),))))
+        if self._log.log_end_offset < start.offset:
+            # Everything we hold is older than the leader's log start: start over there.
+            self._log.truncate_fully_and_start_at(start.offset)
+            self._epochs.clear()
+            self._set_hw(start.offset)
 
-    async def run(self) -> None:
-        """Run the background loop (ISR shrink, retention, flush, HW checkpoint) until the replica closes.
+    # -- the host's scheduled steps -------------------------------------------------------
 
-        The controller calls it after creating the replica and keeps the call pending: when
-        the actor dies the call fails, which is how the controller watches replicas. A
-        second call (a restarted controller re-attaching) joins the loop already running.
-        """
-        if self._background is None:
-            self._background = asyncio.get_running_loop().create_task(self._background_loop())
-        await asyncio.shield(self._background)
+    def maybe_flush(self) -> None:
+        """flush.ms / flush.messages: fsync the log when its settings say it is due."""
+        self._log.maybe_flush()
 
-    async def _background_loop(self) -> None:
-        # The interval is read on every turn: become_leader may change it after the loop starts.
-        last_retention = last_clean_check = last_metrics = last_checkpoint = self._clock.monotonic()
-        while not self._state.closed:
-            await asyncio.sleep(0.1)
-            try:
-                if self._clock.monotonic() - last_metrics >= TICK_S:
-                    last_metrics = self._clock.monotonic()
-                    self._tick_metrics()
-                if self._clock.monotonic() - last_clean_check >= CLEANER_CHECK_S:
-                    last_clean_check = self._clock.monotonic()
-                    self._maybe_start_cleaning()
-                self._maybe_shrink_isr()
-                checkpoint_s = self._replication["replica.high.watermark.checkpoint.interval.ms"] / 1000
-                if self._clock.monotonic() - last_checkpoint >= checkpoint_s:
-                    last_checkpoint = self._clock.monotonic()
-                    await self._checkpoint_hw_in_background()
-                self._log.maybe_flush()
-                if self._clock.monotonic() - last_retention >= self._retention_check_ms / 1000:
-                    last_retention = self._clock.monotonic()
-                    # producer.id.expiration.ms: forget idle producers (their snapshots shrink).
-                    self._log.remove_expired_producers()
-                    deleted = self._log.delete_old_segments(high_watermark=self._state.hw)
-                    self._log.delete_pending_files()
-                    if deleted:
-                        self._epochs.truncate_from_start(self._log.log_start_offset)
-                        logger.info("%s-%d: retention deleted %d segments", self.topic, self.partition, deleted)
-            except Exception:  # a background error must not kill the replica
-                logger.exception("%s-%d: background task failed", self.topic, self.partition)
+    def checkpoint_due(self) -> int | None:
+        """The high watermark to checkpoint (Kafka's replica.high.watermark.checkpoint.interval.ms),
+        or None when the file already has it."""
+        hw = self._state.hw
+        return None if hw == self._hw_checkpointed or self._log.closed else hw
 
-    def _maybe_start_cleaning(self) -> None:
-        """Compact the log in a worker thread when cleanup.policy has compact and it is dirty enough.
+    def write_checkpoint(self, hw: int) -> None:
+        """Write and fsync ``hw`` to the checkpoint file (the host calls it in a worker thread,
+        so no request waits while the disk syncs). A checkpoint behind the log is safe: a
+        reopened replica starts from a lower high watermark, which only grows."""
+        write_offset(self._checkpoint_path, hw)
 
-        Every replica cleans its own log (as each Kafka broker does), never past the high
-        watermark. The cleaner swaps segments under the log's lock, so produce and fetch
-        go on while it works; the thread keeps the actor's event loop free.
-        """
-        if "compact" not in self._config["cleanup.policy"]:
-            return
+    def checkpointed(self, hw: int) -> None:
+        """``hw`` is on disk."""
+        self._hw_checkpointed = hw
+
+    @property
+    def _checkpoint_path(self) -> Path:
+        return self._dir / HIGH_WATERMARK_FILE
+
+    def apply_retention(self) -> None:
+        """log.retention.check.interval.ms: forget idle producers (producer.id.expiration.ms),
+        delete the segments retention.ms / retention.bytes let go, and the files left for
+        deletion."""
+        self._log.remove_expired_producers()
+        deleted = self._log.delete_old_segments(high_watermark=self._state.hw)
+        self._log.delete_pending_files()
+        if deleted:
+            self._epochs.truncate_from_start(self._log.log_start_offset)
+            logger.info("%s-%d: retention deleted %d segments", self.topic, self.partition, deleted)
+
+    def cleaning_due(self) -> float | None:
+        """How dirty the log is when cleanup.policy has compact, it is dirty enough to clean
+        and no cleaner pass runs here; else None. Every replica cleans its own log (as each
+        Kafka broker does), never past the last stable offset."""
+        if "compact" not in self._config["cleanup.policy"] or self._log.closed:
+            return None
         if self._cleaning is not None and not self._cleaning.done():
-            return
-        if cleanable(self._log, self._lso()):
-            self._cleaning = asyncio.get_running_loop().create_task(self.clean_now())
+            return None
+        lso = self._lso()
+        return dirty_ratio(self._log, lso) if cleanable(self._log, lso) else None
+
+    def start_cleaning(self) -> asyncio.Task:
+        """Start a cleaner pass in a worker thread (the cleaner swaps segments under the log's
+        lock, so produce and fetch go on meanwhile); returns its task."""
+        self._cleaning = asyncio.get_running_loop().create_task(self.clean_now())
+        return self._cleaning
 
     async def _finish_cleaning(self) -> None:
         """Let a cleaner pass in its thread finish before the log is closed under it."""
@@ -839,34 +836,16 @@ class PartitionReplica:
         stats = await asyncio.to_thread(clean, self._log, self._lso(), force=force)
         if stats is None:
             return None
-        self._metrics.cleaned(stats)
+        self.metrics.cleaned(stats)
         logger.info("%s-%d: cleaned %s", self.topic, self.partition, stats)
         return dataclasses.asdict(stats)
 
-    def _checkpoint_hw(self) -> None:
-        if self._state.hw != self._hw_checkpointed and not self._log.closed:
-            write_offset(self._dir / HIGH_WATERMARK_FILE, self._state.hw)
-            self._hw_checkpointed = self._state.hw
-
-    async def _checkpoint_hw_in_background(self) -> None:
-        """The periodic checkpoint (Kafka's replica.high.watermark.checkpoint.interval.ms,
-        written by its scheduler thread): the file is written and fsynced in a worker thread,
-        so requests are not held while the disk syncs. A checkpoint behind the log is safe:
-        a restarted replica starts from a lower high watermark, which only grows."""
-        hw = self._state.hw
-        if hw == self._hw_checkpointed or self._log.closed:
-            return
-        writing = asyncio.ensure_future(asyncio.to_thread(write_offset, self._dir / HIGH_WATERMARK_FILE, hw))
-        # Cleared when the thread is done, not when this wait ends: close() must not write the
-        # same file while the thread still does, even if this loop was cancelled meanwhile.
-        self._checkpointing = writing
-        writing.add_done_callback(lambda _: setattr(self, "_checkpointing", None))
-        await asyncio.shield(writing)
-        self._hw_checkpointed = hw
-
-    def _tick_metrics(self) -> None:
+    def tick_metrics(self) -> None:
+        """The log's gauges (the host flushes the counters once for all its replicas)."""
         leader_hw = self._state.hw if self._state.role == ReplicaRole.LEADER else None
-        self._metrics.tick(self._log, leader_hw, "compact" in self._config["cleanup.policy"], self._lso)
+        self.metrics.tick(self._log, leader_hw, "compact" in self._config["cleanup.policy"], self._lso)
+
+    # -- introspection, fault injection, closing ------------------------------------------
 
     async def describe(self, principal: str | None = None) -> dict[str, Any]:
         """Offsets, role, epochs, ISR as this replica sees it, and size (a native caller's
@@ -893,7 +872,7 @@ class PartitionReplica:
             "size_bytes": self._log.size_in_bytes,
             "segments": len(self._log.segments),
             "pid": os.getpid(),
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": self._services.node_id,
         }
 
     async def read_local(self, offset: int, max_bytes: int = 1048576) -> tuple[bytes, int]:
@@ -910,26 +889,29 @@ class PartitionReplica:
         self.fetch_paused = paused
 
     async def delay_fetching(self, delay_ms: float) -> None:
-        """Fault injection for tests: every answer of the leader's broker reaches this follower's
-        broker ``delay_ms`` (0 to 60,000) late, as over a slow network; 0: no delay."""
+        """Fault injection for tests: every answer of the leader's host reaches this follower's
+        host ``delay_ms`` (0 to 60,000) late, as over a slow network; 0: no delay."""
         self.fetch_delay_s = min(max(0.0, float(delay_ms)), 60000.0) / 1000  # NaN: no delay
 
-    async def ping(self) -> int:
-        """Liveness probe; returns the broker id."""
-        return self.broker_id
+    @property
+    def closed(self) -> bool:
+        """Closed: every request is NotLeaderOrFollower."""
+        return self._state.closed
 
     async def close(self, delete: bool = False) -> None:
         """Close the log cleanly (writes the clean-shutdown marker); optionally delete it."""
-        self._acls.close()
         self._stop_fetcher()
         self._state.close()
         self._notify()
         await self._finish_cleaning()
-        if self._checkpointing is not None:  # the periodic write ends before the last one
-            await asyncio.wait([self._checkpointing])
+        if self.checkpointing is not None:  # the host's periodic write ends before the last one
+            await asyncio.wait([self.checkpointing])
         if not self._log.closed:
-            self._checkpoint_hw()
-            self._tick_metrics()  # the last counts; the log's gauges while it can still be read
+            if self.checkpoint_due() is not None:
+                hw = self._state.hw
+                self.write_checkpoint(hw)
+                self.checkpointed(hw)
+            self.tick_metrics()  # the log's gauges while it can still be read
             self._log.close()
         if delete:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -941,6 +923,11 @@ class PartitionReplica:
         """Consumers never read past this: every ISR member has the records below it."""
         return self._state.hw
 
+    @property
+    def role(self) -> ReplicaRole:
+        """Leader, follower or offline (not told yet, or closed)."""
+        return self._state.role
+
     def _set_hw(self, hw: int) -> None:
         # The log needs every HW move: a completed transaction stays unstable until its
         # marker is below the HW.
@@ -951,17 +938,16 @@ class PartitionReplica:
         """The last stable offset: read_committed consumers never read past it."""
         return self._log.last_stable_offset(self._state.hw)
 
-    def _log_end(self) -> int:
-        return self._log.log_end_offset
-
-    def _read(self, offset: int, max_bytes: int, follower: bool = False, committed: bool = False) -> FetchResponse:
+    def _read(
+        self, offset: int, max_bytes: int, follower: bool, committed: bool, min_one_batch: bool = True
+    ) -> FetchResponse:
         hw = self._state.hw
         if follower:
             lso = hw  # followers replicate everything; they ignore the LSO
-            data = self._log.read(offset, max_bytes)
+            data = self._log.read(offset, max_bytes, min_one_batch=min_one_batch)
         else:
             lso = self._log.last_stable_offset(hw)
-            data = self._log.read(offset, max_bytes, max_offset=lso if committed else hw)
+            data = self._log.read(offset, max_bytes, max_offset=lso if committed else hw, min_one_batch=min_one_batch)
         aborted: tuple[AbortedTransaction, ...] = ()
         if committed and data.records:
             # Kafka's bound: the aborted transactions that overlap the returned batches.
@@ -978,13 +964,6 @@ class PartitionReplica:
             self._state.leader_epoch,
             aborted,
         )
-
-    def _worth_reading(self, limit: int, seen: int, offset: int, start_size: int, already: int, min_bytes: int) -> bool:
-        """Whether a fetch waiting at ``offset`` should read again: something is readable and
-        the readable end moved past ``seen`` or enough bytes were appended since ``start_size``."""
-        if limit <= offset:
-            return False
-        return limit != seen or already + self._log.size_in_bytes - start_size >= max(min_bytes, 1)
 
     def _check_leader(self, leader_epoch: int) -> None:
         self._state.check_leader(leader_epoch)
