@@ -164,7 +164,8 @@ def query_iceberg_table(cluster: Any, topic: str, records: int) -> str:
         )
         .fetchall()
     )
-    table = Table(title=f"Views per device (DuckDB, Iceberg table {rqi.table_identifier(topic, cluster)})")
+    console.print(f"'{topic}' as the Iceberg table {rqi.table_identifier(topic, cluster)}, queried with DuckDB:")
+    table = Table(title="Views per device")
     table.add_column("device")
     table.add_column("views", justify="right")
     for device, views in rows:
