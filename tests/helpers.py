@@ -144,6 +144,23 @@ def close_replica(replica: Any, delete: bool = False) -> None:
     ray.get(replica.host.close_replicas.remote([(replica.topic, replica.partition)], delete))
 
 
+def listener_host(cluster: Any, broker_id: int) -> Any:
+    """The host actor serving broker ``broker_id``'s Kafka listener (its process holds the
+    listener and, by placement, some or all of the broker's replicas)."""
+    import ray
+
+    from actors.broker.listening import listener_host_name
+
+    return ray.get_actor(listener_host_name(cluster.config, broker_id), namespace=cluster.namespace)
+
+
+def listener_stats(cluster: Any, broker_id: int, timeout_s: float = 60.0) -> dict:
+    """Broker ``broker_id``'s listener figures (connections, requests, principals, ...)."""
+    import ray
+
+    return ray.get(listener_host(cluster, broker_id).listener_stats.remote(), timeout=timeout_s)
+
+
 def kill_broker(replica: Any) -> None:
     """Kill the host actor holding ``replica`` (a ReplicaRef), as a broker process dies:
     every replica it holds dies with it, and Ray does not restart it."""

@@ -141,8 +141,7 @@ class KafkaListener:
         if self._starting is None:
             self._starting = asyncio.Lock()  # created in the host's event loop
         async with self._starting:
-            if self._stopped:
-                raise RuntimeError(f"broker {self.broker_id}'s listener was stopped")
+            self._stopped = False
             if self._address is None:
                 self._address = await self._start()
             return self._address
@@ -239,8 +238,8 @@ class KafkaListener:
                     logger.exception("recording listener metrics failed")
 
     async def stop(self) -> None:
-        """Stop listening and close every connection (a start still being retried ends);
-        the listener does not start again."""
+        """Stop listening and close every connection (a start still being retried ends; it
+        listens again only when ``start`` is called)."""
         self._stopped = True
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
