@@ -75,7 +75,7 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
 
 
 class LostCall:
-    """What ``Sender.produce`` returns for a call whose answer is lost: a ref look-alike
+    """What ``Sender.append_records`` returns for a call whose answer is lost: a ref look-alike
     whose future fails on ``fail()`` or resolves on ``answer()`` (the sender only uses
     ``future()``)."""
 

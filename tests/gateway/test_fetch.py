@@ -232,8 +232,9 @@ def test_stale_and_future_leader_epochs_are_fenced_after_a_leader_dies(failover_
             .partitions[0]
         )
         assert (ended.error_code, ended.leader_epoch, ended.end_offset) == (0, before.leader_epoch, 1)
-    # The old leader's gateway no longer serves the partition.
+    # The old leader's listener (its host started again) no longer serves the partition.
     if before.leader != after.leader:
+        wait_for(lambda: gateway_address(cluster, before.leader)[1] > 0, 90, what="the old leader listed again")
         with Wire(gateway_address(cluster, before.leader)) as wire:
             answer = wire.call(fetch_request(12, {topic: [(0, 0, 1 << 20, -1)]}))
             assert partitions_of(answer)[0].error_code == 6

@@ -37,6 +37,8 @@ def test_ray_lists_the_host_actors_the_placement_says(failover_cluster, failover
         for b in p.replicas
     }
     assert any(topic in name for name in expected) == (info["placement"] == "replica")
+    # And each broker's listener host: its one host, or (replica) one that holds no replica.
+    expected |= {setting.listener_host(b).name for b in range(3)}
     wait_for(lambda: _host_names(failover_cluster.namespace) == expected, 60, what="the host actors")
     assert info["host_actors"] == len(expected)
     # Every replica is in the host the setting names.
