@@ -73,4 +73,3 @@ def test_a_linger_0_producer_is_paced_by_the_listener(cluster, new_topic):
     finally:
         consumer.close()
     assert [r.value for r in got] == [b"%06d" % i + b"x" * 94 for i in range(RECORDS)]
-
