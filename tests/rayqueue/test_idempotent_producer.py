@@ -146,8 +146,8 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     values = [b"r%05d" % i for i in range(3000)]
     if bulk:
         results = []
-        for start in range(0, len(values), 250):
-            results.append(producer.send_many(topic, values[start : start + 250], partition=0))
+        for start in range(0, len(values), 50):
+            results.append(producer.send_many(topic, values[start : start + 50], partition=0))
         producer.flush(120)
         offsets = [o for r in results for _, base, n in r.get(10) for o in range(base, base + n)]
     else:
