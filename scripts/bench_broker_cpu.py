@@ -14,8 +14,10 @@ meanwhile, divided by the produce requests the broker answered, is the CPU per r
   records sent (one per request with ``linger.ms=0`` at these rates, as librdkafka's own
   statistics confirm: ``txmsgs`` against the broker's ``tx`` requests).
 
-Each rate runs ``--rounds`` times, alternating the systems; the median per rate is printed
-with the ratio rayqueue/Kafka, and the last line is one JSON object with every figure.
+Each system first runs ``--warmup`` seconds at the higher rate, not counted (Kafka's JVM
+compiles its hot paths in its first seconds: a first run costs it several times its steady
+figure). Each rate then runs ``--rounds`` times; the median per rate is printed with the ratio
+rayqueue/Kafka, and the last line is one JSON object with every figure.
 
 Run: ``.venv/bin/python scripts/bench_broker_cpu.py [--seconds S] [--rounds R] [--no-kafka]``.
 """
@@ -156,7 +158,7 @@ def rayqueue_processes(cluster: rayqueue.Cluster, broker: int) -> tuple[list[int
     return pids, counters
 
 
-def run_rayqueue(seconds: float, rounds: int) -> list[dict]:
+def run_rayqueue(seconds: float, rounds: int, warmup: float) -> list[dict]:
     root = tempfile.mkdtemp(prefix="rayqueue-cpu-")
     start_ray()
     cluster = rayqueue.launch(log_dirs=root, listeners="PLAINTEXT://127.0.0.1:0")
@@ -169,6 +171,8 @@ def run_rayqueue(seconds: float, rounds: int) -> list[dict]:
         def served() -> int:
             return sum(count for (key, _), count in counters[0]().items() if key == PRODUCE_KEY)
 
+        if warmup > 0:
+            paced_produce(cluster.bootstrap_servers, "cpu", RATES[-1], warmup)
         for _ in range(rounds):
             for rate in RATES:
                 out.append(measure(cluster.bootstrap_servers, "cpu", rate, seconds, lambda: pids, served))
@@ -183,7 +187,7 @@ def run_rayqueue(seconds: float, rounds: int) -> list[dict]:
 # -- Kafka -------------------------------------------------------------------------------------------
 
 
-def run_kafka(seconds: float, rounds: int) -> list[dict]:
+def run_kafka(seconds: float, rounds: int, warmup: float) -> list[dict]:
     import kafka_peer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -192,6 +196,8 @@ def run_kafka(seconds: float, rounds: int) -> list[dict]:
         admin = AdminClient({"bootstrap.servers": peer.bootstrap_servers})
         for future in admin.create_topics([NewTopic("cpu", 1, 1)]).values():
             future.result(60)
+        if warmup > 0:
+            paced_produce(peer.bootstrap_servers, "cpu", RATES[-1], warmup)
         for _ in range(rounds):
             for rate in RATES:
                 out.append(measure(peer.bootstrap_servers, "cpu", rate, seconds, peer.pids, lambda: 0))
@@ -203,11 +209,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per paced run")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each rate per system")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds at the higher rate first, not counted")
     parser.add_argument("--no-kafka", action="store_true", help="measure rayqueue alone")
     args = parser.parse_args()
-    results = {"rayqueue": run_rayqueue(args.seconds, args.rounds)}
+    results = {"rayqueue": run_rayqueue(args.seconds, args.rounds, args.warmup)}
     if not args.no_kafka:
-        results["kafka"] = run_kafka(args.seconds, args.rounds)
+        results["kafka"] = run_kafka(args.seconds, args.rounds, args.warmup)
     print()
     print(f"{'rate':>6} {'rayqueue µs/req':>16} {'Kafka µs/req':>13} {'ratio':>7}   (median of {args.rounds} runs)")
     summary = {}
