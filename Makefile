@@ -58,9 +58,11 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_placement.py
 	$(VENV)/bin/python scripts/bench_transactions.py
 	$(VENV)/bin/python scripts/bench_gateway.py
+	$(VENV)/bin/python scripts/bench_broker_cpu.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
 	$(VENV)/bin/python scripts/bench_security.py
 	$(VENV)/bin/python scripts/bench_metrics.py
+	$(VENV)/bin/python scripts/bench_iceberg.py
 	$(VENV)/bin/python scripts/bench_vs_kafka.py
 	$(VENV)/bin/python scripts/bench_rebalance.py
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from actors.authorizer import authorizer_enabled
 from actors.consumer_group_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
+from actors.iceberg_keys import BROKER_KEYS as ICEBERG_KEYS
+from actors.iceberg_keys import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
 from actors.listeners import broker_endpoints, parse_listeners
 from actors.registry_keys import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
@@ -469,6 +471,8 @@ BROKER_CONFIG = _BrokerConfigDef(
         *(_synonym_key(key) for key in TOPIC_SYNONYMS),
         # The schema registry (actors/schema_registry): Confluent's keys under schema.registry.
         *REGISTRY_KEYS,
+        # Iceberg topics' catalog and warehouse (actors/iceberg).
+        *ICEBERG_KEYS,
     ],
 )
 

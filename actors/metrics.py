@@ -226,6 +226,29 @@ class BrokerMetrics:
             "Milliseconds since the replica's last cleaner pass (since it opened, before the first)",
             replica,
         )
+        # Iceberg topics, set by each leader's host on its tick (actors/iceberg; Kafka has none:
+        # Redpanda's Iceberg translation metrics are the model).
+        part = ("topic", "partition", "broker")
+        self.iceberg_lag_records = Gauge(
+            "rayqueue_iceberg_translation_lag_records",
+            description="Offsets between an Iceberg topic partition's translated offset and its high watermark",
+            tag_keys=("cluster", *part),
+        )
+        self.iceberg_lag_seconds = Gauge(
+            "rayqueue_iceberg_translation_lag_seconds",
+            description="How long the oldest untranslated committed record of an Iceberg topic partition has waited",
+            tag_keys=("cluster", *part),
+        )
+        self.iceberg_translated = Counter(
+            "rayqueue_iceberg_translated_records_total",
+            description="Records an Iceberg topic's leaders put in its table",
+            tag_keys=("cluster", "topic", "broker"),
+        )
+        self.iceberg_invalid = Counter(
+            "rayqueue_iceberg_invalid_records_total",
+            description="Records an Iceberg topic's mode could not type (action: dlq_table or drop)",
+            tag_keys=("cluster", "topic", "broker", "action"),
+        )
         # Groups, set by the group coordinator.
         gmm = "kafka.coordinator.group:type=GroupMetadataManager,name={}"
         self.groups = _gauge("rayqueue_groups", gmm.format("NumGroups<State>"), "Groups by state", ("state",))

@@ -119,6 +119,9 @@ class PartitionLogInfo:
     log_end_offset: int
     size_bytes: int
     segments: int
+    # An Iceberg topic's translation on the leader (rayqueue.iceberg.translation): None when
+    # the leader does not translate the partition.
+    iceberg: dict[str, Any] | None = None
 
 
 def _config_dict(configs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -292,6 +295,7 @@ class Admin:
                 a["log_end_offset"],
                 a["size_bytes"],
                 a["segments"],
+                a.get("iceberg"),
             )
             for tp, a in answers.items()
         }

@@ -77,6 +77,9 @@ class PartitionView:
     log_end_offset: int | None = None
     size_bytes: int | None = None
     segments: int | None = None
+    # An Iceberg topic's translation on the leader (rayqueue.iceberg.PartitionTranslation's
+    # fields); None when the leader does not translate the partition.
+    iceberg: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,23 @@ class TopicView:
     def messages(self) -> int:
         """Records (and control markers) between log start and high watermark."""
         return sum((p.high_watermark or 0) - (p.log_start_offset or 0) for p in self.partitions)
+
+    @property
+    def iceberg(self) -> dict[str, Any] | None:
+        """An Iceberg topic's translation summed over its partitions (None: none translates):
+        offsets behind the high watermarks, the longest wait, invalid records, errors."""
+        parts = [p.iceberg for p in self.partitions if p.iceberg is not None]
+        if not parts:
+            return None
+        return {
+            "mode": parts[0]["mode"],
+            "partitions": len(parts),
+            "lag_records": sum(p["lag_records"] for p in parts),
+            "lag_seconds": max(p["lag_seconds"] for p in parts),
+            "translated_records": sum(p["translated_records"] for p in parts),
+            "invalid_records": sum(p["invalid_records"] for p in parts),
+            "errors": [p["error"] for p in parts if p["error"]],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +204,7 @@ class ClusterSnapshot:
         """Plain JSON-ready data (tuples as lists, TopicPartitions as dicts), derived totals included."""
         data = asdict(self)
         for name, topic in self.topics.items():
-            data["topics"][name].update(size_bytes=topic.size_bytes, messages=topic.messages)
+            data["topics"][name].update(size_bytes=topic.size_bytes, messages=topic.messages, iceberg=topic.iceberg)
         for group_id, group in self.groups.items():
             data["groups"][group_id]["lag"] = group.lag
             for member in data["groups"][group_id]["members"]:
@@ -265,6 +285,7 @@ def take_snapshot(
                             log.log_end_offset,
                             log.size_bytes,
                             log.segments,
+                            log.iceberg,
                         )
                         if log is not None
                         else ()

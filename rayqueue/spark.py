@@ -142,6 +142,71 @@ def kafka_connector_jars(jars: str | Sequence[str] | None = None) -> list[str]:
     return [p for p in paths if _artifact(p)[0] not in shipped]
 
 
+# -- Iceberg's Spark runtime (Iceberg topics) -------------------------------------------------
+
+ICEBERG_JARS_ENV = "RAYQUEUE_SPARK_ICEBERG_JARS"
+"""Environment variable naming Iceberg's Spark runtime jar (a classpath)."""
+
+ICEBERG_CLASSPATH_FILE = CONNECTOR_CLASSPATH_FILE.parent / "spark-iceberg.classpath"
+"""The classpath file ``make jvm`` writes for Iceberg's Spark runtime in a source checkout."""
+
+
+class IcebergRuntimeNotFoundError(RuntimeError):
+    """Iceberg's Spark runtime was asked for and its jars were not found or do not fit this PySpark."""
+
+
+def iceberg_runtime_jars(jars: str | Sequence[str] | None = None) -> list[str]:
+    """The jars that let a session read Iceberg topics' tables (for ``spark.jars``): Iceberg's
+    Spark runtime for this PySpark's Spark line (``iceberg-spark-runtime-3.5_2.12``).
+
+    Taken from ``jars`` (paths, or one ``:``-separated classpath), else from
+    ``RAYQUEUE_SPARK_ICEBERG_JARS``, else from ``build/jvm/spark-iceberg.classpath`` (``make
+    jvm``: the version pinned in tests/jvm/pins.toml, resolved by Maven). Raises
+    IcebergRuntimeNotFoundError when none is found, a jar is missing, or the runtime is for
+    another Spark line than this PySpark's."""
+    import pyspark
+
+    where = "the jars argument"
+    if jars is None:
+        if os.environ.get(ICEBERG_JARS_ENV):
+            jars, where = os.environ[ICEBERG_JARS_ENV], f"${ICEBERG_JARS_ENV}"
+        elif ICEBERG_CLASSPATH_FILE.exists():
+            jars, where = ICEBERG_CLASSPATH_FILE.read_text().strip(), str(ICEBERG_CLASSPATH_FILE)
+        else:
+            raise IcebergRuntimeNotFoundError(
+                "Iceberg's Spark runtime was not found: run `make jvm` in a rayqueue checkout (Maven resolves "
+                f"it), set {ICEBERG_JARS_ENV} to its path, or pass it as iceberg=[...] "
+                "(org.apache.iceberg:iceberg-spark-runtime-3.5_2.12)"
+            )
+    paths = [p for p in (jars.split(os.pathsep) if isinstance(jars, str) else list(jars)) if p]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise IcebergRuntimeNotFoundError(f"jars named by {where} do not exist: {missing}")
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    runtimes = [p for p in paths if _artifact(p)[0].startswith("iceberg-spark-runtime-")]
+    if not runtimes:
+        raise IcebergRuntimeNotFoundError(f"{where} names no iceberg-spark-runtime jar: {paths}")
+    if not _artifact(runtimes[0])[0].startswith(f"iceberg-spark-runtime-{line}_"):
+        raise IcebergRuntimeNotFoundError(f"{os.path.basename(runtimes[0])} is not for Spark {line} (PySpark's)")
+    return paths
+
+
+def read_table(spark: Any, topic: str, *, cluster: Any = None, dead_letters: bool = False) -> Any:
+    """An Iceberg topic's table as a DataFrame, read by Iceberg's Spark runtime at the table's
+    latest snapshot (``dead_letters``: the ``<table>~dlq`` table of the records its mode could
+    not type). The session needs ``session(iceberg=True)``. For Spark SQL, register it:
+    ``read_table(spark, "orders").createOrReplaceTempView("orders")``.
+
+    The snapshot is found through the cluster's catalog here (pyiceberg) and Spark reads its
+    metadata file, so Spark holds no connection to the catalog (a reader holding SQLite open
+    would see an old snapshot, and could hold up the brokers' commits)."""
+    from rayqueue import iceberg
+
+    cluster = data._cluster_or_connect(cluster)
+    table = iceberg.dead_letter_table(topic, cluster) if dead_letters else iceberg.table(topic, cluster)
+    return spark.read.format("iceberg").load(table.metadata_location)
+
+
 def _spark_home() -> str:
     import pyspark
 
@@ -275,6 +340,7 @@ def session(
     configs: Mapping[str, str] | None = None,
     log_level: str = "WARN",
     kafka_connector: bool | str | Sequence[str] = False,
+    iceberg: bool | str | Sequence[str] = False,
 ) -> Any:
     """Start Spark through RayDP on this process's Ray, else the Ray running on this machine
     (the one ``rayqueue start`` runs), else an embedded one.
@@ -283,8 +349,11 @@ def session(
     ``--add-opens`` options on driver, executors and app master, no console progress
     bars. ``configs`` override these. ``kafka_connector`` (True, or the jars as for
     ``kafka_connector_jars``) adds Spark's own Kafka connector to ``spark.jars``, for
-    ``format("kafka")`` against rayqueue's gateways (see ``kafka_options``). Raises
-    JavaNotFoundError without Java, KafkaConnectorNotFoundError without the connector.
+    ``format("kafka")`` against rayqueue's gateways (see ``kafka_options``). ``iceberg`` (True,
+    or the jars as for ``iceberg_runtime_jars``) adds Iceberg's Spark runtime, for Iceberg
+    topics' tables (``read_table``). Raises JavaNotFoundError without Java,
+    KafkaConnectorNotFoundError without the connector, IcebergRuntimeNotFoundError without
+    Iceberg's runtime.
     """
     if _java() is None:
         raise JavaNotFoundError(
@@ -314,6 +383,9 @@ def session(
     if kafka_connector is not False:
         jars = kafka_connector_jars(None if kafka_connector is True else kafka_connector)
         # spark-submit adds spark.jars to the driver's classpath and ships them to executors.
+        settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
+    if iceberg is not False:
+        jars = iceberg_runtime_jars(None if iceberg is True else iceberg)
         settings["spark.jars"] = ",".join([*filter(None, settings.get("spark.jars", "").split(",")), *jars])
     _quiet_raydp_deprecations()
     if getattr(raydp.context, "_global_spark_context", None) is None:  # else RayDP says a session runs

@@ -256,6 +256,38 @@ LOG_CONFIG = ConfigDef(
         ),
         ConfigKey("preallocate", "boolean", False, "Preallocate segment files."),
         ConfigKey("message.downconversion.enable", "boolean", True, "Kept for compatibility; always v2 here."),
+        # Iceberg topics (actors/iceberg): rayqueue's keys in the style of Redpanda's redpanda.iceberg.*.
+        ConfigKey(
+            "rayqueue.iceberg.mode",
+            "string",
+            "disabled",
+            "Iceberg topic: disabled; key_value (a table of key, value, headers and the rayqueue struct); "
+            "value_schema_id_prefix (values in the schema registry's wire format become typed columns).",
+            choices=("disabled", "key_value", "value_schema_id_prefix"),
+        ),
+        ConfigKey(
+            "rayqueue.iceberg.target.lag.ms",
+            "long",
+            60000,
+            "Iceberg topic: how long a committed record may wait before the table holds it (its translation "
+            "starts once the oldest untranslated record has waited half of it).",
+            min=100,
+        ),
+        ConfigKey(
+            "rayqueue.iceberg.invalid.record.action",
+            "string",
+            "dlq_table",
+            "Iceberg topic: a record the mode cannot type goes to the <topic>~dlq table (dlq_table) or is "
+            "counted and skipped (drop).",
+            choices=("dlq_table", "drop"),
+        ),
+        ConfigKey(
+            "rayqueue.iceberg.partition.spec",
+            "string",
+            "(hour(rayqueue.timestamp))",
+            "Iceberg topic: the table's partitioning when it is created, e.g. (hour(rayqueue.timestamp)), "
+            "(day(rayqueue.timestamp), bucket(8, rayqueue.partition)); () for none.",
+        ),
         ConfigKey(
             "producer.id.expiration.ms",
             "int",

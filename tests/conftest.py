@@ -203,10 +203,23 @@ def spark_kafka_jars() -> list[str] | str:
 
 
 @pytest.fixture(scope="session")
-def spark(ray_session, spark_kafka_jars):
+def spark_iceberg_jars() -> list[str] | str:
+    """Iceberg's Spark runtime and SQLite's JDBC driver for the session's Spark: their jars (the
+    pinned ``spark-iceberg`` set, resolved by Maven as ``make jvm`` does), or why there are none."""
+    from rayqueue import spark as rq_spark
+    from tests.jvm import maven
+
+    try:
+        return rq_spark.iceberg_runtime_jars(maven.classpath("spark-iceberg"))
+    except (maven.JvmUnavailable, rq_spark.IcebergRuntimeNotFoundError) as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session, spark_kafka_jars, spark_iceberg_jars):
     """One Spark session on the session Ray (RayDP: 1 executor, 1 core, 1 GB), stopped at the
-    end; with Spark's Kafka connector on it when its jars are there (RayDP allows one session
-    per process, so the connector's tests share this one)."""
+    end; with Spark's Kafka connector and Iceberg's Spark runtime on it when their jars are
+    there (RayDP allows one session per process, so their tests share this one)."""
     from rayqueue import spark as rq_spark
 
     session = rq_spark.session(
@@ -215,6 +228,7 @@ def spark(ray_session, spark_kafka_jars):
         executor_cores=1,
         executor_memory="1G",
         kafka_connector=spark_kafka_jars if isinstance(spark_kafka_jars, list) else False,
+        iceberg=spark_iceberg_jars if isinstance(spark_iceberg_jars, list) else False,
     )
     yield session
     rq_spark.stop()

@@ -508,6 +508,10 @@ class InterBrokerLinks(Links):
         """As ``inner``."""
         return self._inner.key(handle)
 
+    def schema_registry(self, namespace: str) -> Any:
+        """As ``inner``."""
+        return self._inner.schema_registry(namespace)
+
     def connects(self) -> int:
         """Connections opened so far to other hosts' inter-broker listeners."""
         return sum(link.connects for link in self._links.values())

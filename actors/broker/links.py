@@ -77,3 +77,8 @@ class Links:
     def key(self, handle: Any) -> Hashable:
         """What identifies a host (one fetcher per source host)."""
         return actor_key(handle)
+
+    def schema_registry(self, namespace: str) -> Any:
+        """The schema registry's schemas by id (``schema(id)``, ``version(subject, version)``),
+        for Iceberg topics' typed values; None: no registry (hosts driven by hand)."""
+        return None

@@ -47,6 +47,7 @@ from typing import Any
 
 from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.broker import delayed_fetch
+from actors.broker.iceberg import HostIceberg
 from actors.broker.inter_broker import SETTINGS_KEY, InterBrokerLinks, InterBrokerSettings
 from actors.broker.inter_broker_server import InterBrokerServer
 from actors.broker.links import Links
@@ -137,6 +138,8 @@ class ReplicaManager:
         self._services = HostServices(
             broker_id, clock, self._fetchers, self._links, auth, self._recorder, node_id=node_id, namespace=namespace
         )
+        # Iceberg topics: each leader's translation into its topic's table (actors.iceberg).
+        self._iceberg = HostIceberg(broker_id, self._recorder, clock, self._links.schema_registry(namespace))
         self._replicas: dict[Key, PartitionReplica] = {}
         # Replicas being closed: a replica opened again in the same directory (a topic deleted
         # and created again) waits until the old one has closed (and deleted its files).
@@ -523,8 +526,11 @@ class ReplicaManager:
         return only_answer(await self.write_txn_markers(PartitionRequests(((topic, partition, request),))))
 
     async def partition_describe(self, topic: str, partition: int, principal: str | None = None) -> dict[str, Any]:
-        """One replica's offsets, role, epochs and ISR (see PartitionReplica.describe)."""
-        return await self._replica(topic, partition).describe(principal)
+        """One replica's offsets, role, epochs and ISR (see PartitionReplica.describe), and its
+        Iceberg translation when this host translates it (``iceberg``; else None)."""
+        answer = await self._replica(topic, partition).describe(principal)
+        answer["iceberg"] = self._iceberg.describe(topic, partition)
+        return answer
 
     async def partition_read_local(
         self, topic: str, partition: int, offset: int, max_bytes: int = 1048576
@@ -608,6 +614,10 @@ class ReplicaManager:
             # ISR expiry: each leader's own replica.lag.time.max.ms decides.
             self._step(replica, replica.maybe_shrink_isr)
         replication = self._services.replication
+        try:
+            self._iceberg.tick(replicas, replication)
+        except Exception:  # the translation's trouble must not stop the tick's other steps
+            logger.exception("%s: Iceberg translation tick failed", self.name)
         if self._due_now("cleaner", CLEANER_CHECK_S):
             self._maybe_start_cleaning(replicas)
         if self._due_now("retention", self._retention_check_ms / 1000):
@@ -616,6 +626,7 @@ class ReplicaManager:
         if self._recorder is not None and self._due_now("metrics", TICK_S):
             for replica in replicas:
                 self._step(replica, replica.tick_metrics)
+            self._iceberg.record()
             self._recorder.flush()
         if self._due_now("checkpoint", replication["replica.high.watermark.checkpoint.interval.ms"] / 1000):
             await self._checkpoint(replicas)
@@ -716,6 +727,7 @@ class ReplicaManager:
         if self._inter_broker is not None:
             await self._inter_broker.close()
         self._acls.close()
+        await self._iceberg.close()
         for key in list(self._replicas):
             try:
                 await self._close(key, delete)

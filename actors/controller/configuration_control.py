@@ -15,6 +15,7 @@ from typing import Any
 from actors.config import topic_defaults
 from actors.controller import records
 from actors.controller.records import ControllerResult
+from actors.iceberg.config import check_topic_config
 from actors.protocol import AlterableConfig, AlterConfigOp
 from storage.config import LOG_CONFIG, Config, validate_log_config
 from storage.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
@@ -133,7 +134,9 @@ class ConfigurationControlManager:
     def check(self, overrides: dict[str, Any]) -> None:
         """The rules between keys (Kafka's LogConfig.validateValues), on the config a topic
         with these overrides would have; INVALID_CONFIG when one is broken."""
-        validate_log_config({**self._defaults, **overrides})
+        effective = {**self._defaults, **overrides}
+        validate_log_config(effective)
+        check_topic_config(effective)
 
     # -- changes --------------------------------------------------------------------------
 

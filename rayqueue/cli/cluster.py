@@ -27,6 +27,8 @@ from rayqueue.cluster import Cluster, is_loopback, join_ray, launch, metrics_on_
 from rayqueue.console import DEFAULT_HOST as DEFAULT_CONSOLE_HOST
 from rayqueue.console import DEFAULT_PORT as DEFAULT_CONSOLE_PORT
 from rayqueue.errors import as_kafka_error
+from rayqueue.iceberg import MODE_KEY as ICEBERG_MODE
+from rayqueue.iceberg import translation as iceberg_translation
 from rayqueue.snapshot import (
     LISTENER_PROBE_TIMEOUT_S,
     PING_TIMEOUT_S,
@@ -82,7 +84,7 @@ def start(
         str | None,
         typer.Option(
             "--listeners",
-            help=f"Kafka protocol listeners of the brokers' gateways (default: the config's, else {DEFAULT_LISTENERS};"
+            help=f"Kafka protocol listeners of the brokers (default: the config's, else {DEFAULT_LISTENERS};"
             " consecutive ports per broker; port 0: free ports; '' for none).",
         ),
     ] = None,
@@ -438,12 +440,37 @@ def status(
     out.print(f"Partitions:        {info['partitions']}")
     out.print(f"Replicas open:     {info['replicas_open']} in {info['host_actors']} host actors")
     out.print(f"Placement:         {info['placement']} (rayqueue.broker.placement)")
+    if info.get("listener_hosts"):
+        out.print(f"Kafka listeners:   {info['listener_hosts']}, each in one of its broker's host actors")
     out.print(f"Under-replicated:  {'[yellow]' if under else ''}{under}{'[/]' if under else ''}")
     out.print(f"Offline:           {'[red]' if offline else ''}{offline}{'[/]' if offline else ''}")
     if unhealthy:
         table = partition_table(sorted(unhealthy, key=lambda p: (p.topic, p.partition)), with_topic=True)
         table.title = "Unhealthy partitions"
         out.print(table)
+    iceberg = sorted(n for n, t in meta.topics.items() if t.configs.get(ICEBERG_MODE, "disabled") != "disabled")
+    if iceberg:
+        out.print(iceberg_table(iceberg_translation(iceberg, cluster)))
+
+
+def iceberg_table(rows: Iterable[Any]) -> Table:
+    """The Iceberg topics' translation, a row per partition whose leader translates it
+    (``rayqueue.iceberg.PartitionTranslation``s, or the snapshot's dicts of the same fields):
+    offsets and seconds behind, records that could not be typed, the last error."""
+    table = Table(title="Iceberg topics (translation lag)", title_justify="left")
+    for column in ("Topic", "Partition", "Lag", "Lag (s)", "Invalid", "Error"):
+        table.add_column(column, justify="left" if column in ("Topic", "Error") else "right", overflow="fold")
+    for r in rows:
+        r = r if isinstance(r, Mapping) else {k: getattr(r, k) for k in r.__slots__}
+        table.add_row(
+            r["topic"],
+            str(r["partition"]),
+            Text(f"{r['lag_records']:,}", style="yellow" if r["lag_records"] else ""),
+            f"{r['lag_seconds']:.1f}",
+            f"{r['invalid_records']:,}",
+            Text(r["error"] or "", style="red"),
+        )
+    return table
 
 
 def _watch_status(cluster: Cluster, interval: float, count: int | None) -> None:
@@ -526,6 +553,15 @@ def status_view(snap: ClusterSnapshot, topic_rates: Mapping[str, TopicRate]) -> 
             _rate(rate.messages_out) if rate else "-",
         )
     parts.append(topics)
+
+    iceberg = [
+        {"topic": p.topic, "partition": p.partition, **p.iceberg}
+        for t in snap.topics.values()
+        for p in t.partitions
+        if p.iceberg is not None
+    ]
+    if iceberg:
+        parts.append(iceberg_table(iceberg))
 
     groups = Table(title="Consumer groups", title_justify="left")
     for column in ("Group", "State", "Members", "Lag"):

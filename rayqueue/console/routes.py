@@ -235,6 +235,7 @@ def list_topics(request: Request, internal: bool = False) -> dict[str, Any]:
                 "cleanup_policy": _config_text(configs.get("cleanup.policy", (None, ""))[0]),
                 "under_replicated": sum(p.under_replicated and not p.offline for p in t.partitions),
                 "offline": sum(p.offline for p in t.partitions),
+                "iceberg": t.iceberg,
                 **rates.get(t.name, _NO_RATES),
             }
         )

@@ -133,9 +133,20 @@ def _spark_kafka_jars() -> bool:
     return True
 
 
+def _spark_iceberg_jars() -> bool:
+    from rayqueue.spark import iceberg_runtime_jars
+
+    try:
+        iceberg_runtime_jars()
+    except Exception:  # noqa: BLE001 - any reason the runtime cannot be had: the block is skipped
+        return False
+    return True
+
+
 NEEDS = {
     "kcat": lambda: shutil.which("kcat") is not None,
     "spark-kafka-jars": _spark_kafka_jars,
+    "spark-iceberg-jars": _spark_iceberg_jars,
 }
 
 

@@ -208,7 +208,8 @@ function topicsPage() {
       ["Topic", {label: "Partitions", num: 1}, {label: "Replication", num: 1}, {label: "Messages", num: 1}, {label: "Size", num: 1},
        {label: "Retention ms", num: 1}, "Cleanup policy", {label: "In/s", num: 1}, {label: "Committed/s", num: 1}, ""],
       data.topics.map(t => ({bad: t.offline > 0 || t.under_replicated > 0, cells: [
-        `<a href="/topics/${encodeURIComponent(t.name)}">${esc(t.name)}</a>${t.internal ? ' <span class="muted">internal</span>' : ""}`,
+        `<a href="/topics/${encodeURIComponent(t.name)}">${esc(t.name)}</a>${t.internal ? ' <span class="muted">internal</span>' : ""}` +
+          (t.iceberg ? ` <span class="muted" data-iceberg-lag="${t.iceberg.lag_records}">iceberg lag ${num(t.iceberg.lag_records)}</span>` : ""),
         num(t.partitions), num(t.replication_factor), num(t.messages), bytes(t.size_bytes), num(t.retention_ms),
         esc(t.cleanup_policy), rate(t.messages_in), rate(t.messages_out),
         t.internal ? "" : `<button class="danger" data-delete="${esc(t.name)}">Delete</button>`]})),
@@ -237,6 +238,7 @@ function topicPage(name) {
     <p><a id="browse-link" href="/topics/${enc}/messages">Browse messages</a></p>
     <div id="cards" class="cards"></div>
     <h2>Partitions</h2><div id="partitions"></div>
+    <div id="iceberg"></div>
     <h2>Messages per second</h2><p class="muted source" id="chart-source"></p><div id="chart"></div>
     <h2>Bytes per second</h2><div id="bytes-chart"></div>
     <h2>Configs</h2>
@@ -270,6 +272,13 @@ function topicPage(name) {
       t.partitions.map(p => ({bad: p.offline || p.under_replicated, cells: [p.partition, p.leader >= 0 ? p.leader : "none",
         ids(p.replicas), ids(p.isr), ids(p.offline_replicas), num(p.log_start_offset), num(p.high_watermark),
         num(p.last_stable_offset), bytes(p.size_bytes), num(p.segments)]})), {id: "partitions-table"});
+    // An Iceberg topic: each leader's translation into the topic's table (rayqueue.iceberg.*).
+    document.getElementById("iceberg").innerHTML = !t.iceberg ? "" : `<h2>Iceberg table</h2>` + table(
+      [{label: "Partition", num: 1}, "Mode", {label: "Translated to", num: 1}, {label: "High watermark", num: 1},
+       {label: "Lag (records)", num: 1}, {label: "Lag (s)", num: 1}, {label: "Translated", num: 1}, {label: "Invalid", num: 1}, "Error"],
+      t.partitions.filter(p => p.iceberg).map(p => ({bad: !!p.iceberg.error, cells: [p.partition, esc(p.iceberg.mode),
+        num(p.iceberg.next_offset), num(p.iceberg.high_watermark), num(p.iceberg.lag_records), p.iceberg.lag_seconds.toFixed(1),
+        num(p.iceberg.translated_records), num(p.iceberg.invalid_records), esc(p.iceberg.error || "")]})), {id: "iceberg-table"});
     document.getElementById("configs").innerHTML = t.configs === null
       ? '<p class="muted" id="configs-refused">Not shown: you may not describe this topic\'s configs (DESCRIBE_CONFIGS).</p>'
       : table(["Key", "Value", "Source", ""],
