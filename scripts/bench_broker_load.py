@@ -11,8 +11,9 @@
   counted are librdkafka's own count, its statistics' ``Produce`` requests). The CPU time of
   the broker's processes is read with psutil over the run and over an idle stretch just
   before it; the figure is the CPU above idle per request, in microseconds. The broker's
-  processes: Kafka's JVM; rayqueue's host actors (``BrokerHost``: replicas) and listener
-  actors (``Gateway``: the Kafka protocol), whichever of them exist.
+  processes: Kafka's JVM; rayqueue's host actors (``BrokerHost``: replicas, and the Kafka
+  listener in the same process) and, for a build that serves the listener apart from its
+  broker, the listener actors (``Gateway``), so that both builds are measured alike.
 
 The functions here take the figures and the rounds of ``bench_vs_kafka`` (figures with
 ``define``/``measure``/``add``, sides with ``name``, ``bootstrap`` and ``pids``) and import

@@ -1,8 +1,8 @@
 """Apache Kafka beside rayqueue: the same workloads against both in one run, alternating.
 
 Kafka is the real broker (``kafka_peer.py``: Kafka's jars pinned in tests/jvm/pins.toml, KRaft,
-on free loopback ports, near its defaults); rayqueue is launched in an embedded Ray with a Kafka
-protocol gateway per broker (3 brokers, its default). Two phases, each with a Kafka of its own
+on free loopback ports, near its defaults); rayqueue is launched in an embedded Ray, each broker
+serving its Kafka listener (3 brokers, its default). Two phases, each with a Kafka of its own
 and a rayqueue launched to match it:
 
 - three brokers, replication factor 3, acks=all (internal topics RF 3, min ISR 2 on both):
@@ -772,7 +772,7 @@ def spark(figures: Figures, sides: list[Side], scale: Scale, rf: int) -> None:
 
 
 def launch_rayqueue(root: str, rf: int, tag: str) -> Any:
-    """A rayqueue cluster (3 brokers, gateways on free ports) whose internal topics match the
+    """A rayqueue cluster (3 brokers, Kafka listeners on free ports) whose internal topics match the
     Kafka of this phase: RF 3 and min ISR 2 (both systems' defaults) beside three Kafka brokers,
     RF 1 beside one."""
     import rayqueue
