@@ -58,7 +58,6 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_placement.py
 	$(VENV)/bin/python scripts/bench_transactions.py
 	$(VENV)/bin/python scripts/bench_gateway.py
-	$(VENV)/bin/python scripts/bench_broker_cpu.py
 	$(VENV)/bin/python scripts/bench_gateway_groups.py
 	$(VENV)/bin/python scripts/bench_security.py
 	$(VENV)/bin/python scripts/bench_metrics.py

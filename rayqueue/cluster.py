@@ -19,6 +19,7 @@ from typing import Any
 import ray
 
 from actors import launch as actor_launch
+from actors.broker.inter_broker import cluster_settings
 from actors.broker.listening import start_listeners, stop_listeners
 from actors.config import broker_config, load_toml
 from actors.controller import Controller
@@ -223,6 +224,7 @@ def launch(
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
+    cluster_settings(cfg)  # an inter-broker listener that cannot work fails the launch, with its reason
     owns_ray = ensure_ray(address, num_cpus, metrics_export_port, metrics_on_loopback(cfg["listeners"], metrics_host))
     namespace = cfg["rayqueue.namespace"]
     if actor_launch.find_actor(CONTROLLER_NAME, namespace) is not None:

@@ -92,6 +92,10 @@ class RayHostLink:
         """The host's list_offsets."""
         return await _answer(self._handle.list_offsets.remote(request), "leader host")
 
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """The host's inter_broker_endpoint."""
+        return await _answer(self._handle.inter_broker_endpoint.remote(), "leader host")
+
 
 class RayControllerLink:
     """The controller, reached by Ray calls on its actor handle."""
@@ -102,6 +106,10 @@ class RayControllerLink:
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """The controller's alter_partition."""
         return await _answer(self._handle.alter_partition.remote(request), "controller")
+
+    async def scram_credential(self, user: str, mechanism: str) -> Any:
+        """The controller's scram_credential."""
+        return await _answer(self._handle.scram_credential.remote(user, mechanism), "controller")
 
 
 class RegistrySchemas:
@@ -181,7 +189,10 @@ class BrokerHost:
     ) -> None:
         context = ray.get_runtime_context()
         node_id = context.get_node_id() or ""
-        self._manager = ReplicaManager(broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name)
+        node_ip = ray.util.get_node_ip_address()
+        self._manager = ReplicaManager(
+            broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name, node_ip
+        )
         self._listener: KafkaListener | None = None
         if listener is not None:
             # ReplicaRefs to this actor carry its key: those calls stay in this process.
@@ -282,6 +293,10 @@ class BrokerHost:
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """See ReplicaManager.wake_replica_fetch."""
         self._manager.wake_replica_fetch(replica_id)
+
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """See ReplicaManager.inter_broker_endpoint."""
+        return await self._manager.inter_broker_endpoint()
 
     # -- one partition (a ReplicaRef's calls) -------------------------------------------------
 

@@ -29,6 +29,7 @@ from actors import launch
 from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
 from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
+from actors.broker.inter_broker import SETTINGS_KEY, cluster_settings
 from actors.broker.lifecycle import BrokerHosts
 from actors.broker.partition import DEFAULT_REPLICATION
 from actors.broker.placement import HostId
@@ -133,6 +134,8 @@ class Controller:
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
         self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
         self._hosts = BrokerHosts(namespace, self._config, self._on_host_death, clock, self._listener_plan)
+        # How hosts fetch from each other (Kafka's inter-broker listener), sent with LeaderAndIsr.
+        self._inter_broker = cluster_settings(self._config)
         self._lock: asyncio.Lock | None = None
         self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
         self._rebalancer: asyncio.Task | None = None
@@ -665,7 +668,10 @@ class Controller:
             await self._hosts.leader_and_isr(
                 entries,
                 ray.get_runtime_context().current_actor,
-                {k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+                {
+                    **{k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+                    SETTINGS_KEY: self._inter_broker,
+                },
                 self._config["log.retention.check.interval.ms"],
             )
 
