@@ -74,6 +74,29 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
     return records
 
 
+def read_committed_to_end(cluster: Any, topic: str, partitions: int, timeout: float = 60.0) -> list:
+    """Every record of ``topic``'s partitions 0..``partitions``-1 a read_committed consumer reads
+    from the log start up to each partition's end offset when it starts."""
+    from actors.types import TopicPartition
+
+    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(tps)
+    out: list = []
+    try:
+        ends = consumer.end_offsets(tps)
+
+        def caught_up() -> bool:
+            out.extend(consumer.poll(200))
+            return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+        wait_for(caught_up, timeout=timeout, interval=0, what="the topic read to its end")
+    finally:
+        consumer.close()
+    return out
+
+
 class LostCall:
     """What ``Sender.append_records`` returns for a call whose answer is lost: a ref look-alike
     whose future fails on ``fail()`` or resolves on ``answer()`` (the sender only uses

@@ -14,7 +14,7 @@ import pytest
 import rayqueue.iceberg as rqi
 from actors.types import TopicPartition
 from storage.errors import InvalidConfigError
-from tests.helpers import wait_for
+from tests.helpers import read_committed_to_end, wait_for
 
 FAST = {"rayqueue_iceberg_target_lag_ms": 200}
 KV = {"rayqueue_iceberg_mode": "key_value", **FAST}
@@ -23,21 +23,7 @@ _txn_ids = itertools.count()
 
 def committed_records(cluster, topic: str, partitions: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every record a read_committed consumer reads."""
-    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(tps)
-    out = []
-    try:
-        ends = consumer.end_offsets(tps)
-
-        def caught_up() -> bool:
-            out.extend(consumer.poll(200))
-            return all(consumer.position(tp) >= ends[tp] for tp in tps)
-
-        wait_for(caught_up, timeout=60, interval=0, what="the topic read to its end")
-    finally:
-        consumer.close()
+    out = read_committed_to_end(cluster, topic, partitions)
     return sorted((r.partition, r.offset, r.key, r.value) for r in out)
 
 

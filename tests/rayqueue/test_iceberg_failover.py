@@ -16,8 +16,7 @@ import pytest
 
 import rayqueue
 import rayqueue.iceberg as rqi
-from actors.types import TopicPartition
-from tests.helpers import SMALL_INTERNAL_TOPICS, kill_broker, wait_for
+from tests.helpers import SMALL_INTERNAL_TOPICS, kill_broker, read_committed_to_end, wait_for
 
 moto_server = pytest.importorskip("moto.server")
 BUCKET = "rayqueue-warehouse"
@@ -66,21 +65,7 @@ def s3_cluster(ray_session, s3):
 
 
 def committed(cluster, topic: str, partitions: int) -> list[tuple[int, int, bytes | None]]:
-    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(tps)
-    out = []
-    try:
-        ends = consumer.end_offsets(tps)
-
-        def caught_up() -> bool:
-            out.extend(consumer.poll(200))
-            return all(consumer.position(tp) >= ends[tp] for tp in tps)
-
-        wait_for(caught_up, timeout=120, interval=0, what="the topic read to its end")
-    finally:
-        consumer.close()
+    out = read_committed_to_end(cluster, topic, partitions, timeout=120)
     return sorted((r.partition, r.offset, r.value) for r in out)
 
 
