@@ -14,7 +14,7 @@ import pytest
 import rayqueue.iceberg as rqi
 from actors.types import TopicPartition
 from storage.errors import InvalidConfigError
-from tests.helpers import read_committed_to_end, wait_for
+from tests.helpers import metric_total, read_committed_to_end, scrape, wait_for
 
 FAST = {"rayqueue_iceberg_target_lag_ms": 200}
 KV = {"rayqueue_iceberg_mode": "key_value", **FAST}
@@ -159,19 +159,7 @@ def test_the_lag_shows_in_status_the_console_and_the_metrics(cluster, admin, met
 
 def _scraped(port: int, name: str, topic: str) -> float | None:
     """The sum of ``name``'s samples for ``topic`` on the session Ray's metrics endpoint."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found = [
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and sample.labels.get("topic") == topic
-    ]
-    return sum(found) if found else None
+    return metric_total(scrape(port), None, name, topic=topic)
 
 
 def _lag_shows(cluster, topic: str) -> None:
