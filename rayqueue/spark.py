@@ -98,6 +98,27 @@ def _artifact(jar: str) -> tuple[str, str]:
     return (m["artifact"], m["version"]) if m else (os.path.basename(jar), "")
 
 
+def _jar_paths(
+    jars: str | Sequence[str] | None, env: str, classpath_file: Path, not_found: RuntimeError
+) -> tuple[list[str], str]:
+    """The jar paths ``jars`` names (paths, or one ``:``-separated classpath), else ``$env``,
+    else ``classpath_file``, and where they came from; raises ``not_found`` when none of the
+    three names any, or an error of its class naming the jars that do not exist."""
+    where = "the jars argument"
+    if jars is None:
+        if os.environ.get(env):
+            jars, where = os.environ[env], f"${env}"
+        elif classpath_file.exists():
+            jars, where = classpath_file.read_text().strip(), str(classpath_file)
+        else:
+            raise not_found
+    paths = [p for p in (jars.split(os.pathsep) if isinstance(jars, str) else list(jars)) if p]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise type(not_found)(f"jars named by {where} do not exist: {missing}")
+    return paths, where
+
+
 def kafka_connector_jars(jars: str | Sequence[str] | None = None) -> list[str]:
     """The jars that add Spark's own Kafka connector to a session (for ``spark.jars``).
 
@@ -113,23 +134,17 @@ def kafka_connector_jars(jars: str | Sequence[str] | None = None) -> list[str]:
     """
     import pyspark
 
-    where = "the jars argument"
-    if jars is None:
-        if os.environ.get(KAFKA_CONNECTOR_JARS_ENV):
-            jars, where = os.environ[KAFKA_CONNECTOR_JARS_ENV], f"${KAFKA_CONNECTOR_JARS_ENV}"
-        elif CONNECTOR_CLASSPATH_FILE.exists():
-            jars, where = CONNECTOR_CLASSPATH_FILE.read_text().strip(), str(CONNECTOR_CLASSPATH_FILE)
-        else:
-            raise KafkaConnectorNotFoundError(
-                "Spark's Kafka connector jars were not found: run `make jvm` in a rayqueue checkout (Maven "
-                f"resolves them), set {KAFKA_CONNECTOR_JARS_ENV} to their classpath, or pass them as "
-                f"kafka_connector=[...] (org.apache.spark:spark-sql-kafka-0-10_2.12:{pyspark.__version__} "
-                "and its dependencies)"
-            )
-    paths = [p for p in (jars.split(os.pathsep) if isinstance(jars, str) else list(jars)) if p]
-    missing = [p for p in paths if not os.path.isfile(p)]
-    if missing:
-        raise KafkaConnectorNotFoundError(f"jars named by {where} do not exist: {missing}")
+    paths, where = _jar_paths(
+        jars,
+        KAFKA_CONNECTOR_JARS_ENV,
+        CONNECTOR_CLASSPATH_FILE,
+        KafkaConnectorNotFoundError(
+            "Spark's Kafka connector jars were not found: run `make jvm` in a rayqueue checkout (Maven "
+            f"resolves them), set {KAFKA_CONNECTOR_JARS_ENV} to their classpath, or pass them as "
+            f"kafka_connector=[...] (org.apache.spark:spark-sql-kafka-0-10_2.12:{pyspark.__version__} "
+            "and its dependencies)"
+        ),
+    )
     connector = [p for p in paths if _artifact(p)[0].startswith(_CONNECTOR_ARTIFACT)]
     if not connector:
         raise KafkaConnectorNotFoundError(f"{where} names no {_CONNECTOR_ARTIFACT}* jar: {paths}")
@@ -166,22 +181,16 @@ def iceberg_runtime_jars(jars: str | Sequence[str] | None = None) -> list[str]:
     another Spark line than this PySpark's."""
     import pyspark
 
-    where = "the jars argument"
-    if jars is None:
-        if os.environ.get(ICEBERG_JARS_ENV):
-            jars, where = os.environ[ICEBERG_JARS_ENV], f"${ICEBERG_JARS_ENV}"
-        elif ICEBERG_CLASSPATH_FILE.exists():
-            jars, where = ICEBERG_CLASSPATH_FILE.read_text().strip(), str(ICEBERG_CLASSPATH_FILE)
-        else:
-            raise IcebergRuntimeNotFoundError(
-                "Iceberg's Spark runtime was not found: run `make jvm` in a rayqueue checkout (Maven resolves "
-                f"it), set {ICEBERG_JARS_ENV} to its path, or pass it as iceberg=[...] "
-                "(org.apache.iceberg:iceberg-spark-runtime-3.5_2.12)"
-            )
-    paths = [p for p in (jars.split(os.pathsep) if isinstance(jars, str) else list(jars)) if p]
-    missing = [p for p in paths if not os.path.isfile(p)]
-    if missing:
-        raise IcebergRuntimeNotFoundError(f"jars named by {where} do not exist: {missing}")
+    paths, where = _jar_paths(
+        jars,
+        ICEBERG_JARS_ENV,
+        ICEBERG_CLASSPATH_FILE,
+        IcebergRuntimeNotFoundError(
+            "Iceberg's Spark runtime was not found: run `make jvm` in a rayqueue checkout (Maven resolves "
+            f"it), set {ICEBERG_JARS_ENV} to its path, or pass it as iceberg=[...] "
+            "(org.apache.iceberg:iceberg-spark-runtime-3.5_2.12)"
+        ),
+    )
     line = ".".join(pyspark.__version__.split(".")[:2])
     runtimes = [p for p in paths if _artifact(p)[0].startswith("iceberg-spark-runtime-")]
     if not runtimes:

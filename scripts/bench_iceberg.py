@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -46,13 +45,11 @@ def main() -> int:
     if args.quick:
         args.records, args.runs = min(args.records, 100_000), 1
 
-    import ray
-    from pyspark.sql import functions as F
-
     import rayqueue
     import rayqueue.iceberg as rqi
     from rayqueue import spark as rq_spark
     from scripts.bench_ray import start_ray
+    from scripts.embedded import best_rounds, produce_keyed, tear_down, values_summed
 
     start_ray()
     root = tempfile.mkdtemp(prefix="rayqueue-bench-iceberg-")
@@ -72,18 +69,7 @@ def main() -> int:
         rqi.wait_translated(warm, cluster, timeout_s=300)
         admin.create_topic(topic, args.partitions, configs={"rayqueue.iceberg.target.lag.ms": 1000})
         pad = b"x" * max(0, args.value_bytes - 13)
-        chunk = 100_000
-        start = time.perf_counter()
-        pending = []
-        for base in range(0, args.records, chunk):
-            n = min(chunk, args.records - base)
-            values = [b"%012d|" % i + pad for i in range(base, base + n)]
-            keys = [b"user-%06d" % (i % 50_000) for i in range(base, base + n)]
-            pending.append(producer.send_many(topic, values, keys))
-        for result in pending:
-            result.get(600)
-        producer.close()
-        produce_s = time.perf_counter() - start
+        produce_s = produce_keyed(producer, topic, args.records, pad, 600)
         produce_rate = args.records / produce_s
 
         start = time.perf_counter()
@@ -112,15 +98,13 @@ def main() -> int:
             return rq_spark.read_table(spark, topic, cluster=cluster).count()
 
         def table_summed() -> int:
-            df = rq_spark.read_table(spark, topic, cluster=cluster)
-            return df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]["n"]
+            return values_summed(rq_spark.read_table(spark, topic, cluster=cluster))
 
         def topic_count() -> int:
             return rq_spark.read(spark, topic, cluster=cluster).count()
 
         def topic_summed() -> int:
-            df = rq_spark.read(spark, topic, cluster=cluster)
-            return df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]["n"]
+            return values_summed(rq_spark.read(spark, topic, cluster=cluster))
 
         paths = {
             "Spark count, Iceberg table (read_table)": table_count,
@@ -129,14 +113,7 @@ def main() -> int:
             "Spark values summed, topic": topic_summed,
         }
         table_count()  # warm up the JVM, the runtime's classes and RayDP
-        best = dict.fromkeys(paths, float("inf"))
-        for _ in range(args.runs):
-            for name, fn in paths.items():
-                began = time.perf_counter()
-                count = fn()
-                if count != args.records:
-                    raise SystemExit(f"{name}: counted {count:,} rows, expected {args.records:,}")
-                best[name] = min(best[name], time.perf_counter() - began)
+        best = best_rounds(paths, args.runs, args.records)
         for name, seconds in best.items():
             print(f"{name:44s} {seconds:8.2f}s  {args.records / seconds:12,.0f} rows/s")
         names = list(paths)
@@ -144,12 +121,7 @@ def main() -> int:
         print(f"values summed: table / topic {best[names[3]] / best[names[2]]:.1f}x faster")
         return 0
     finally:
-        if spark is not None:
-            rq_spark.stop()
-        cluster.shutdown(delete_data=True)
-        if ray.is_initialized():
-            ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        tear_down(cluster, spark, root)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -58,12 +57,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    import ray
-    from pyspark.sql import functions as F
-
     import rayqueue
     from rayqueue import data
     from rayqueue import spark as rq_spark
+    from scripts.embedded import best_rounds, produce_keyed, tear_down, values_summed
 
     root = tempfile.mkdtemp(prefix="rayqueue-bench-spark-")
     cluster = rayqueue.launch(log_dirs=os.path.join(root, "data"), listeners="PLAINTEXT://127.0.0.1:0")
@@ -73,18 +70,7 @@ def main() -> int:
         cluster.admin().create_topic(topic, args.partitions)
         producer = cluster.producer(compression_type="none")
         pad = b"x" * max(0, args.value_bytes - 24)
-        chunk = 100_000
-        start = time.perf_counter()
-        pending = []
-        for base in range(0, args.records, chunk):
-            n = min(chunk, args.records - base)
-            values = [b"%012d|" % i + pad for i in range(base, base + n)]
-            keys = [b"user-%06d" % (i % 50_000) for i in range(base, base + n)]
-            pending.append(producer.send_many(topic, values, keys))
-        for result in pending:
-            result.get(300)
-        producer.close()
-        produce_s = time.perf_counter() - start
+        produce_s = produce_keyed(producer, topic, args.records, pad, 300)
         print(f"produced {args.records:,} records of ~{args.value_bytes} B in {produce_s:.1f}s")
 
         try:
@@ -112,8 +98,7 @@ def main() -> int:
 
         def summed(via: str) -> Callable[[], int]:
             def run() -> int:
-                df = rq_spark.read(spark, topic, cluster=cluster, via=via)
-                return df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]["n"]
+                return values_summed(rq_spark.read(spark, topic, cluster=cluster, via=via))
 
             return run
 
@@ -121,9 +106,7 @@ def main() -> int:
             return in_memory.to_spark(spark).count()
 
         def from_parquet() -> int:
-            df = spark.read.parquet(parquet_dir)
-            row = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
-            return row["n"]
+            return values_summed(spark.read.parquet(parquet_dir))
 
         def parquet_count_only() -> int:
             return spark.read.parquet(parquet_dir).count()
@@ -136,13 +119,7 @@ def main() -> int:
             paths |= {CONNECTOR: from_connector, f"{CONNECTOR}, values summed": summed("connector")}
         else:
             print(f"{CONNECTOR}: skipped ({connector})")
-        best = dict.fromkeys(paths, float("inf"))
-        for _ in range(args.runs):
-            for name, fn in paths.items():
-                seconds, count = best_of(1, fn)
-                if count != args.records:
-                    raise SystemExit(f"{name}: counted {count:,} rows, expected {args.records:,}")
-                best[name] = min(best[name], seconds)
+        best = best_rounds(paths, args.runs, args.records)
         results = {name: args.records / seconds for name, seconds in best.items()}
         for name, seconds in best.items():
             print(f"{name:44s} {seconds:7.2f}s  {results[name]:12,.0f} rows/s")
@@ -171,12 +148,7 @@ def main() -> int:
                 print(f"{label + ' (rows/s)':24s} {bridge:14,.0f} {conn:14,.0f} {bridge / conn:16.2f}x")
         return 0 if topic_rate >= 0.5 * memory_rate else 1
     finally:
-        if spark is not None:
-            rq_spark.stop()
-        cluster.shutdown(delete_data=True)
-        if ray.is_initialized():
-            ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        tear_down(cluster, spark, root)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -198,10 +197,9 @@ def main(argv: list[str] | None = None, after: Callable[[Any], None] | None = No
 
     import logging
 
-    import ray
-
     import rayqueue
     from rayqueue import spark as rq_spark
+    from scripts.embedded import tear_down
 
     # A demo prints its own story: Ray Data logs each dataset's progress at INFO.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -342,12 +340,7 @@ def main(argv: list[str] | None = None, after: Callable[[Any], None] | None = No
             after(cluster)
         return 0
     finally:
-        if spark is not None:
-            rq_spark.stop()
-        cluster.shutdown(delete_data=True)
-        if ray.is_initialized():
-            ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        tear_down(cluster, spark, root)
 
 
 if __name__ == "__main__":

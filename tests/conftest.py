@@ -143,33 +143,15 @@ def failover_admin(failover_cluster):
 @pytest.fixture
 def failover_topic(failover_admin, request):
     """``new_topic`` on the failover cluster: ``failover_topic(partitions=1, **configs) -> name``."""
-    created: list[str] = []
-
-    def make(partitions: int = 1, replication_factor: int | None = None, **configs) -> str:
-        base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
-        name = f"{base}-{next(_topic_ids)}"
-        configs = {k.replace("_", "."): v for k, v in configs.items()}
-        failover_admin.create_topic(name, partitions, replication_factor, configs=configs)
-        created.append(name)
-        return name
-
-    yield make
-    for name in created:
-        try:
-            failover_admin.delete_topic(name)
-        except Exception:  # noqa: BLE001 - a test may have deleted it already
-            pass
+    yield from _topics(failover_admin, request)
 
 
 _topic_ids = itertools.count()
 
 
-@pytest.fixture
-def new_topic(admin, request):
-    """Create a uniquely named topic: ``new_topic(partitions=1, **configs) -> name``.
-
-    Topics are deleted at the end of the test so the session cluster stays small.
-    """
+def _topics(admin, request):
+    """A topic maker for one test (``make(partitions=1, replication_factor=None, **configs)
+    -> name``, named after the test), then the deletion of what it made."""
     created: list[str] = []
 
     def make(partitions: int = 1, replication_factor: int | None = None, **configs) -> str:
@@ -187,6 +169,15 @@ def new_topic(admin, request):
             admin.delete_topic(name)
         except Exception:  # noqa: BLE001 - a test may have deleted it already
             pass
+
+
+@pytest.fixture
+def new_topic(admin, request):
+    """Create a uniquely named topic: ``new_topic(partitions=1, **configs) -> name``.
+
+    Topics are deleted at the end of the test so the session cluster stays small.
+    """
+    yield from _topics(admin, request)
 
 
 @pytest.fixture(scope="session")

@@ -20,26 +20,28 @@ SMALL_INTERNAL_TOPICS = {"offsets_topic_num_partitions": 1, "transaction_state_l
 
 
 @contextmanager
-def authorizer_cluster(namespace: str, **config: Any) -> Iterator[Any]:
-    """A one-broker cluster of its own with Kafka's StandardAuthorizer and no super user but
-    the driver (which holds the Ray token); ``config`` adds launch keys (listeners...)."""
+def own_cluster(namespace: str, **config: Any) -> Iterator[Any]:
+    """A cluster of its own in a temp dir (Ray namespace ``namespace``, small internal topics):
+    ``config`` adds or overrides launch keys; shut down and removed on exit."""
     import rayqueue  # not at the top: the storage tests import this module without Ray
-    from rayqueue.acl import STANDARD_AUTHORIZER
 
     root = tempfile.mkdtemp(prefix=f"{namespace}-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=namespace,
-        rayqueue_num_brokers=1,
-        authorizer_class_name=STANDARD_AUTHORIZER,
-        **SMALL_INTERNAL_TOPICS,
-        **config,
-    )
+    cluster = rayqueue.launch(log_dirs=root, rayqueue_namespace=namespace, **{**SMALL_INTERNAL_TOPICS, **config})
     try:
         yield cluster
     finally:
         cluster.shutdown(delete_data=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def authorizer_cluster(namespace: str, **config: Any) -> Iterator[Any]:
+    """A one-broker cluster of its own with Kafka's StandardAuthorizer and no super user but
+    the driver (which holds the Ray token); ``config`` adds launch keys (listeners...)."""
+    from rayqueue.acl import STANDARD_AUTHORIZER
+
+    with own_cluster(namespace, rayqueue_num_brokers=1, authorizer_class_name=STANDARD_AUTHORIZER, **config) as cluster:
+        yield cluster
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:
@@ -72,6 +74,58 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
             raise AssertionError(f"got {len(records)} of {expected} records within {timeout}s")
         records.extend(consumer.poll(200))
     return records
+
+
+def read_committed_to_end(cluster: Any, topic: str, partitions: int, timeout: float = 60.0) -> list:
+    """Every record of ``topic``'s partitions 0..``partitions``-1 a read_committed consumer reads
+    from the log start up to each partition's end offset when it starts."""
+    from actors.types import TopicPartition
+
+    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(tps)
+    out: list = []
+    try:
+        ends = consumer.end_offsets(tps)
+
+        def caught_up() -> bool:
+            out.extend(consumer.poll(200))
+            return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+        wait_for(caught_up, timeout=timeout, interval=0, what="the topic read to its end")
+    finally:
+        consumer.close()
+    return out
+
+
+def scrape(port: int) -> dict[str, list]:
+    """Every sample of the Prometheus endpoint on ``port``, by sample name (``_bucket`` and
+    ``_count`` included), parsed with prometheus_client's parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    return samples
+
+
+def metric_total(samples: dict[str, list], cluster: str | None, name: str, /, **labels: str) -> float | None:
+    """The sum of ``name``'s samples of ``cluster`` (its namespace; None: any) with ``labels``
+    (None: no such series), summed over what Ray adds (WorkerId, ...): a counter of one topic
+    is recorded by its leader's process, and after a leader change by another one."""
+    found = [
+        s.value
+        for s in samples.get(name, [])
+        if (cluster is None or s.labels.get("cluster") == cluster)
+        and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    return sum(found) if found else None
 
 
 class LostCall:

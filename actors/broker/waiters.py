@@ -22,47 +22,25 @@ from collections.abc import Callable, Hashable, Iterable
 
 
 class Waiters:
-    """Coroutines waiting until their predicate holds. It may be created anywhere (an actor's
+    """Coroutines waiting until their predicate holds, all woken by one :meth:`notify` (a
+    :class:`PartitionWaiters` whose waits watch no key). It may be created anywhere (an actor's
     ``__init__`` runs outside its event loop): each wait makes its future in the running loop."""
 
     def __init__(self) -> None:
-        self._waiting: dict[asyncio.Future[bool], Callable[[], bool]] = {}
+        self._waits = PartitionWaiters()
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._waits)
 
     async def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Return True once ``predicate`` holds (checked now and on every :meth:`notify`),
         False when ``timeout_s`` passes first. An exception the predicate raises is raised
         here."""
-        if predicate():
-            return True
-        if timeout_s <= 0:
-            return False
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bool] = loop.create_future()
-        self._waiting[waiter] = predicate
-        timer = loop.call_later(timeout_s, _expire, waiter)
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
-            self._waiting.pop(waiter, None)
+        return await self._waits.wait((), predicate, timeout_s)
 
     def notify(self) -> None:
         """The state changed: wake every waiter whose predicate holds now."""
-        if not self._waiting:
-            return
-        for waiter, predicate in list(self._waiting.items()):
-            if waiter.done():
-                continue
-            try:
-                holds = predicate()
-            except Exception as exc:  # noqa: BLE001 - the waiter raises it, not the notifier
-                waiter.set_exception(exc)
-                continue
-            if holds:
-                waiter.set_result(True)
+        self._waits.notify_all()
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:

@@ -147,12 +147,7 @@ class ClassicMembers:
 
     def classic_sync(self, group: ConsumerGroup, request: SyncGroupRequest) -> GroupResult:
         """A classic member's SyncGroup: its current assignment."""
-        member = self._classic_member(group, request.member_id, request.group_instance_id)
-        if request.generation_id != member.member_epoch:
-            raise IllegalGenerationError(
-                f"The request generation id {request.generation_id} is not equal to the member epoch "
-                f"{member.member_epoch} of member {member.member_id}."
-            )
+        member = self._classic_member(group, request.member_id, request.group_instance_id, request.generation_id)
         assert member.classic is not None
         name = member.classic.protocols[0][0] if member.classic.protocols else ""
         if request.protocol_type is not None and request.protocol_type != "consumer":
@@ -179,12 +174,7 @@ class ClassicMembers:
 
     def classic_heartbeat(self, group: ConsumerGroup, request: HeartbeatRequest) -> None:
         """A classic member's Heartbeat: REBALANCE_IN_PROGRESS when it must rejoin to move on."""
-        member = self._classic_member(group, request.member_id, request.group_instance_id)
-        if request.generation_id != member.member_epoch:
-            raise IllegalGenerationError(
-                f"The request generation id {request.generation_id} is not equal to the member epoch "
-                f"{member.member_epoch} of member {member.member_id}."
-            )
+        member = self._classic_member(group, request.member_id, request.group_instance_id, request.generation_id)
         assert member.classic is not None
         self._touch_session(group.group_id, member.member_id, member.classic.session_timeout_ms)
         if (
@@ -219,7 +209,11 @@ class ClassicMembers:
         self.fence(group, [member], "left the group (LeaveGroup)", out)
         return out
 
-    def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+    def _classic_member(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ConsumerGroupMember:
+        """The classic member a SyncGroup or Heartbeat names, at the generation it names (its
+        member epoch), or Kafka's error."""
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
@@ -236,6 +230,11 @@ class ClassicMembers:
                 )
         if not member.uses_classic_protocol:
             raise UnknownMemberIdError(f"Member {member.member_id} does not use the classic protocol.")
+        if generation_id != member.member_epoch:
+            raise IllegalGenerationError(
+                f"The request generation id {generation_id} is not equal to the member epoch "
+                f"{member.member_epoch} of member {member.member_id}."
+            )
         return member
 
     def _check_rebalance(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:

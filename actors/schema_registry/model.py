@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,18 +163,24 @@ def json_depth(value: Any) -> int:
     return depth
 
 
-def load_json(text: str, what: str = "schema") -> Any:
-    """``text`` as JSON nested at most :data:`MAX_DEPTH` deep; 42201 otherwise."""
+def load_json(
+    text: str,
+    what: str = "schema",
+    max_depth: int = MAX_DEPTH,
+    invalid: Callable[[str], errors.RegistryError] = errors.invalid_schema,
+) -> Any:
+    """``text`` as JSON nested at most ``max_depth`` deep; ``invalid``'s error (42201 by
+    default) otherwise."""
     if not isinstance(text, str):
-        raise errors.invalid_schema(f"the {what} must be a string")
+        raise invalid(f"the {what} must be a string")
     try:
         value = json.loads(text)
     except RecursionError:
-        raise errors.invalid_schema(f"the {what} nests deeper than {MAX_DEPTH} levels") from None
+        raise invalid(f"the {what} nests deeper than {max_depth} levels") from None
     except ValueError as exc:
-        raise errors.invalid_schema(f"the {what} is not JSON: {exc}") from None
-    if json_depth(value) > MAX_DEPTH:
-        raise errors.invalid_schema(f"the {what} nests deeper than {MAX_DEPTH} levels")
+        raise invalid(f"the {what} is not JSON: {exc}") from None
+    if json_depth(value) > max_depth:
+        raise invalid(f"the {what} nests deeper than {max_depth} levels")
     return value
 
 

@@ -31,7 +31,7 @@ from actors.acl import AclOperation
 from actors.clock import SYSTEM, Clock
 from actors.schema_registry import errors
 from actors.schema_registry.auth import OPEN, SUBJECT, Access, BasicAuthenticator
-from actors.schema_registry.model import SchemaType, json_depth
+from actors.schema_registry.model import SchemaType, load_json
 from actors.schema_registry.service import RegistryService
 from actors.schema_registry.state import RegistryState
 
@@ -96,13 +96,10 @@ async def _body(request: Request, limit: int) -> Any:
     if not data.strip():
         raise errors.bad_request("the request has no body")
     try:
-        value = json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise errors.bad_request(f"the request body nests deeper than {MAX_BODY_DEPTH} levels") from None
-    except ValueError as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise errors.bad_request(f"the request body is not JSON: {exc}") from None
-    if json_depth(value) > MAX_BODY_DEPTH:
-        raise errors.bad_request(f"the request body nests deeper than {MAX_BODY_DEPTH} levels")
+    value = load_json(text, "request body", MAX_BODY_DEPTH, errors.bad_request)
     if not isinstance(value, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return value

@@ -121,6 +121,18 @@ def parse_version(value: Any) -> int | str:
     return number
 
 
+def _schema_fields(stored: StoredSchema) -> dict[str, Any]:
+    """A schema's fields as Confluent answers them: schemaType and references only when not
+    the default (Avro, none), then the schema."""
+    out: dict[str, Any] = {}
+    if stored.schema_type is not SchemaType.AVRO:
+        out["schemaType"] = stored.schema_type.value
+    if stored.references:
+        out["references"] = [r.to_json() for r in stored.references]
+    out["schema"] = stored.text
+    return out
+
+
 @dataclass
 class RegistryState:
     """The registry's state (see the module docstring)."""
@@ -268,13 +280,7 @@ class RegistryState:
     def version_json(self, subject: str, version: int, entry: VersionEntry) -> dict[str, Any]:
         """A version as Confluent answers it (schemaType and references only when not default)."""
         stored = self.schemas[entry.schema_id]
-        out: dict[str, Any] = {"subject": subject, "version": version, "id": entry.schema_id}
-        if stored.schema_type is not SchemaType.AVRO:
-            out["schemaType"] = stored.schema_type.value
-        if stored.references:
-            out["references"] = [r.to_json() for r in stored.references]
-        out["schema"] = stored.text
-        return out
+        return {"subject": subject, "version": version, "id": entry.schema_id, **_schema_fields(stored)}
 
     def get_version(self, subject: str, version: Any, deleted: bool = False) -> dict[str, Any]:
         """``GET /subjects/{subject}/versions/{version}``."""
@@ -290,14 +296,7 @@ class RegistryState:
 
     def schema_json(self, schema_id: int) -> dict[str, Any]:
         """``GET /schemas/ids/{id}``."""
-        stored = self.schema_by_id(schema_id)
-        out: dict[str, Any] = {}
-        if stored.schema_type is not SchemaType.AVRO:
-            out["schemaType"] = stored.schema_type.value
-        if stored.references:
-            out["references"] = [r.to_json() for r in stored.references]
-        out["schema"] = stored.text
-        return out
+        return _schema_fields(self.schema_by_id(schema_id))
 
     def id_versions(self, schema_id: int, deleted: bool = False) -> list[tuple[str, int]]:
         """``(subject, version)`` of every version holding ``schema_id``; 40403 if none."""

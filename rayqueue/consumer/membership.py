@@ -27,35 +27,21 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ray
 
-from actors.protocol import OffsetCommitRequest, OffsetFetchRequest
 from actors.protocol_consumer_groups import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
-from actors.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from actors.types import TopicPartition
+from rayqueue.consumer.group_member import UNJOINED, GroupMember, kafka_error
 from rayqueue.consumer.subscription_state import SubscriptionState
-from rayqueue.errors import (
-    CoordinatorNotAvailableError,
-    FencedMemberEpochError,
-    InvalidConfigError,
-    KafkaError,
-    KafkaTimeoutError,
-    RebalanceInProgressError,
-    UnknownMemberIdError,
-    as_kafka_error,
-)
+from rayqueue.errors import FencedMemberEpochError, KafkaError, UnknownMemberIdError
 
 logger = logging.getLogger(__name__)
 
 JOIN_EPOCH, LEAVE_EPOCH, LEAVE_STATIC_EPOCH = 0, -1, -2
-UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
-_MAX_BACKOFF_S = 1.0
-
-
-def _kafka_error(exc: BaseException) -> BaseException:
-    return as_kafka_error(exc, CoordinatorNotAvailableError, "group coordinator")
+JOINING = "joining"
 
 
 def _member_id() -> str:
@@ -63,44 +49,23 @@ def _member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class ConsumerMembership:
+class ConsumerMembership(GroupMember):
     """Group membership, reconciliation and offset commits of one Consumer over KIP-848's protocol."""
 
     def __init__(
         self, subscriptions: SubscriptionState, handle: Any, config: Mapping[str, Any], principal: str | None = None
     ) -> None:
-        if handle is None:
-            raise InvalidConfigError("this cluster has no group coordinator (launched by an older rayqueue)")
-        self.principal = principal
-        self._subscriptions = subscriptions
-        self._handle = handle
-        self.group_id: str = config["group.id"]
-        self.instance_id: str | None = config["group.instance.id"]
-        self._client_id = config["client.id"]
-        self._rebalance_ms = config["max.poll.interval.ms"]
+        super().__init__(subscriptions, handle, config, principal)
         self._assignor = config["group.remote.assignor"]
-        self._timeout_s = config["default.api.timeout.ms"] / 1000
-        self._backoff_s = config["retry.backoff.ms"] / 1000
-        self._require_stable = config["isolation.level"] == "read_committed"
-        self._auto_commit = config["enable.auto.commit"]
-        self._auto_commit_s = config["auto.commit.interval.ms"] / 1000
         self.cooperative = True  # the consumer protocol is incremental by design
-        self.protocol = ""
-        self.member_id = _member_id()
-        self.generation = -1  # the member epoch (what OffsetCommit carries); -1 while not in the group
-        self.state = UNJOINED
+        self.member_id = _member_id()  # generation: the member epoch, -1 while not in the group
         self._lock = threading.Lock()
         self._epoch = JOIN_EPOCH
-        self._owned: set[TopicPartition] = set()
         self._ids: dict[str, str] = {}  # topic name -> id, from the coordinator's answers
         self._assignment: set[TopicPartition] | None = None  # received, not yet reconciled
         self._sent_subscription: tuple | None = None  # what the last heartbeat said it subscribes to
         self._interval_s = 5.0
         self._lost = False
-        self._crashed = False
-        self._fatal: BaseException | None = None
-        self._next_auto_commit = time.monotonic() + self._auto_commit_s
-        self._async_commits: list[tuple[Any, dict[TopicPartition, OffsetAndMetadata], Callable | None]] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,19 +81,11 @@ class ConsumerMembership:
             self._thread = threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True)
             self._thread.start()
 
-    def unsubscribe(self) -> None:
-        """Give up every partition (listener told) and leave the group."""
-        if self._subscriptions.subscribed:
-            self._revoke(set(self._owned))
-            self._leave()
-
     # -- the application's side -----------------------------------------------------------
 
     def poll(self) -> None:
         """Reconcile with what the coordinator gave (listener callbacks here), auto-commit."""
-        if self._fatal is not None:
-            error, self._fatal = self._fatal, None
-            raise error
+        self._raise_fatal()
         self._complete_async_commits()
         if not self._subscriptions.subscribed or self._crashed:
             return
@@ -139,11 +96,7 @@ class ConsumerMembership:
             self._on_lost()
         if assignment is not None:
             self._reconcile(assignment)
-        if self._auto_commit and self.state == STABLE and time.monotonic() >= self._next_auto_commit:
-            self._next_auto_commit = time.monotonic() + self._auto_commit_s
-            positions = self._positions(self._owned)
-            if positions:
-                self.commit_async(positions)
+        self._maybe_auto_commit()
 
     def wait(self, timeout: float) -> None:
         """Wait a little for the coordinator (nothing is assigned to fetch from yet)."""
@@ -154,48 +107,9 @@ class ConsumerMembership:
         added = assigned - self._owned
         if revoked:
             self._revoke(revoked)
-        self._owned = set(assigned)
-        subscriptions = self._subscriptions
-        subscriptions.assign_from_subscribed(assigned)
-        self.state = STABLE
-        if added and subscriptions.listener is not None:
-            subscriptions.listener.on_partitions_assigned(set(added))
-        missing = subscriptions.missing_positions(added)
-        if missing:
-            for tp, om in self.committed(missing).items():
-                if om is not None:
-                    subscriptions.seek(tp, om.offset)
+        self._take(assigned, added)
         self._wake.set()  # say at once what it owns now (lets revoked partitions move on)
         logger.info("%s: epoch %d, %d partitions", self.group_id, self.generation, len(assigned))
-
-    def _revoke(self, partitions: set[TopicPartition]) -> None:
-        """Commit (auto-commit) and tell the listener while the partitions are still ours."""
-        if not partitions:
-            return
-        if self._auto_commit:
-            positions = self._positions(partitions)
-            if positions:
-                try:
-                    self.commit_sync(positions)
-                except KafkaError as exc:
-                    logger.warning("%s: commit on revocation failed: %s", self.group_id, exc)
-        listener = self._subscriptions.listener
-        if listener is not None:
-            listener.on_partitions_revoked(set(partitions))
-        self._owned -= partitions
-        self._subscriptions.assign_from_subscribed(self._owned)
-
-    def _on_lost(self) -> None:
-        lost = set(self._owned)
-        self._owned.clear()
-        self._subscriptions.assign_from_subscribed(set())
-        self.state = UNJOINED
-        listener = self._subscriptions.listener
-        if lost and listener is not None:
-            listener.on_partitions_lost(lost)
-
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {tp: OffsetAndMetadata(p) for tp, p in self._subscriptions.positions(partitions).items()}
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -249,7 +163,7 @@ class ConsumerMembership:
                     self._handle.consumer_group_heartbeat.remote(request), timeout=max(self._timeout_s, 1.0)
                 )
             except Exception as exc:  # noqa: BLE001
-                wait_s = self._on_error(_kafka_error(exc), request)
+                wait_s = self._on_error(kafka_error(exc), request)
                 continue
             self._on_response(request, response)
             wait_s = self._interval_s
@@ -289,92 +203,6 @@ class ConsumerMembership:
         logger.debug("%s: heartbeat failed: %s", self.group_id, error)
         return self._backoff_s
 
-    # -- offsets --------------------------------------------------------------------------
-
-    def _commit_args(self) -> tuple[str, str | None, int]:
-        if self._subscriptions.subscribed:
-            if self.generation < 0:
-                raise RebalanceInProgressError(f"group {self.group_id!r}: not a member yet; commit after the next poll")
-            return self.member_id, self.instance_id, self.generation
-        return "", None, -1  # manual assignment: a standalone commit
-
-    def commit_sync(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit and wait (with the member epoch); a partition the coordinator refused
-        (STALE_MEMBER_EPOCH: it moved meanwhile) raises its error."""
-        self._complete_async_commits(wait=True)
-        member_id, instance_id, epoch = self._commit_args()
-        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, epoch, self.principal)
-        refused = self._call(lambda: self._handle.commit_offsets.remote(request))
-        if refused:
-            raise next(iter(refused.values()))
-
-    def commit_async(
-        self,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        callback: Callable[[Any, BaseException | None], None] | None = None,
-    ) -> None:
-        """Send a commit; ``callback(offsets, error)`` runs in a later poll/commit/close."""
-        try:
-            member_id, instance_id, epoch = self._commit_args()
-        except KafkaError as exc:
-            if callback is not None:
-                callback(dict(offsets), exc)
-            return
-        request = OffsetCommitRequest(self.group_id, dict(offsets), member_id, instance_id, epoch, self.principal)
-        self._async_commits.append((self._handle.commit_offsets.remote(request), dict(offsets), callback))
-
-    def _complete_async_commits(self, wait: bool = False) -> None:
-        if not self._async_commits:
-            return
-        refs = [r for r, _, _ in self._async_commits]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self._timeout_s if wait else 0)
-        done = set(ready)
-        keep = []
-        for ref, offsets, callback in self._async_commits:
-            if ref not in done:
-                keep.append((ref, offsets, callback))
-                continue
-            error: BaseException | None = None
-            try:
-                refused = ray.get(ref)
-                if refused:
-                    error = next(iter(refused.values()))
-            except Exception as exc:  # noqa: BLE001
-                error = _kafka_error(exc)
-            if error is not None:
-                logger.warning("%s: async commit failed: %s", self.group_id, error)
-            if callback is not None:
-                callback(offsets, error)
-        self._async_commits = keep
-
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offset of each partition (None where there is none)."""
-        wanted = tuple(partitions)
-        request = OffsetFetchRequest(self.group_id, wanted, self._require_stable, self.principal)
-        found = self._call(lambda: self._handle.fetch_offsets.remote(request), growing_backoff=True)
-        return {tp: found.get(tp) for tp in wanted}
-
-    def group_metadata(self) -> ConsumerGroupMetadata:
-        """Group id, member epoch (as the generation), member id and instance id."""
-        return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
-
-    def _call(self, make_ref: Callable[[], Any], growing_backoff: bool = False) -> Any:
-        deadline = time.monotonic() + self._timeout_s
-        pause = self._backoff_s
-        while True:
-            try:
-                return ray.get(make_ref(), timeout=max(0.1, deadline - time.monotonic()))
-            except ray.exceptions.GetTimeoutError:
-                raise KafkaTimeoutError(f"group coordinator did not answer within {self._timeout_s}s") from None
-            except Exception as exc:  # noqa: BLE001
-                error = _kafka_error(exc)
-                remaining = deadline - time.monotonic()
-                if not (isinstance(error, KafkaError) and error.retriable) or remaining <= 0:
-                    raise error from None
-                time.sleep(min(pause, remaining))
-                if growing_backoff:
-                    pause = min(pause * 2, max(self._backoff_s, _MAX_BACKOFF_S))
-
     # -- leaving --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -404,7 +232,7 @@ class ConsumerMembership:
         try:
             ray.get(self._handle.consumer_group_heartbeat.remote(request), timeout=self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - the session timeout removes us anyway
-            logger.info("%s: leave failed: %s", self.group_id, _kafka_error(exc))
+            logger.info("%s: leave failed: %s", self.group_id, kafka_error(exc))
 
     def _simulate_crash(self) -> None:
         """Stop heartbeating without leaving (tests: a dead process)."""

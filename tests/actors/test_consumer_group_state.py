@@ -605,19 +605,7 @@ def test_the_last_consumer_member_leaving_downgrades_the_group_to_classic():
 
 def test_a_consumer_heartbeat_upgrades_a_classic_group_of_kafka_clients():
     c = Coordinator()
-    request = JoinGroupRequest(
-        G,
-        "",
-        None,
-        "java",
-        10_000,
-        10_000,
-        ("range",),
-        (T,),
-        metadata=(subscription(T),),
-        require_known_member_id=False,
-    )
-    c.take(c.shard.join_group(request))
+    classic_join(c)
     classic = c.shard.groups.get(G)
     (member_id,) = classic.members
     owned = (TopicPartition(T, 0), TopicPartition(T, 1), TopicPartition(T, 2), TopicPartition(T, 3))
@@ -641,19 +629,7 @@ def test_a_consumer_heartbeat_upgrades_a_classic_group_of_kafka_clients():
 
 def test_a_classic_group_that_cannot_be_read_is_not_upgraded():
     c = Coordinator(ConsumerGroupSettings(migration_policy="downgrade", assignment_interval_ms=0))
-    request = JoinGroupRequest(
-        G,
-        "",
-        None,
-        "java",
-        10_000,
-        10_000,
-        ("range",),
-        (T,),
-        metadata=(subscription(T),),
-        require_known_member_id=False,
-    )
-    c.take(c.shard.join_group(request))
+    classic_join(c)
     with pytest.raises(GroupIdNotFoundError, match="is not a consumer group"):
         c.join("m1")
     assert c.shard.groups.get(G) is not None  # unchanged

@@ -9,9 +9,6 @@ own with the Ray transport."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import pytest
 import ray
 
@@ -23,26 +20,19 @@ from tests.actors.test_replication import (  # noqa: F401 - collected here, on t
     test_leader_killed_new_leader_from_isr_and_old_one_rejoins,
 )
 from tests.gateway.test_failover import test_acknowledged_records_survive_a_leader_kill  # noqa: F401
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import SMALL_INTERNAL_TOPICS, own_cluster, wait_for
 
 
 @pytest.fixture(scope="module")
 def failover_cluster(ray_session):
     """A 3-broker cluster whose followers fetch by Ray calls (gateways on free ports)."""
-    import rayqueue
-
-    root = tempfile.mkdtemp(prefix="rayqueue-failover-ray-transport-")
-    handle = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace="rayqueue-failover-ray-transport",
+    with own_cluster(
+        "rayqueue-failover-ray-transport",
         rayqueue_replica_fetch_transport="ray",
         log_retention_check_interval_ms=1000,
         listeners="PLAINTEXT://127.0.0.1:0",
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield handle
-    handle.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    ) as handle:
+        yield handle
 
 
 def _hosts(cluster, topic: str) -> list[dict]:

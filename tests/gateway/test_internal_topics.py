@@ -21,11 +21,9 @@ import logging
 import re
 import shutil
 import tempfile
-import urllib.request
 
 import pytest
 import ray
-from prometheus_client.parser import text_string_to_metric_families
 
 import rayqueue
 from actors.group_coordinator import group_key, offset_key
@@ -37,7 +35,7 @@ from rayqueue.errors import InvalidTopicError
 from storage import Log, log_config
 from storage.records.builder import RecordBatchBuilder
 from tests.gateway.wire import Wire, build_request, parse_bootstrap
-from tests.helpers import wait_for
+from tests.helpers import scrape, wait_for
 
 NAMESPACE = "rayqueue-internal-topics-test"
 METADATA_V12, FIND_COORDINATOR = 3, 10
@@ -187,17 +185,11 @@ def _write_as_coordinator(cluster, topic: str, partition: int, records) -> None:
 
 def _skipped_metric(port: int) -> dict[str, float]:
     """This cluster's ``ray_rayqueue_internal_records_skipped_total`` by topic, as scraped."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
     found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name == "ray_rayqueue_internal_records_skipped_total"
-                and sample.labels.get("cluster") == NAMESPACE
-            ):
-                topic = sample.labels["topic"]
-                found[topic] = found.get(topic, 0) + sample.value
+    for sample in scrape(port).get("ray_rayqueue_internal_records_skipped_total", []):
+        if sample.labels.get("cluster") == NAMESPACE:
+            topic = sample.labels["topic"]
+            found[topic] = found.get(topic, 0) + sample.value
     return found
 
 

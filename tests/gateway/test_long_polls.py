@@ -14,23 +14,18 @@ health`` and the listener-up gauge report a broker whose process does not answer
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
-import tempfile
-import urllib.request
 
 import pytest
 import ray
-from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-import rayqueue
 from actors.names import broker_actor_name
 from rayqueue.cli import app
 from tests.gateway.test_fetch import FETCH, fetch_request, partitions_of
 from tests.gateway.wire import Wire, gateway_address, request_frame
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import metric_total, own_cluster, scrape, wait_for
 
 NAMESPACE = "rayqueue-long-polls-test"
 # Generous for a loaded 2-core machine: what is asserted is that things happen, not how fast.
@@ -43,17 +38,8 @@ LONG_WAIT_MS = 90_000
 
 @pytest.fixture(scope="module")
 def polled(ray_session):
-    root = tempfile.mkdtemp(prefix="rayqueue-long-polls-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=NAMESPACE,
-        rayqueue_num_brokers=1,
-        listeners="PLAINTEXT://127.0.0.1:0",
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield cluster
-    cluster.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    with own_cluster(NAMESPACE, rayqueue_num_brokers=1, listeners="PLAINTEXT://127.0.0.1:0") as cluster:
+        yield cluster
 
 
 def broker_stats() -> dict:
@@ -188,17 +174,7 @@ def test_max_wait_is_cut_to_the_broker_bound(polled):
 
 
 def _listener_up(metrics_export_port: int) -> float | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found = [
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "ray_rayqueue_broker_listener_up"
-        and s.labels.get("cluster") == NAMESPACE
-        and s.labels.get("broker") == "0"
-    ]
-    return sum(found) if found else None
+    return metric_total(scrape(metrics_export_port), NAMESPACE, "ray_rayqueue_broker_listener_up", broker="0")
 
 
 def test_health_reports_a_broker_whose_process_does_not_answer(polled, metrics_export_port):

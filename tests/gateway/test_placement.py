@@ -6,9 +6,6 @@ per broker, partitions spread by their stable hash and one host's death moves on
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import pytest
 import ray
 from typer.testing import CliRunner
@@ -109,21 +106,15 @@ def _read_committed_partition(bootstrap: str, topic: str, partition: int) -> lis
 @pytest.fixture(scope="module")
 def hosts_cluster(ray_session):
     """A 3-broker cluster of its own with two host actors per broker (``hosts``)."""
-    import rayqueue
-    from tests.helpers import SMALL_INTERNAL_TOPICS
+    from tests.helpers import own_cluster
 
-    root = tempfile.mkdtemp(prefix="rayqueue-hosts-")
-    handle = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace="rayqueue-hosts",
+    with own_cluster(
+        "rayqueue-hosts",
         rayqueue_broker_placement="hosts",
         rayqueue_broker_num_hosts=2,
         listeners="PLAINTEXT://127.0.0.1:0",
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield handle
-    handle.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    ) as handle:
+        yield handle
 
 
 def test_the_listener_calls_its_own_hosts_partitions_directly_and_reads_ahead_from_the_other(hosts_cluster):

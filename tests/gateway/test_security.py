@@ -22,7 +22,7 @@ import ray
 import rayqueue
 from actors import launch
 from actors.names import broker_actor_name
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import SMALL_INTERNAL_TOPICS, metric_total, scrape, wait_for
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
 from make_test_ca import make_test_pki  # noqa: E402
@@ -424,10 +424,8 @@ def test_broker_configs_hide_key_material_and_list_a_listeners_own_keys(secure):
 def test_authentications_are_counted_by_listener_and_mechanism(secure, request, metrics_export_port):
     """Kafka's successful-authentication-total / failed-authentication-total, scraped from the
     session Ray's Prometheus endpoint: SCRAM logins on EXTERNAL (one refused), a certificate on MTLS."""
-    import urllib.request
 
     from confluent_kafka.admin import AdminClient
-    from prometheus_client.parser import text_string_to_metric_families
 
     topic = new_topic(secure, request)
     assert confluent_round_trip(sasl_conf(secure), topic, 1)
@@ -437,16 +435,7 @@ def test_authentications_are_counted_by_listener_and_mechanism(secure, request, 
     wait_for(lambda: admin.poll(0.1) is not None and refused, 30, what="a refused login")
 
     def counted(name: str, **labels: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        return sum(
-            s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == name
-            and s.labels.get("cluster") == NAMESPACE
-            and all(s.labels.get(k) == v for k, v in labels.items())
-        )
+        return metric_total(scrape(metrics_export_port), NAMESPACE, name, **labels) or 0.0
 
     ok, failed = "ray_rayqueue_successful_authentication_total", "ray_rayqueue_failed_authentication_total"
     wait_for(

@@ -415,18 +415,19 @@ def kip848_cp(java_program) -> str:
     return java_program("client", "kafka")
 
 
+def kip848(cp: str, scenario: str, bootstrap: str, **options: str) -> dict:
+    """The events of one run of the KIP-848 program (``--scenario``, ``--bootstrap`` and
+    ``--name=value`` of each option)."""
+    flags = [f"--scenario={scenario}", f"--bootstrap={bootstrap}", *(f"--{k}={v}" for k, v in options.items())]
+    return events(run_java(cp, "Kip848", flags).stdout)
+
+
 def test_kip848_group_of_three_joins_and_leaves_while_records_flow(kip848_cp, bootstrap, new_topic, admin):
     """group.protocol=consumer: two members, a third joins, the first leaves, while a producer
     writes; every record read once, the committed offsets at the ends, the group described."""
     topic = new_topic(partitions=6)
     group = _unique("k848-group")
-    out = events(
-        run_java(
-            kip848_cp,
-            "Kip848",
-            ["--scenario=group", f"--bootstrap={bootstrap}", f"--group={group}", f"--topic={topic}"],
-        ).stdout
-    )
+    out = kip848(kip848_cp, "group", bootstrap, group=group, topic=topic)
     every = [f"{topic}:{p}" for p in range(6)]
     (three,) = out["three"]
     assert sorted(len(ps) for ps in three["assignments"].values()) == [2, 2, 2]
@@ -461,13 +462,7 @@ def test_kip848_regex_subscription_picks_up_a_topic_created_later(kip848_cp, boo
     prefix = _unique("k848-rx")
     admin.create_topic(f"{prefix}-a", 2, None)
     try:
-        out = events(
-            run_java(
-                kip848_cp,
-                "Kip848",
-                ["--scenario=regex", f"--bootstrap={bootstrap}", f"--group={prefix}-g", f"--prefix={prefix}"],
-            ).stdout
-        )
+        out = kip848(kip848_cp, "regex", bootstrap, group=f"{prefix}-g", prefix=prefix)
     finally:
         for name in (f"{prefix}-a", f"{prefix}-b"):
             if name in admin.list_topics():
@@ -484,13 +479,7 @@ def test_kip848_static_member_comes_back_without_a_reassignment(kip848_cp, boots
     partitions, nothing revoked from the others, no new group epoch."""
     topic = new_topic(partitions=6)
     group = _unique("k848-static")
-    out = events(
-        run_java(
-            kip848_cp,
-            "Kip848",
-            ["--scenario=static", f"--bootstrap={bootstrap}", f"--group={group}", f"--topic={topic}"],
-        ).stdout
-    )
+    out = kip848(kip848_cp, "static", bootstrap, group=group, topic=topic)
     (rejoined,) = out["rejoined"]
     assert rejoined["after"] == rejoined["before"]
     assert rejoined["events"]["0"] == [] and rejoined["events"]["2"] == []

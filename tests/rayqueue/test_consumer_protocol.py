@@ -13,14 +13,11 @@ go to the others.
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 import time
 
 import pytest
 import ray
 
-import rayqueue
 from actors.group_coordinator import consumer_records as cr
 from actors.names import OFFSETS_TOPIC, offsets_partition_for
 from actors.protocol import AppendOrigin, ProduceRequest
@@ -29,7 +26,7 @@ from actors.protocol_consumer_groups import ConsumerGroupHeartbeatRequest as HB
 from actors.types import TopicPartition
 from rayqueue.errors import FencedMemberEpochError
 from storage.records.builder import RecordBatchBuilder
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import own_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 _ids = itertools.count()
@@ -144,21 +141,16 @@ def test_the_classic_protocol_stays_the_default(cluster, new_topic):
 
 @pytest.fixture(scope="module")
 def own(ray_session):
-    root = tempfile.mkdtemp(prefix="kip848-own-")
-    handle = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=f"kip848-{int(time.time())}",
+    with own_cluster(
+        f"kip848-{int(time.time())}",
         rayqueue_num_brokers=1,
         group_consumer_heartbeat_interval_ms=500,
         group_consumer_min_heartbeat_interval_ms=500,
         group_consumer_session_timeout_ms=4000,
         group_consumer_min_session_timeout_ms=4000,
         group_consumer_assignment_interval_ms=0,
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield handle
-    handle.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    ) as handle:
+        yield handle
 
 
 def _hb(coordinator, group, member, epoch, owned=None, **fields):

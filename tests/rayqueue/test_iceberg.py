@@ -14,7 +14,7 @@ import pytest
 import rayqueue.iceberg as rqi
 from actors.types import TopicPartition
 from storage.errors import InvalidConfigError
-from tests.helpers import wait_for
+from tests.helpers import metric_total, read_committed_to_end, scrape, wait_for
 
 FAST = {"rayqueue_iceberg_target_lag_ms": 200}
 KV = {"rayqueue_iceberg_mode": "key_value", **FAST}
@@ -23,21 +23,7 @@ _txn_ids = itertools.count()
 
 def committed_records(cluster, topic: str, partitions: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of every record a read_committed consumer reads."""
-    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(tps)
-    out = []
-    try:
-        ends = consumer.end_offsets(tps)
-
-        def caught_up() -> bool:
-            out.extend(consumer.poll(200))
-            return all(consumer.position(tp) >= ends[tp] for tp in tps)
-
-        wait_for(caught_up, timeout=60, interval=0, what="the topic read to its end")
-    finally:
-        consumer.close()
+    out = read_committed_to_end(cluster, topic, partitions)
     return sorted((r.partition, r.offset, r.key, r.value) for r in out)
 
 
@@ -173,19 +159,7 @@ def test_the_lag_shows_in_status_the_console_and_the_metrics(cluster, admin, met
 
 def _scraped(port: int, name: str, topic: str) -> float | None:
     """The sum of ``name``'s samples for ``topic`` on the session Ray's metrics endpoint."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found = [
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and sample.labels.get("topic") == topic
-    ]
-    return sum(found) if found else None
+    return metric_total(scrape(port), None, name, topic=topic)
 
 
 def _lag_shows(cluster, topic: str) -> None:

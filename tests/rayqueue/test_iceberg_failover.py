@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import logging
 import random
-import shutil
-import tempfile
 import threading
 import time
 
 import pytest
 
-import rayqueue
 import rayqueue.iceberg as rqi
-from actors.types import TopicPartition
-from tests.helpers import SMALL_INTERNAL_TOPICS, kill_broker, wait_for
+from tests.helpers import kill_broker, own_cluster, read_committed_to_end, wait_for
 
 moto_server = pytest.importorskip("moto.server")
 BUCKET = "rayqueue-warehouse"
@@ -46,10 +42,8 @@ def s3_cluster(ray_session, s3):
     """Three brokers, a schema registry, Kafka listeners; Iceberg tables on S3, translated in
     steps of at most 16 KB (many commits: a kill lands mid-step)."""
     endpoint, _ = s3
-    root = tempfile.mkdtemp(prefix="rayqueue-iceberg-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace="iceberg-failover",
+    with own_cluster(
+        "iceberg-failover",
         listeners="PLAINTEXT://127.0.0.1:0",
         schema_registry_listeners="http://127.0.0.1:0",
         schema_registry_kafkastore_topic_replication_factor=1,
@@ -58,29 +52,12 @@ def s3_cluster(ray_session, s3):
         rayqueue_iceberg_s3_access_key_id="test",
         rayqueue_iceberg_s3_secret_access_key="test",
         rayqueue_iceberg_translation_max_bytes=16 * 1024,
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield cluster
-    cluster.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    ) as cluster:
+        yield cluster
 
 
 def committed(cluster, topic: str, partitions: int) -> list[tuple[int, int, bytes | None]]:
-    consumer = cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(tps)
-    out = []
-    try:
-        ends = consumer.end_offsets(tps)
-
-        def caught_up() -> bool:
-            out.extend(consumer.poll(200))
-            return all(consumer.position(tp) >= ends[tp] for tp in tps)
-
-        wait_for(caught_up, timeout=120, interval=0, what="the topic read to its end")
-    finally:
-        consumer.close()
+    out = read_committed_to_end(cluster, topic, partitions, timeout=120)
     return sorted((r.partition, r.offset, r.value) for r in out)
 
 

@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 
 import pytest
 import ray
-from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-import rayqueue
 from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.errors import NotLeaderOrFollowerError
 from storage.records.builder import RecordBatchBuilder
-from tests.helpers import SMALL_INTERNAL_TOPICS, consume_all, listener_host, wait_for
+from tests import helpers
+from tests.helpers import consume_all, listener_host, metric_total, own_cluster, wait_for
 
 NAMESPACE = "rayqueue-metrics-test"
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana" / "rayqueue.json"
@@ -49,27 +45,12 @@ def _endpoint(metrics_export_port):
 
 def scrape() -> dict[str, list]:
     """Every sample of the endpoint, by sample name (``_bucket``/``_count`` included)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{_port[0]}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
+    return helpers.scrape(_port[0])
 
 
 def total(samples: dict[str, list], name: str, **labels: str) -> float | None:
-    """The sum of ``name``'s samples of this cluster with ``labels`` (None: no such series).
-
-    Summed over what Ray adds (WorkerId, ...): a counter of one topic is recorded by its
-    leader's process, and after a leader change by another one.
-    """
-    found = [
-        s.value
-        for s in samples.get(name, [])
-        if s.labels.get("cluster") == NAMESPACE and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    return sum(found) if found else None
+    """The sum of ``name``'s samples of this cluster with ``labels`` (None: no such series)."""
+    return metric_total(samples, NAMESPACE, name, **labels)
 
 
 def wait_metric(name: str, want, what: str, **labels: str) -> dict[str, list]:
@@ -90,18 +71,13 @@ def wait_metric(name: str, want, what: str, **labels: str) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def metrics_cluster(ray_session):
-    root = tempfile.mkdtemp(prefix="rayqueue-metrics-")
-    cluster = rayqueue.launch(
-        log_dirs=root,
-        rayqueue_namespace=NAMESPACE,
+    with own_cluster(
+        NAMESPACE,
         log_retention_check_interval_ms=1000,
         rayqueue_group_lag_refresh_interval_ms=500,
         listeners="PLAINTEXT://127.0.0.1:0",
-        **SMALL_INTERNAL_TOPICS,
-    )
-    yield cluster
-    cluster.shutdown(delete_data=True)
-    shutil.rmtree(root, ignore_errors=True)
+    ) as cluster:
+        yield cluster
 
 
 def test_scraped_metrics_match_what_was_done(metrics_cluster):

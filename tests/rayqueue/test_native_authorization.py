@@ -14,11 +14,9 @@ one controller round trip), so waits for a grant to arrive there have a deadline
 from __future__ import annotations
 
 import itertools
-import urllib.request
 
 import pytest
 import ray
-from prometheus_client.parser import text_string_to_metric_families
 
 from actors.protocol import DeleteRecordsRequest, FetchRequest, ListOffsetsRequest
 from rayqueue import OffsetAndMetadata, TopicPartition
@@ -36,7 +34,7 @@ from rayqueue.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from tests.helpers import authorizer_cluster, wait_for
+from tests.helpers import authorizer_cluster, scrape, wait_for
 
 NAMESPACE = "rayqueue-native-acl-test"
 Op, Perm = AclOperation, AclPermissionType
@@ -460,15 +458,12 @@ def test_native_refusals_are_counted(secured, root, metrics_export_port):
         admin.delete_records({TopicPartition(topic, 0): 0})  # by the leader, on broker 0
 
     def counted() -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_export_port}/metrics", timeout=10) as response:
-            text = response.read().decode()
         found: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if s.name == "ray_rayqueue_authorization_denied_total" and s.labels.get("cluster") == NAMESPACE:
-                    if s.labels.get("path") == "actor" and s.labels.get("resource_type") == "TOPIC":
-                        key = f"{s.labels['broker']}:{s.labels['request']}"
-                        found[key] = found.get(key, 0) + s.value
+        for s in scrape(metrics_export_port).get("ray_rayqueue_authorization_denied_total", []):
+            if s.labels.get("cluster") == NAMESPACE:
+                if s.labels.get("path") == "actor" and s.labels.get("resource_type") == "TOPIC":
+                    key = f"{s.labels['broker']}:{s.labels['request']}"
+                    found[key] = found.get(key, 0) + s.value
         return found
 
     wait_for(

@@ -11,18 +11,14 @@ Ray's agent exports every few seconds, so every check waits on a condition with 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 
 import pytest
 import ray
-from prometheus_client.parser import text_string_to_metric_families
 
-import rayqueue
 from actors.schema_registry.actor import start_schema_registry
-from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
+from tests.helpers import metric_total, own_cluster, scrape, wait_for
 
 NAMESPACE = "rayqueue-schema-registry-metrics-test"
 SCRAPE_DEADLINE_S = 90.0
@@ -38,11 +34,7 @@ def avro(*fields: str) -> str:
 @pytest.fixture(scope="module")
 def registry_url(ray_session):
     """A cluster whose ``_schemas`` holds two unreadable records before its registry starts."""
-    root = tempfile.mkdtemp(prefix="rayqueue-sr-metrics-")
-    cluster = rayqueue.launch(
-        log_dirs=root, rayqueue_namespace=NAMESPACE, rayqueue_num_brokers=1, **SMALL_INTERNAL_TOPICS
-    )
-    try:
+    with own_cluster(NAMESPACE, rayqueue_num_brokers=1) as cluster:
         cluster.admin().create_topic("_schemas", 1, 1, configs={"cleanup.policy": "compact"})
         producer = cluster.producer()
         producer.send("_schemas", b"\x00\x01", key=b"not json")
@@ -52,9 +44,6 @@ def registry_url(ray_session):
         config = {**dict(cluster.config), "schema.registry.listeners": "http://127.0.0.1:0"}
         handle = start_schema_registry(NAMESPACE, config, ray.get_runtime_context().get_node_id(), 120)
         yield ray.get(handle.urls.remote(), timeout=30)[0]
-    finally:
-        cluster.shutdown(delete_data=True)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def call(url: str, method: str, path: str, body: dict | None = None) -> int:
@@ -68,25 +57,9 @@ def call(url: str, method: str, path: str, body: dict | None = None) -> int:
         return refused.code
 
 
-def scrape(port: int) -> dict[str, list]:
-    """Every sample of the endpoint, by sample name."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
 def value(samples: dict[str, list], name: str, **labels: str) -> float | None:
     """The sum of ``name``'s samples of this cluster with ``labels`` (None: no such series)."""
-    found = [
-        s.value
-        for s in samples.get(name, [])
-        if s.labels.get("cluster") == NAMESPACE and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    return sum(found) if found else None
+    return metric_total(samples, NAMESPACE, name, **labels)
 
 
 def test_requests_holdings_and_skipped_records_reach_prometheus(registry_url, metrics_export_port):
