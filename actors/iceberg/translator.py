@@ -97,7 +97,8 @@ class TranslationStats:
     commits: int = 0
     conflicts: int = 0  # commits that lost to another leader of this partition and were dropped
     last_commit_wall_ms: int | None = None
-    error: str | None = None
+    failed_steps: int = 0  # steps that failed (catalog or storage unreachable, ...) and were tried again
+    error: str | None = None  # the last failed step's error, until a step succeeds
 
     def as_dict(self) -> dict[str, Any]:
         """The stats as a plain dict."""
@@ -211,6 +212,7 @@ class PartitionTranslator:
             logger.info("Iceberg %s-%d: %s; this translator stops", self.topic, self.partition, exc)
             return
         self._failures += 1
+        self.stats.failed_steps += 1
         delay = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self._failures - 1))
         self._retry_at = self._clock.monotonic() + delay
         self.stats.error = f"{type(exc).__name__}: {exc}"[:500]
