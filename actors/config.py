@@ -72,7 +72,12 @@ _LISTENER_KEY_NAMES = (
     "connections.max.reauth.ms",
     "rayqueue.sasl.plain.users.file",
     "rayqueue.authentication.timeout.ms",
+    "sasl.jaas.config",
 )
+# The SASL mechanisms a listener's JAAS configuration may be given for, as Kafka writes the
+# key: ``listener.name.<listener>.<mechanism>.sasl.jaas.config``.
+_JAAS_MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
+JAAS_KEY = "sasl.jaas.config"
 
 
 class _BrokerConfigDef(ConfigDef):
@@ -89,6 +94,9 @@ class _BrokerConfigDef(ConfigDef):
         listener, _, base = key[len(LISTENER_PREFIX) :].partition(".")
         if not listener or not base:
             raise InvalidConfigError(f"{key!r}: a per-listener key is listener.name.<listener>.<key>")
+        mechanism, _, rest = base.partition(".")
+        if mechanism.lower() in _JAAS_MECHANISMS and rest == JAAS_KEY:
+            return listener.lower(), f"{mechanism.lower()}.{JAAS_KEY}"
         base = super().canonical(base)
         if base not in self.listener_keys():
             raise InvalidConfigError(f"{key!r}: {base} cannot be set per listener (only ssl.*, sasl.* and auth keys)")
@@ -110,7 +118,8 @@ class _BrokerConfigDef(ConfigDef):
         for key, value in per_listener.items():
             listener, base = self.split_listener_key(key)
             try:
-                out[f"{LISTENER_PREFIX}{listener}.{base}"] = self.keys[base].convert(value)
+                key_def = self.keys[JAAS_KEY if base.endswith(JAAS_KEY) else base]
+                out[f"{LISTENER_PREFIX}{listener}.{base}"] = key_def.convert(value)
             except InvalidConfigError as exc:
                 raise InvalidConfigError(f"{key}: {exc.args[0] if exc.args else exc}") from None
         return Config(out, self)
@@ -291,6 +300,45 @@ BROKER_CONFIG = _BrokerConfigDef(
             "list",
             ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"),
             "Each listener name's security protocol (NAME:PROTOCOL; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+        ),
+        # Replication between brokers (actors/broker/inter_broker.py): followers fetch over
+        # Kafka's protocol through the inter-broker listener, authenticated as its clients are.
+        ConfigKey(
+            "inter.broker.listener.name",
+            "string",
+            "",
+            "The listener brokers replicate over (its TLS and SASL settings); empty: the listener named as"
+            " security.inter.broker.protocol, else the first listener.",
+        ),
+        ConfigKey(
+            "security.inter.broker.protocol",
+            "string",
+            "PLAINTEXT",
+            "The inter-broker listener's name when inter.broker.listener.name is empty.",
+            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        ),
+        ConfigKey(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "The SASL mechanism brokers log in to a SASL inter-broker listener with (PLAIN, SCRAM-SHA-256 or"
+            " SCRAM-SHA-512 here; Kafka's default GSSAPI is not served).",
+        ),
+        ConfigKey(
+            "sasl.jaas.config",
+            "password",
+            "",
+            "The broker's own SASL login for the inter-broker listener, as Kafka writes it"
+            ' (org.apache.kafka.common.security.plain.PlainLoginModule required username="..." password="...";),'
+            " usually per listener and mechanism: listener.name.<listener>.<mechanism>.sasl.jaas.config.",
+        ),
+        ConfigKey(
+            "rayqueue.replica.fetch.transport",
+            "string",
+            "kafka",
+            "How followers fetch from their leaders: kafka (Kafka's Fetch over the inter-broker listener,"
+            " a TCP connection per leader host) or ray (Ray calls between the host actors).",
+            choices=("kafka", "ray"),
         ),
         # TLS of the SSL and SASL_SSL listeners (actors/gateway/ssl_factory.py): PEM material
         # only (KIP-651), as Python's ssl reads it. Kafka's default store type is JKS, a Java

@@ -8,10 +8,10 @@ calls at once. What differs by role is written here once:
   for ever (each rebuilds its state from its log) and placed on the launching node when
   it can be (soft affinity);
 - a host (an actor holding some or all of one broker's partition replicas, as
-  ``rayqueue.broker.placement`` says) is never restarted by Ray (the controller starts it
-  again and reopens its replicas, as followers, once it has moved leadership away) and runs
-  on its broker's node only (hard affinity: its disk is there);
-- a gateway is restarted by Ray and runs on its broker's node only (it listens there).
+  ``rayqueue.broker.placement`` says, and, for one host per broker, serving the broker's
+  Kafka listener) is never restarted by Ray (the controller starts it again and reopens its
+  replicas, as followers, once it has moved leadership away) and runs on its broker's node
+  only (hard affinity: its disk is there, and its listener's address).
 
 Lookups, kills and the live nodes go through here as well. The actor classes are passed in
 (this module imports none of them), so every actor module may use it.
@@ -51,7 +51,6 @@ class Role:
 
 CLUSTER_ACTOR = Role(max_restarts=-1, soft_placement=True)
 BROKER = Role(max_restarts=0, soft_placement=False, max_concurrency=BROKER_MAX_CONCURRENCY)
-GATEWAY = Role(max_restarts=-1, soft_placement=False)
 
 
 def actor_options(role: Role, name: str, namespace: str, node_id: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Every name the cluster's parts find each other by, in one light module (no Ray import).
 
 Actor names (unique within the cluster's Ray namespace), the internal topics, and the
-functions that map a key to an internal topic's partition. Clients, the gateway, the CLI
+functions that map a key to an internal topic's partition. Clients, the listeners, the CLI
 and the actors import these from here rather than from the heavy modules that define the
 actors.
 """
@@ -37,11 +37,6 @@ def host_broker_id(name: str) -> int | None:
     kind, _, rest = name.partition("|")
     broker = rest.partition("|")[0]
     return int(broker) if kind == "broker" and broker.isdigit() else None
-
-
-def gateway_actor_name(broker_id: int) -> str:
-    """The Ray actor name of a broker's Kafka-protocol gateway."""
-    return f"gateway|{broker_id}"
 
 
 # -- internal topics -----------------------------------------------------------------------

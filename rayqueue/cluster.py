@@ -19,11 +19,14 @@ from typing import Any
 import ray
 
 from actors import launch as actor_launch
+from actors.broker.inter_broker import cluster_settings
+from actors.broker.listening import start_listeners, stop_listeners
 from actors.config import broker_config, load_toml
 from actors.controller import Controller
-from actors.gateway.actor import bootstrap_servers, start_gateways, stop_gateways
+from actors.gateway.listener import bootstrap_servers
+from actors.gateway.security import check_listener_security
 from actors.group_coordinator import GroupCoordinator
-from actors.listeners import parse_listeners
+from actors.listeners import listener_protocols, parse_listeners
 from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, SCHEMA_REGISTRY_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.schema_registry.actor import start_schema_registry, stop_schema_registry
 from actors.transaction_coordinator import TransactionCoordinator
@@ -99,7 +102,7 @@ class Cluster(ClusterHandle):
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port,...`` of the brokers' Kafka protocol gateways, for Kafka clients'
+        """``host:port,...`` of the brokers' Kafka listeners, for Kafka clients'
         ``bootstrap.servers`` (empty when the cluster was launched without ``listeners``)."""
         return bootstrap_servers(self.metadata([]))
 
@@ -133,13 +136,13 @@ class Cluster(ClusterHandle):
 
     def shutdown(self, delete_data: bool = False) -> None:
         """Stop every replica cleanly and the controller; stop an embedded Ray started by launch."""
-        # The gateways first (no more client requests), then the coordinators, so that they
+        # The listeners first (no more client requests), then the coordinators, so that they
         # write nothing more to their internal topics (markers, offsets) while the replicas close.
         stop_schema_registry(self.namespace)
         try:
-            stop_gateways(self.namespace, [b.broker_id for b in self.metadata([]).brokers])
+            stop_listeners(self.namespace, self.config, [b.broker_id for b in self.metadata([]).brokers])
         except Exception:  # noqa: BLE001 - a controller gone already: nothing to look up
-            logger.warning("could not stop the gateways", exc_info=True)
+            logger.warning("could not stop the listeners", exc_info=True)
         if self.transaction_coordinator is not None:
             try:
                 # Its background completions stop before the kill (the next load resumes them).
@@ -206,8 +209,8 @@ def launch(
     keyword overrides use Kafka's keys in Python form (``log_dirs=...``,
     ``rayqueue_num_brokers=3``). Topics listed under ``[topics.<name>]`` in the TOML are
     created (unless ``create_topics`` is false). With ``listeners`` (e.g.
-    ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker gets a Kafka protocol
-    gateway; ``cluster.bootstrap_servers`` names them. With ``schema.registry.listeners``
+    ``listeners="PLAINTEXT://127.0.0.1:0"``: free ports) every broker serves Kafka's protocol
+    there, in its own process; ``cluster.bootstrap_servers`` names them. With ``schema.registry.listeners``
     (e.g. ``schema_registry_listeners="http://127.0.0.1:0"``) the cluster serves a schema
     registry there; ``cluster.schema_registry_url`` names it. Raises InvalidConfigError if a
     cluster already runs in the namespace.
@@ -221,10 +224,15 @@ def launch(
     """
     values = _load_config(config, overrides)
     cfg = broker_config(values)
+    cluster_settings(cfg)  # an inter-broker listener that cannot work fails the launch, with its reason
     owns_ray = ensure_ray(address, num_cpus, metrics_export_port, metrics_on_loopback(cfg["listeners"], metrics_host))
     namespace = cfg["rayqueue.namespace"]
     if actor_launch.find_actor(CONTROLLER_NAME, namespace) is not None:
         raise InvalidConfigError(f"a rayqueue cluster already runs in namespace {namespace!r}; use rayqueue.connect()")
+    if cfg["listeners"]:
+        # A key file that cannot be read or a SASL setting no client could use fails the launch
+        # here, with its reason, before any broker starts.
+        check_listener_security(cfg, listener_protocols(cfg["listeners"], cfg["listener.security.protocol.map"]))
     Path(cfg["log.dirs"]).mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     controller = _start_singleton(Controller, CONTROLLER_NAME, namespace, cfg, here)
@@ -232,16 +240,22 @@ def launch(
     # The driver's node first, so that one-node clusters and broker 0 stay local.
     nodes.remove(here)
     nodes.insert(0, here)
-    ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
+    # Every broker's hosts start here; the one serving its Kafka listener (if ``listeners``
+    # is set) listens and registers by itself.
+    meta = ray.get(controller.register_brokers.remote(nodes), timeout=timeout_s)
     coordinator = _start_singleton(GroupCoordinator, GROUP_COORDINATOR_NAME, namespace, cfg, here)
     txn_coordinator = _start_singleton(TransactionCoordinator, TRANSACTION_COORDINATOR_NAME, namespace, cfg, here)
     # Each loads its internal topic, creating it on a new cluster, so that the first group or
     # transaction finds it created and led rather than waiting for it. Together, and while
-    # the gateways start: opening the topics' replicas and electing their leaders is much of a launch.
+    # the listeners start: opening the topics' replicas and electing their leaders is much of a launch.
     loads = [coordinator.start.remote(), txn_coordinator.start.remote()]
     cluster = Cluster(namespace, controller, cfg, owns_ray, coordinator, txn_coordinator)
     if cfg["listeners"]:  # Kafka's own clients reach the brokers through these
-        start_gateways(namespace, dict(cfg), cluster.metadata([]), timeout_s)
+        try:
+            start_listeners(namespace, cfg, [b.broker_id for b in meta.brokers if b.alive], timeout_s)
+        except BaseException:
+            cluster.shutdown()
+            raise
     ray.get(loads, timeout=timeout_s)
     if cfg["schema.registry.listeners"]:  # Confluent's REST API, state in _schemas
         start_schema_registry(namespace, dict(cfg), here, timeout_s)

@@ -12,16 +12,34 @@ and the paced producer import this module in child processes.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import random
 import re
 import struct
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 STALL_S = 600.0  # a client that has not finished by then is stuck: fail, do not hang
+
+
+@contextmanager
+def steady_heap() -> Iterator[None]:
+    """Measure a client in a process whose heap holds the whole benchmark (Ray's driver, the
+    clusters' handles, earlier workloads' leftovers) as if it ran in a process of its own:
+    garbage collected first, then every object there is frozen (``gc.freeze``), so that the
+    collector's full passes during the workload walk what the workload allocates, not the
+    harness. Without it a full collection of the harness's heap (about 100 ms here) lands
+    inside whichever timed workload trips it, the same one run after run."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def payload(size: int, seed: int = 0) -> bytes:
@@ -422,11 +440,27 @@ def e2e_latencies(
     records sent at a fixed ``rate`` for ``seconds`` by a producer in another process
     (confluent-kafka both; the first ``warmup_s`` seconds' records are left out). The topic
     must be new (the consumer reads partition 0 from offset 0)."""
+    samples = e2e_samples(bootstrap, topic, rate, seconds, size, producer_config, consumer_config)
+    skip = int(rate * warmup_s)
+    return [latency for _, latency in samples[skip:]]
+
+
+def e2e_samples(
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    seconds: float,
+    size: int,
+    producer_config: Mapping[str, Any] | None = None,
+    consumer_config: Mapping[str, Any] | None = None,
+) -> list[tuple[float, float]]:
+    """Every record of an end-to-end run (see ``e2e_latencies``) as (seconds from the first
+    record's ``produce()`` to its own, seconds from its ``produce()`` to ``consume()``), in
+    the order they arrived, warm-up included."""
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as CkTP
 
     count = int(rate * seconds)
-    skip = int(rate * warmup_s)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-e2e"), **(consumer_config or {})})
     consumer.assign([CkTP(topic, 0, 0)])
     consumer.consume(1, 1.0)  # connected and fetching before the producer starts
@@ -435,24 +469,20 @@ def e2e_latencies(
         target=paced_producer, args=(bootstrap, topic, rate, count, size, dict(producer_config or {})), daemon=True
     )
     producer.start()
-    out: list[float] = []
-    seen = 0
+    stamps: list[tuple[int, int]] = []  # (produced, consumed) CLOCK_MONOTONIC ns
     deadline = time.monotonic() + seconds + 180
     try:
-        while seen < count:
+        while len(stamps) < count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"end-to-end: {seen} of {count} records arrived")
+                raise TimeoutError(f"end-to-end: {len(stamps)} of {count} records arrived")
             if producer.exitcode not in (None, 0):
-                raise RuntimeError(f"paced producer exited with {producer.exitcode} after {seen} of {count} records")
+                raise RuntimeError(f"paced producer exited with {producer.exitcode} after {len(stamps)} of {count}")
             # poll(), not consume(n): consume waits for n records or its timeout, which
             # would hold records back.
             m = consumer.poll(0.1)
             if m is None or m.error() is not None:
                 continue
-            now = time.monotonic_ns()
-            if seen >= skip:
-                out.append((now - _STAMP.unpack_from(m.value())[0]) / 1e9)
-            seen += 1
+            stamps.append((_STAMP.unpack_from(m.value())[0], time.monotonic_ns()))
         producer.join(60)
         if producer.exitcode != 0:
             raise RuntimeError(f"paced producer exited with {producer.exitcode}")
@@ -460,7 +490,8 @@ def e2e_latencies(
         if producer.is_alive():
             producer.kill()
         consumer.close()
-    return out
+    first = min(sent for sent, _ in stamps)
+    return [((sent - first) / 1e9, (got - sent) / 1e9) for sent, got in stamps]
 
 
 # -- Kafka's Java client through its perf tools ---------------------------------------------------

@@ -37,7 +37,7 @@ from kio.serial import entity_reader, entity_writer  # noqa: E402
 
 import rayqueue  # noqa: E402
 from actors.gateway.codec import build, nested  # noqa: E402
-from actors.names import gateway_actor_name  # noqa: E402
+from actors.names import broker_actor_name  # noqa: E402
 
 
 class _Chunks(list):
@@ -180,8 +180,8 @@ def main() -> None:
     cluster = rayqueue.launch(log_dirs=root, listeners="PLAINTEXT://127.0.0.1:0", rayqueue_num_brokers=1)
     try:
         cluster.admin().create_topic("stall", 1, 1)
-        gateway = ray.get_actor(gateway_actor_name(0), namespace=cluster.namespace)
-        stats = ray.get(gateway.stats.remote())
+        gateway = ray.get_actor(broker_actor_name(0), namespace=cluster.namespace)  # serves broker 0's listener
+        stats = ray.get(gateway.listener_stats.remote())
         address = tuple(stats["address"])
         print(f"gateway pid {stats['pid']} at {address[0]}:{address[1]}", flush=True)
         prober = Prober(address, "stall")
@@ -209,7 +209,7 @@ def main() -> None:
             args.rounds,
         )
         measure(address, "stall", f"Metadata v12, {args.topics} topics", metadata(names), args.rounds)
-        after = ray.get(gateway.stats.remote())
+        after = ray.get(gateway.listener_stats.remote())
         assert after["pid"] == stats["pid"], "the gateway process changed"
     finally:
         cluster.shutdown(delete_data=True)

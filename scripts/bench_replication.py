@@ -11,7 +11,13 @@ One producer, one partition, 100-byte values, on the embedded 3-broker cluster:
   sends with acks=all; the time from the kill to the first record acknowledged by the
   new leader, over a few kills.
 
-Run: ``.venv/bin/python scripts/bench_replication.py [--records N] [--kills K]``.
+Each figure is taken for each replication transport (``rayqueue.replica.fetch.transport``:
+``kafka``, Kafka's Fetch over the inter-broker listener, and ``ray``, Ray calls between the
+host actors), one cluster each, both up for the whole run and measured alternately (the
+order turns every round), so the two are compared in the same minutes; the last lines give
+the ratios kafka/ray.
+
+Run: ``.venv/bin/python scripts/bench_replication.py [--records N] [--kills K] [--transports kafka,ray]``.
 """
 
 from __future__ import annotations
@@ -101,13 +107,12 @@ def _dead(handle) -> bool:
         return True
 
 
-def failover_times(cluster, admin, kills: int) -> list[float]:
+def failover_times(cluster, admin, kills: int, name: str = "bench-failover") -> list[float]:
     """Seconds from a leader's kill to the first acks=all record that the new leader acknowledged.
 
     ``ray.kill`` takes effect a moment after the call, so the old leader may still answer a
     send or two: only sends issued after its death is confirmed count.
     """
-    name = "bench-failover"
     admin.create_topic(name, 1, 3)
     tp = TopicPartition(name, 0)
     producer = cluster.producer(acks="all", linger_ms=0, retry_backoff_ms=10)
@@ -149,6 +154,15 @@ def failover_times(cluster, admin, kills: int) -> list[float]:
     return times
 
 
+CASES = [("RF=1 acks=1 (baseline)", 1, "1"), ("RF=3 acks=1", 3, "1"), ("RF=3 acks=all", 3, "all")]
+LATENCY_CASES = [("RF=1 acks=1 (baseline)", 1, "1"), ("RF=3 acks=all, min ISR 2", 3, "all")]
+
+
+def turns(items: list, r: int) -> list:
+    """``items`` in round ``r``'s order: as given in even rounds, reversed in odd ones."""
+    return items if r % 2 == 0 else list(reversed(items))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -156,47 +170,83 @@ def main() -> None:
     )
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--latency-records", type=int, default=2000, help="sends per latency run")
+    parser.add_argument("--transports", default="kafka,ray", help="replication transports to compare")
     args = parser.parse_args()
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     root = tempfile.mkdtemp(prefix="rayqueue-bench-replication-")
     start_ray()
-    cluster = rayqueue.launch(log_dirs=root)
-    admin = cluster.admin()
-    try:
-        print(f"{'case':<28}{'bulk rec/s':>14}{'ratio':>8}{'send rec/s':>14}{'ratio':>8}")
-        base: dict[bool, float] = {}
-        for label, rf, acks in [
-            ("RF=1 acks=1 (baseline)", 1, "1"),
-            ("RF=3 acks=1", 3, "1"),
-            ("RF=3 acks=all", 3, "all"),
-        ]:
-            row = {}
-            for bulk in (True, False):
-                n = args.records if bulk else args.records // 10
-                tag = "bulk" if bulk else "send"
-                row[bulk] = throughput(cluster, admin, f"bench-{rf}-{acks}-{tag}", rf, acks, n, bulk)
-            if not base:
-                base = dict(row)
-            print(
-                f"{label:<28}{row[True]:>14,.0f}{row[True] / base[True]:>8.2f}"
-                f"{row[False]:>14,.0f}{row[False] / base[False]:>8.2f}"
-            )
-        cases = [("RF=1 acks=1 (baseline)", 1, "1"), ("RF=3 acks=all, min ISR 2", 3, "all")]
-        latency: dict[str, list[float]] = {label: [] for label, _, _ in cases}
-        for r in range(2):  # alternated, so a noisy moment on the machine hits both alike
-            for label, rf, acks in cases:
-                latency[label] += send_latencies(cluster, admin, f"bench-lat-{rf}-{r}", rf, acks, args.latency_records)
-        base_p50 = _percentile(latency["RF=1 acks=1 (baseline)"], 0.5)
-        print(f"{'one send().get() at a time':<28}{'p50 ms':>10}{'p99 ms':>10}{'p50 ratio':>11}")
-        for label, times in latency.items():
-            p50 = _percentile(times, 0.5)
-            print(f"{label:<28}{p50 * 1000:>10.2f}{_percentile(times, 0.99) * 1000:>10.2f}{p50 / base_p50:>10.2f}x")
-        times = failover_times(cluster, admin, args.kills)
-        print(
-            f"failover (leader killed -> first acks=all produce on the new leader), {len(times)} kills: "
-            f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    clusters = {
+        t: rayqueue.launch(
+            log_dirs=os.path.join(root, t),
+            rayqueue_namespace=f"bench-replication-{t}",
+            rayqueue_replica_fetch_transport=t,
         )
+        for t in transports
+    }
+    admins = {t: c.admin() for t, c in clusters.items()}
+    try:
+        rates: dict[str, dict[str, dict[bool, float]]] = {t: {} for t in transports}
+        for i, (label, rf, acks) in enumerate(CASES):
+            for t in turns(transports, i):
+                for bulk in (True, False):
+                    n = args.records if bulk else args.records // 10
+                    tag = "bulk" if bulk else "send"
+                    rates[t].setdefault(label, {})[bulk] = throughput(
+                        clusters[t], admins[t], f"bench-{rf}-{acks}-{tag}", rf, acks, n, bulk
+                    )
+        latency: dict[str, dict[str, list[float]]] = {
+            t: {label: [] for label, _, _ in LATENCY_CASES} for t in transports
+        }
+        for r in range(2):  # alternated, so a noisy moment on the machine hits all alike
+            for t in turns(transports, r):
+                for label, rf, acks in LATENCY_CASES:
+                    latency[t][label] += send_latencies(
+                        clusters[t], admins[t], f"bench-lat-{rf}-{r}", rf, acks, args.latency_records
+                    )
+        failover: dict[str, list[float]] = {t: [] for t in transports}
+        for k in range(args.kills):
+            for t in turns(transports, k):
+                failover[t] += failover_times(clusters[t], admins[t], 1, f"bench-failover-{k}")
+        summary: dict[str, dict[str, float]] = {}
+        for t in transports:
+            print(f"\n== transport {t} ==")
+            print(f"{'case':<28}{'bulk rec/s':>14}{'ratio':>8}{'send rec/s':>14}{'ratio':>8}")
+            base = rates[t][CASES[0][0]]
+            for label, _, _ in CASES:
+                row = rates[t][label]
+                print(
+                    f"{label:<28}{row[True]:>14,.0f}{row[True] / base[True]:>8.2f}"
+                    f"{row[False]:>14,.0f}{row[False] / base[False]:>8.2f}"
+                )
+            base_p50 = _percentile(latency[t][LATENCY_CASES[0][0]], 0.5)
+            print(f"{'one send().get() at a time':<28}{'p50 ms':>10}{'p99 ms':>10}{'p50 ratio':>11}")
+            for label, times in latency[t].items():
+                p50 = _percentile(times, 0.5)
+                print(f"{label:<28}{p50 * 1000:>10.2f}{_percentile(times, 0.99) * 1000:>10.2f}{p50 / base_p50:>10.2f}x")
+            times = failover[t]
+            print(
+                f"failover (leader killed -> first acks=all produce on the new leader), {len(times)} kills: "
+                f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+            )
+            acks_all = latency[t][LATENCY_CASES[1][0]]
+            summary[t] = {
+                "bulk_all_ratio": rates[t]["RF=3 acks=all"][True] / base[True],
+                "send_all_ratio": rates[t]["RF=3 acks=all"][False] / base[False],
+                "p50_all_ms": _percentile(acks_all, 0.5) * 1000,
+                "p99_all_ms": _percentile(acks_all, 0.99) * 1000,
+                "p50_ratio": _percentile(acks_all, 0.5) / base_p50,
+                "failover_ms": statistics.median(times) * 1000,
+            }
+        if len(transports) == 2:
+            a, b = transports
+            print(f"\n{a} vs {b} (same run):")
+            for key, value in summary[a].items():
+                print(f"  {key:<16}{value:>10.2f} vs {summary[b][key]:>10.2f}  ({value / summary[b][key]:.2f}x)")
+        print(f"load average at end: {os.getloadavg()}")
     finally:
-        cluster.shutdown(delete_data=True)
+        for cluster in clusters.values():
+            cluster.shutdown(delete_data=True)
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,8 +1,8 @@
 """Apache Kafka beside rayqueue: the same workloads against both in one run, alternating.
 
 Kafka is the real broker (``kafka_peer.py``: Kafka's jars pinned in tests/jvm/pins.toml, KRaft,
-on free loopback ports, near its defaults); rayqueue is launched in an embedded Ray with a Kafka
-protocol gateway per broker (3 brokers, its default). Two phases, each with a Kafka of its own
+on free loopback ports, near its defaults); rayqueue is launched in an embedded Ray, each broker
+serving its Kafka listener (3 brokers, its default). Two phases, each with a Kafka of its own
 and a rayqueue launched to match it:
 
 - three brokers, replication factor 3, acks=all (internal topics RF 3, min ISR 2 on both):
@@ -17,7 +17,10 @@ and a rayqueue launched to match it:
      ``send_many()``) and Consumer against Kafka's Java client on Kafka; 4. a group of three
      confluent-kafka consumers on 6 partitions; 6. end-to-end latency at 10,000 records/s;
   8. a 1M-record topic into Spark: Spark's Kafka connector (spark-sql-kafka on ``spark.jars``)
-     reading it from Kafka and from rayqueue, and ``rayqueue.spark.read`` (RayDP).
+     reading it from Kafka and from rayqueue, and ``rayqueue.spark.read`` (RayDP);
+  9. ``linger0``: end-to-end latency with the producer at ``linger.ms=0`` (10,000 records/s
+     for 30 s, p50/p99 per 5 s window); 10. ``cpu``: the broker's CPU per produce request at
+     about 200 and 2,000 requests/s (both in ``bench_broker_load.py``).
 
 Every client runs on its defaults but for acks and lz4 (and what a workload cannot do without,
 named where it is set). Values are kafka-producer-perf-test's: random letters, the same value
@@ -54,6 +57,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import bench_broker_load as load  # noqa: E402
 import bench_clients as bc  # noqa: E402
 import kafka_peer  # noqa: E402
 import psutil  # noqa: E402
@@ -79,6 +83,10 @@ class Scale:
     txn_partitions: int = 3
     e2e_rate: int = 10_000
     e2e_seconds: float = 15.0
+    linger0_seconds: float = 30.0
+    linger0_window_s: float = 5.0
+    cpu_rates: tuple[int, ...] = (200, 2000)
+    cpu_seconds: float = 10.0
     memory_partitions: tuple[int, ...] = (0, 10, 100, 300)
     settle_s: float = 5.0
     spark_records: int = 1_000_000
@@ -96,12 +104,15 @@ QUICK = Scale(
     big_txns=2,
     small_txns=30,
     e2e_seconds=4.0,
+    linger0_seconds=6.0,
+    linger0_window_s=2.0,
+    cpu_seconds=3.0,
     memory_partitions=(0, 10),
     settle_s=2.0,
     spark_records=100_000,
 )
 
-WORKLOADS = ("memory", "throughput", "transactions", "latency", "group", "spark")
+WORKLOADS = ("memory", "throughput", "transactions", "latency", "group", "spark", "linger0", "cpu")
 
 
 # -- figures ---------------------------------------------------------------------------------------
@@ -169,7 +180,8 @@ class Figures:
         tuple for several names); a failure is recorded on each figure and the run goes on."""
         names = [names] if isinstance(names, str) else list(names)
         try:
-            got = fn()
+            with bc.steady_heap():  # the harness's heap is no workload's cost (bench_clients.steady_heap)
+                got = fn()
         except Exception as exc:  # noqa: BLE001 - one failed measurement must not lose the run
             message = f"{side}: {type(exc).__name__}: {exc}"[:2000]
             print(f"  ! {', '.join(names)} on {side} failed: {message}", flush=True)
@@ -236,6 +248,39 @@ def print_table(figures: Figures) -> None:
             print(f"{'':<34} skipped: {fig.skipped}")
         for error in fig.errors[:2]:
             print(f"{'':<34} error: {error[:200]}")
+
+
+def print_windows(figures: Figures) -> None:
+    """The linger.ms=0 run's windows: each side's p50/p99 per window, round by round, the
+    ratios, and whether a window's p50 passed twice the first window's."""
+    fig = figures.by_name.get("e2e.linger0.p50")
+    windows = fig.params.get("windows", {}) if fig else {}
+    if not windows:
+        return
+    print("\nlinger.ms=0, end to end per window (p50 / p99 ms; ratio rayqueue/Kafka)")
+    for r in range(max(len(v) for v in windows.values())):
+        got = {side: runs[r] for side, runs in windows.items() if r < len(runs)}
+        ratios = {start: (a, b) for start, a, b in load.window_ratios(got.get(KAFKA, []), got.get(RAYQUEUE, []))}
+        starts = sorted({w["start_s"] for runs in got.values() for w in runs})
+        for start in starts:
+            cells = []
+            for side in SIDES:
+                w = next((w for w in got.get(side, []) if w["start_s"] == start), None)
+                cells.append(f"{w['p50_ms']:9.1f} / {w['p99_ms']:9.1f}" if w else f"{'-':>21}")
+            ratio = ratios.get(start)
+            text = f"{ratio[0]:.2f}x / {ratio[1]:.2f}x" if ratio else "-"
+            print(f"  round {r + 1} {start:>5.1f}s  Kafka {cells[0]}  rayqueue {cells[1]}  {text}")
+        for side, runs in got.items():
+            verdict = load.grows([load.Window(w["start_s"], int(w["count"]), w["p50_ms"], w["p99_ms"]) for w in runs])
+            if verdict is not None:
+                print(
+                    f"  round {r + 1} {side}: "
+                    + (
+                        "a window's p50 > 2x the first window's"
+                        if verdict
+                        else "no window's p50 > 2x the first window's"
+                    )
+                )
 
 
 # -- the two systems ---------------------------------------------------------------------------------
@@ -727,7 +772,7 @@ def spark(figures: Figures, sides: list[Side], scale: Scale, rf: int) -> None:
 
 
 def launch_rayqueue(root: str, rf: int, tag: str) -> Any:
-    """A rayqueue cluster (3 brokers, gateways on free ports) whose internal topics match the
+    """A rayqueue cluster (3 brokers, Kafka listeners on free ports) whose internal topics match the
     Kafka of this phase: RF 3 and min ISR 2 (both systems' defaults) beside three Kafka brokers,
     RF 1 beside one."""
     import rayqueue
@@ -820,7 +865,7 @@ def run(scale: Scale, workloads: Iterable[str]) -> dict[str, Any]:
                         latency(figures, sides, scale, "all", 3)
                 finally:
                     cluster.shutdown(delete_data=True)
-        if chosen & {"throughput", "group", "latency", "spark"}:
+        if chosen & {"throughput", "group", "latency", "spark", "linger0", "cpu"}:
             print("== one broker, RF 1, acks=1 ==", flush=True)
             with kafka_peer.KafkaPeer(1) as peer:
                 cluster = launch_rayqueue(root, 1, "rf1")
@@ -832,6 +877,11 @@ def run(scale: Scale, workloads: Iterable[str]) -> dict[str, Any]:
                         group(figures, sides, scale, 1)
                     if "latency" in chosen:
                         latency(figures, sides, scale, "1", 1)
+                    if "linger0" in chosen:
+                        rounds = rounds_of(sides, scale.rounds)
+                        load.linger0(figures, rounds, scale.e2e_rate, scale.linger0_seconds, scale.linger0_window_s)
+                    if "cpu" in chosen:
+                        load.broker_cpu(figures, rounds_of(sides, scale.rounds), scale.cpu_rates, scale.cpu_seconds)
                     if "spark" in chosen:
                         spark(figures, sides, scale, 1)
                 finally:
@@ -864,6 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = report.pop("_figures")
     report["mode"] = "quick" if args.quick else "full"
     print_table(figures)
+    print_windows(figures)
     print(f"\n{report['elapsed_s']:.0f} s; machine {report['machine']}; versions {report['versions']}")
     print(json.dumps(report, separators=(",", ":")))
     missing = [f.name for f in figures.by_name.values() if f.errors and not all("skipped" in e for e in f.errors)]

@@ -75,7 +75,7 @@ def consume_all(consumer, expected: int, timeout: float = 60.0) -> list:
 
 
 class LostCall:
-    """What ``Sender.produce`` returns for a call whose answer is lost: a ref look-alike
+    """What ``Sender.append_records`` returns for a call whose answer is lost: a ref look-alike
     whose future fails on ``fail()`` or resolves on ``answer()`` (the sender only uses
     ``future()``)."""
 
@@ -142,6 +142,23 @@ def close_replica(replica: Any, delete: bool = False) -> None:
     import ray
 
     ray.get(replica.host.close_replicas.remote([(replica.topic, replica.partition)], delete))
+
+
+def listener_host(cluster: Any, broker_id: int) -> Any:
+    """The host actor serving broker ``broker_id``'s Kafka listener (its process holds the
+    listener and, by placement, some or all of the broker's replicas)."""
+    import ray
+
+    from actors.broker.listening import listener_host_name
+
+    return ray.get_actor(listener_host_name(cluster.config, broker_id), namespace=cluster.namespace)
+
+
+def listener_stats(cluster: Any, broker_id: int, timeout_s: float = 60.0) -> dict:
+    """Broker ``broker_id``'s listener figures (connections, requests, principals, ...)."""
+    import ray
+
+    return ray.get(listener_host(cluster, broker_id).listener_stats.remote(), timeout=timeout_s)
 
 
 def kill_broker(replica: Any) -> None:

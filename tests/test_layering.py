@@ -301,10 +301,10 @@ def test_the_state_machine_packages_exist() -> None:
 
 
 # The broker's host code is plain (Kafka's ReplicaManager and what it holds): only the Ray
-# shell, the host actors' lifecycle and the broker probe import Ray; the rest reaches other
-# hosts through links.
+# shell, the host actors' lifecycle, a driver's view of the listener hosts and the broker
+# probe import Ray; the rest reaches other hosts through links.
 BROKER_PACKAGE = "actors/broker"
-BROKER_RAY_MODULES = ("actor.py", "lifecycle.py", "probe.py")
+BROKER_RAY_MODULES = ("actor.py", "lifecycle.py", "listening.py", "probe.py")
 
 
 def test_the_broker_host_code_imports_no_ray() -> None:

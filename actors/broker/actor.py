@@ -1,4 +1,5 @@
-"""The host's Ray actor: a thin shell over :class:`~actors.broker.replica_manager.ReplicaManager`.
+"""The host's Ray actor: a thin shell over :class:`~actors.broker.replica_manager.ReplicaManager`,
+and, on the host that serves its broker's Kafka listener, over that listener too.
 
 Each method forwards to the manager's method of the same name, written out one by one (no
 dispatch by name): the lifecycle calls the controller makes (``open_replicas``,
@@ -7,8 +8,16 @@ many-partition calls (``append_records``, ``fetch_messages``, ``write_txn_marker
 ``list_offsets``, ...) and the one-partition ``partition_*`` calls a ReplicaRef sends. What
 needs Ray is here and only here: the node the actor runs on, and the links to the other hosts
 and the controller, whose calls are Ray calls and whose death is Ray's ActorDiedError, turned
-into Kafka's NetworkError for the host code. A listener in the host's own process reaches the
-same calls directly, on :attr:`BrokerHost.replica_manager`.
+into Kafka's NetworkError for the host code.
+
+The listener host (one per broker, ``actors.broker.placement``) is started with its
+broker's listeners (:class:`ListenerSpec`) and serves them on its own event loop, as a Kafka
+broker's SocketServer shares its process with its ReplicaManager: the shell composes the
+listener (``actors.gateway.listener.KafkaListener``) with the manager, which the listener's
+handlers call directly for the partitions this process holds (``actors.gateway.hosts``: no
+Ray call, no pickling), and by Ray for the others. It listens from its constructor on
+(retried until it has registered with the controller), so a host the controller starts again
+after a death listens again by itself; ``shutdown`` stops it before the replicas close.
 
 ``actors.broker.lifecycle`` launches these actors (one per broker, K per broker or one per
 replica, as ``rayqueue.broker.placement`` says) and watches them.
@@ -17,6 +26,7 @@ replica, as ``rayqueue.broker.placement`` says) and watches them.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -26,6 +36,9 @@ from actors.broker.links import ControllerLink, HostLink, Links
 from actors.broker.replica_manager import ReplicaManager
 from actors.broker.replica_ref import actor_key
 from actors.clock import SYSTEM
+from actors.gateway.hosts import Hosts
+from actors.gateway.listener import KafkaListener
+from actors.listeners import BrokerListener
 from actors.names import SCHEMA_REGISTRY_NAME
 from actors.protocol import (
     AlterPartitionRequest,
@@ -79,6 +92,10 @@ class RayHostLink:
         """The host's list_offsets."""
         return await _answer(self._handle.list_offsets.remote(request), "leader host")
 
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """The host's inter_broker_endpoint."""
+        return await _answer(self._handle.inter_broker_endpoint.remote(), "leader host")
+
 
 class RayControllerLink:
     """The controller, reached by Ray calls on its actor handle."""
@@ -89,6 +106,10 @@ class RayControllerLink:
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """The controller's alter_partition."""
         return await _answer(self._handle.alter_partition.remote(request), "controller")
+
+    async def scram_credential(self, user: str, mechanism: str) -> Any:
+        """The controller's scram_credential."""
+        return await _answer(self._handle.scram_credential.remote(user, mechanism), "controller")
 
 
 class RegistrySchemas:
@@ -145,17 +166,67 @@ class RayLinks(Links):
         return RegistrySchemas(namespace)
 
 
-class BrokerHost:
-    """Host ``name`` of broker ``broker_id`` as a Ray actor (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """What a listener host serves: its broker's listeners (``listeners`` and
+    ``advertised.listeners`` resolved for its node) and the broker configuration."""
 
-    def __init__(self, broker_id: int, namespace: str = "", metrics_enabled: bool = True, name: str = "") -> None:
-        node_id = ray.get_runtime_context().get_node_id() or ""
-        self._manager = ReplicaManager(broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name)
+    config: dict[str, Any]
+    listeners: tuple[BrokerListener, ...]
+
+
+class BrokerHost:
+    """Host ``name`` of broker ``broker_id`` as a Ray actor (see the module docstring); with
+    ``listener``, the host serving the broker's Kafka listeners as well."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        namespace: str = "",
+        metrics_enabled: bool = True,
+        name: str = "",
+        listener: ListenerSpec | None = None,
+    ) -> None:
+        context = ray.get_runtime_context()
+        node_id = context.get_node_id() or ""
+        node_ip = ray.util.get_node_ip_address()
+        self._manager = ReplicaManager(
+            broker_id, namespace, metrics_enabled, SYSTEM, RayLinks(), node_id, name, node_ip
+        )
+        self._listener: KafkaListener | None = None
+        if listener is not None:
+            # ReplicaRefs to this actor carry its key: those calls stay in this process.
+            hosts = Hosts(self._manager, actor_key(context.current_actor))
+            self._listener = KafkaListener(namespace, listener.config, list(listener.listeners), hosts)
+            # An async actor's constructor runs in the actor's event loop: listen from here
+            # (a task of that loop), not from a remote call to itself, which Ray fails
+            # (ACTOR_UNAVAILABLE) while this actor is still being created.
+            self._listener.keep_listening()
 
     @property
     def replica_manager(self) -> ReplicaManager:
         """The host code, for a caller in this process."""
         return self._manager
+
+    # -- the Kafka listener (the listener host only) -----------------------------------------
+
+    async def start_listener(self) -> tuple[str, int] | None:
+        """Wait until the listener listens and has registered; its primary address (None: this
+        host serves no listener). A start that fails raises its error (and is retried)."""
+        if self._listener is None:
+            return None
+        return await self._listener.start()
+
+    async def stop_listener(self) -> None:
+        """Stop listening and close every client connection (the cluster's shutdown, before
+        the coordinators stop)."""
+        if self._listener is not None:
+            await self._listener.stop()
+
+    async def listener_stats(self) -> dict[str, Any] | None:
+        """The listener's connections, requests and calls (see KafkaListener.stats); None when
+        this host serves no listener."""
+        return self._listener.stats() if self._listener is not None else None
 
     # -- lifecycle (the controller) ---------------------------------------------------------
 
@@ -188,7 +259,9 @@ class BrokerHost:
         return await self._manager.describe_host()
 
     async def shutdown(self, delete: bool = False) -> None:
-        """See ReplicaManager.shutdown."""
+        """Stop the listener (no more client requests), then see ReplicaManager.shutdown."""
+        if self._listener is not None:
+            await self._listener.stop()
         await self._manager.shutdown(delete)
 
     # -- many partitions per call -------------------------------------------------------------
@@ -220,6 +293,10 @@ class BrokerHost:
     async def wake_replica_fetch(self, replica_id: int) -> None:
         """See ReplicaManager.wake_replica_fetch."""
         self._manager.wake_replica_fetch(replica_id)
+
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """See ReplicaManager.inter_broker_endpoint."""
+        return await self._manager.inter_broker_endpoint()
 
     # -- one partition (a ReplicaRef's calls) -------------------------------------------------
 

@@ -14,7 +14,10 @@ does what it takes with the host actors (``actors.broker.actor.BrokerHost``), pl
 - a host's death (its pending ``run`` call fails) is told to the controller
   (``on_death``), which elects without its replicas; :meth:`BrokerHosts.reopen` then runs the
   controller's reopening passes with backoff until every replica is open again;
-- :meth:`BrokerHosts.stop_broker` kills a stopped broker's hosts and waits until their names
+- :meth:`BrokerHosts.ensure_listener` starts (or finds) the host serving a broker's Kafka
+  listener (``HostPlacement.listener_host``), launched with its listeners, which it serves
+  on its own event loop; a broker holding no replica has that host all the same;
+- :meth:`BrokerHosts.stop_hosts` kills a stopped broker's hosts and waits until their names
   are free; :meth:`BrokerHosts.shutdown` closes and kills every host.
 
 Ray is reached through ``actors.launch`` (launches, lookups, kills, the live nodes).
@@ -30,11 +33,12 @@ from typing import Any
 import ray
 
 from actors import launch
-from actors.broker.actor import BrokerHost
+from actors.broker.actor import BrokerHost, ListenerSpec
 from actors.broker.partition_files import remove_stray_partitions
 from actors.broker.placement import HostId, HostPlacement, Placement
 from actors.broker.replica_ref import ReplicaRef, actor_key
 from actors.clock import SYSTEM, Clock
+from actors.listeners import BrokerListener
 from actors.protocol_broker import LeaderAndIsrPartitionState, LeaderAndIsrRequest, OpenReplica
 
 logger = logging.getLogger(__name__)
@@ -52,11 +56,14 @@ Replica = tuple[str, int, int]
 # The controller's reopening pass for one host: True when every replica is open, None to give
 # up (the broker stopped or its node is down), False to try again after a backoff.
 ReopenPass = Callable[[], Awaitable[bool | None]]
+# A broker's listeners as its node resolves them (None: the cluster serves no Kafka listener).
+ListenerPlan = Callable[[int], list[BrokerListener] | None]
 
 
 class BrokerHosts:
     """A cluster's host actors, started and watched for the controller (see the module
-    docstring). ``on_death(host, actor)`` is awaited when a watched host dies."""
+    docstring). ``on_death(host, actor)`` is awaited when a watched host dies; ``listener_plan``
+    gives a broker's listeners, which its listener host is launched with."""
 
     def __init__(
         self,
@@ -64,9 +71,12 @@ class BrokerHosts:
         config: Mapping[str, Any],
         on_death: Callable[[HostId, Any], Awaitable[None]],
         clock: Clock = SYSTEM,
+        listener_plan: ListenerPlan | None = None,
     ) -> None:
         self.placement = HostPlacement.from_config(dict(config))
         self._namespace = namespace
+        self._config = dict(config)
+        self._listener_plan = listener_plan
         self._metrics_enabled = bool(config.get("rayqueue.metrics.enabled", True))
         self._on_death = on_death
         self._clock = clock
@@ -99,7 +109,17 @@ class BrokerHosts:
         out |= {h for h in self._hosts if h.broker_id == broker_id}
         if self.placement.num_hosts > 1:
             out |= {HostId(broker_id, str(k)) for k in range(self.placement.num_hosts)}
+        out.add(self.placement.listener_host(broker_id))
         return out
+
+    def is_listener_host(self, host_id: HostId) -> bool:
+        """Whether ``host_id`` serves its broker's Kafka listener (when the cluster has one)."""
+        return self.serves_listeners and host_id == self.placement.listener_host(host_id.broker_id)
+
+    @property
+    def serves_listeners(self) -> bool:
+        """Whether the brokers serve Kafka listeners (``listeners`` is set)."""
+        return self._listener_plan is not None and bool(self._config.get("listeners"))
 
     def by_broker(self) -> dict[int, list[Any]]:
         """The live host actors in use, by broker id."""
@@ -110,7 +130,12 @@ class BrokerHosts:
 
     def describe(self) -> dict[str, Any]:
         """The placement setting and the host actors in use."""
-        return {"placement": str(self.placement.placement), "host_actors": len(self._hosts)}
+        listening = sum(1 for host_id in self._hosts if self.is_listener_host(host_id))
+        return {
+            "placement": str(self.placement.placement),
+            "host_actors": len(self._hosts),
+            "listener_hosts": listening,
+        }
 
     # -- start and attach -------------------------------------------------------------------
 
@@ -165,12 +190,13 @@ class BrokerHosts:
             if node_id not in launch.alive_nodes():
                 logger.warning("%s's node %s is down; its replicas stay offline", host_id, node_id)
                 return None
+            listener = self._listener_spec(host_id)
             deadline = self._clock.monotonic() + HOST_START_TIMEOUT_S
             while True:
                 try:
                     actor = launch.launch(
                         BrokerHost, launch.BROKER, name, self._namespace, node_id, host_id.broker_id,
-                        self._namespace, self._metrics_enabled, str(host_id),
+                        self._namespace, self._metrics_enabled, str(host_id), listener,
                     )  # fmt: skip
                     await actor.ping.remote()
                     self._attach(host_id, actor)
@@ -180,6 +206,25 @@ class BrokerHosts:
                     if self._clock.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.1)
+
+    def _listener_spec(self, host_id: HostId) -> ListenerSpec | None:
+        """What ``host_id`` is launched with to serve its broker's listeners (None: it serves none)."""
+        if not self.is_listener_host(host_id):
+            return None
+        listeners = self._listener_plan(host_id.broker_id)  # type: ignore[misc]
+        return ListenerSpec(self._config, tuple(listeners)) if listeners else None
+
+    async def ensure_listener(self, broker_id: int, node_id: str) -> Any | None:
+        """The live host serving broker ``broker_id``'s Kafka listener, started on ``node_id``
+        (with its listeners) when there is none; None when the cluster serves no listener or
+        that node is down."""
+        if not self.serves_listeners:
+            return None
+        return await self.host(self.placement.listener_host(broker_id), node_id)
+
+    def listener_host_actor(self, broker_id: int) -> Any | None:
+        """The live actor serving broker ``broker_id``'s listener, when this controller uses one."""
+        return self._hosts.get(self.placement.listener_host(broker_id)) if self.serves_listeners else None
 
     def _attach(self, host_id: HostId, actor: Any) -> None:
         """Use ``actor`` for the host and watch it: its pending ``run`` call fails when it dies."""

@@ -2,8 +2,10 @@
 
 A host calls two kinds of peers: the hosts its followers fetch from (the leader's host:
 ``fetch_messages`` for the follower broker's partitions, ``offsets_for_leader_epoch`` and
-``list_offsets`` when a follower truncates or starts over, ``wake_replica_fetch``) and the
-controller (``alter_partition``, a leader's ISR change). In a Ray actor those are actor
+``list_offsets`` when a follower truncates or starts over, ``wake_replica_fetch``, and
+``inter_broker_endpoint`` to fetch over Kafka's protocol instead: ``actors.broker.inter_broker``)
+and the controller (``alter_partition``, a leader's ISR change; ``scram_credential`` for the
+inter-broker listener's SCRAM logins). In a Ray actor those are actor
 handles, called with ``.remote()``, whose failures are Ray's (the Ray shell, ``actor.py``,
 turns them into Kafka's NetworkError); in a test without Ray they are the other hosts'
 :class:`~actors.broker.replica_manager.ReplicaManager` objects and a fake controller, called
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 from actors.broker.replica_ref import actor_key
 from actors.protocol import AlterPartitionRequest, AlterPartitionResponse, EpochEndOffset
 from actors.protocol_broker import FetchMessagesRequest, PartitionRequests
+from actors.protocol_security import ScramCredential
 from actors.types import OffsetAndTimestamp
 
 
@@ -42,12 +45,20 @@ class HostLink(Protocol):
         """ListOffsets for some partitions."""
         ...
 
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """Where the host's inter-broker listener takes its followers' fetches."""
+        ...
+
 
 class ControllerLink(Protocol):
     """What a leader calls on the controller."""
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """Kafka's AlterPartition: propose an ISR change."""
+        ...
+
+    async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential (None: there is none)."""
         ...
 
 

@@ -9,7 +9,9 @@
 - ``replica``: one host per replica, each a Ray actor owning its partition's segments.
 
 Every host runs the same code (``actors.broker.replica_manager``); only how many there are
-differs. A host is named after its broker and its slot (``actors.names.host_actor_name``), so
+differs. One host of each broker also serves the broker's Kafka listener
+(:meth:`HostPlacement.listener_host`): the broker's one host, the first of its K, or, with
+``replica``, a host of its own holding no replica. A host is named after its broker and its slot (``actors.names.host_actor_name``), so
 ``ray list actors`` shows the placement.
 """
 
@@ -76,6 +78,14 @@ class HostPlacement:
             return HostId(broker_id, f"{topic}-{partition}")
         if self.placement is Placement.HOSTS:
             return HostId(broker_id, str(fetcher_id(topic, partition, self.num_hosts)))
+        return HostId(broker_id)
+
+    def listener_host(self, broker_id: int) -> HostId:
+        """The host that serves broker ``broker_id``'s Kafka listener: its one host (``broker``),
+        its first of K (``hosts``), or a host of its own that holds no replica (``replica``:
+        ``broker|<id>``, a name no replica's host takes)."""
+        if self.placement is Placement.HOSTS:
+            return HostId(broker_id, "0")
         return HostId(broker_id)
 
     def __str__(self) -> str:

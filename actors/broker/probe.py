@@ -1,10 +1,11 @@
 """Is a broker serving? Its listener answers ApiVersions, and its host actors answer a ping.
 
 The listener probe (``actors.gateway.probe``) connects as a Kafka client does. The listener
-runs in the gateway's actor, apart from the host actors that hold the broker's partitions,
-so a broker whose hosts' event loops are blocked, or whose every call slot is taken, would
-still look up to it. The ping is an actor call like a client's request: it is answered only
-when the host's event loop runs and a call slot is free. A ping left unanswered is cancelled.
+runs in one of the broker's hosts; the others (K of them, or one per replica, as
+``rayqueue.broker.placement`` says) hold partitions its requests reach by Ray calls, so a
+broker one of whose other hosts is blocked, or whose every call slot is taken, would still
+look up to it. The ping is an actor call like a client's request: it is answered only when
+the host's event loop runs and a call slot is free. A ping left unanswered is cancelled.
 A broker answers when every one of its hosts does (one per broker, K, or one per replica, as
 ``rayqueue.broker.placement`` says). ``rayqueue health`` and the controller's listener-up
 gauge use both.

@@ -25,7 +25,10 @@ What it does for all its replicas at once:
   ``flush.ms`` asks for, and the metrics;
 - one copy of the cluster's ACLs (loaded when a native client's principal first needs it)
   and one metrics recorder, shared by its replicas;
-- one replica fetcher per leader host (``actors.broker.replica_fetcher``).
+- one replica fetcher per leader host (``actors.broker.replica_fetcher``), whose fetches go
+  over Kafka's protocol to the leader host's inter-broker listener
+  (``actors.broker.inter_broker``), and this host's own such listener for its followers
+  (``actors.broker.inter_broker_server``, opened when a follower first asks for it).
 
 The replica's own rules (appends, reads, epochs, the ISR and the high watermark) stay in the
 replica (``actors.broker.partition``). Nothing here imports Ray: other hosts and the
@@ -45,6 +48,8 @@ from typing import Any
 from actors.auth_helper import TOPIC, AuthHelper, Caller, LazyAclView, Op
 from actors.broker import delayed_fetch
 from actors.broker.iceberg import HostIceberg
+from actors.broker.inter_broker import SETTINGS_KEY, InterBrokerLinks, InterBrokerSettings
+from actors.broker.inter_broker_server import InterBrokerServer
 from actors.broker.links import Links
 from actors.broker.partition import DEFAULT_REPLICATION, HostServices, PartitionReplica
 from actors.broker.replica_fetcher import ReplicaFetchers
@@ -102,7 +107,8 @@ class ReplicaManager:
 
     ``links`` reaches other hosts and the controller (by default: the objects themselves);
     ``node_id`` is the Ray node the host runs on, as ``describe`` reports it; ``name`` what
-    logs and ``describe_host`` call this host.
+    logs and ``describe_host`` call this host; ``node_ip`` the node's address, where the
+    inter-broker listener listens when its listener names no host.
     """
 
     def __init__(
@@ -114,11 +120,15 @@ class ReplicaManager:
         links: Links | None = None,
         node_id: str = "",
         name: str = "",
+        node_ip: str = "",
     ) -> None:
         self.broker_id = broker_id
         self.name = name or f"broker {broker_id}"
+        self.node_ip = node_ip
         self._clock = clock
-        self._links = links if links is not None else Links()
+        self._links = InterBrokerLinks(links if links is not None else Links(), self._inter_broker_settings)
+        self._inter_broker: InterBrokerServer | None = None
+        self._inter_broker_lock: asyncio.Lock | None = None
         self._recorder = Recorder(namespace, True) if metrics_enabled else None
         # One copy of the ACLs for every replica here (native clients' principals).
         self._acls = LazyAclView(self._controller_for_acls)
@@ -542,6 +552,37 @@ class ReplicaManager:
 
     # -- followers' hosts -------------------------------------------------------------------
 
+    def _inter_broker_settings(self) -> InterBrokerSettings | None:
+        """The inter-broker settings the controller sent (None before its first LeaderAndIsr)."""
+        return self._services.replication.get(SETTINGS_KEY)
+
+    async def inter_broker_endpoint(self) -> tuple[str, int]:
+        """Where this host's followers fetch from it over Kafka's protocol (its inter-broker
+        listener, opened on the first call with the settings of the latest LeaderAndIsr)."""
+        if self._inter_broker_lock is None:
+            self._inter_broker_lock = asyncio.Lock()
+        async with self._inter_broker_lock:
+            settings = self._inter_broker_settings() or InterBrokerSettings()
+            server = self._inter_broker
+            if server is not None and server.settings != settings:
+                await server.close()  # the settings changed: listen anew with the new ones
+                server = None
+            if server is None:
+                server = self._inter_broker = InterBrokerServer(
+                    self.broker_id,
+                    settings,
+                    self.fetch_messages,
+                    self._controller_for_acls,
+                    self._scram_credential,
+                    self.node_ip,
+                )
+        return await server.endpoint()
+
+    async def _scram_credential(self, user: str, mechanism: str) -> Any:
+        """The controller's SCRAM credential (for the inter-broker listener's logins)."""
+        controller = self._services.links.controller(self._controller_for_acls())
+        return await controller.scram_credential(user, mechanism)
+
     def wake_replica_fetch(self, replica_id: int) -> None:
         """Answer follower broker ``replica_id``'s waiting fetch now (its fetcher took a new
         partition, which must not wait for the long poll to end)."""
@@ -672,12 +713,19 @@ class ReplicaManager:
             # fetches parked now.
             "replica_calls_in_flight": self._calls_in_flight,
             "parked_fetches": len(self._purgatory),
+            # Followers' fetches this host's inter-broker listener served, and the connections
+            # its fetchers opened to other hosts' listeners.
+            "inter_broker_fetches_served": self._inter_broker.fetches if self._inter_broker is not None else 0,
+            "inter_broker_connects": self._links.connects(),
             "pid": os.getpid(),
         }
 
     async def shutdown(self, delete: bool = False) -> None:
         """Close every replica (the controller's shutdown of this host); ``run`` then returns."""
         self._fetchers.stop()
+        self._links.close()
+        if self._inter_broker is not None:
+            await self._inter_broker.close()
         self._acls.close()
         await self._iceberg.close()
         for key in list(self._replicas):

@@ -29,6 +29,7 @@ from actors import launch
 from actors.acl import CLUSTER_NAME, AclBinding, AclBindingFilter
 from actors.auth_helper import CLUSTER, TOPIC, AuthHelper, Caller, Op, denied
 from actors.authorizer import StandardAuthorizer
+from actors.broker.inter_broker import SETTINGS_KEY, cluster_settings
 from actors.broker.lifecycle import BrokerHosts
 from actors.broker.partition import DEFAULT_REPLICATION
 from actors.broker.placement import HostId
@@ -38,6 +39,7 @@ from actors.config import ICEBERG_BROKER_KEYS, broker_config
 from actors.controller.quorum_controller import QuorumController
 from actors.controller.records import NO_LEADER
 from actors.controller.replication_control import NewPartitions, PartitionChange, Replica
+from actors.listeners import BrokerListener, broker_endpoints
 from actors.metrics import TICK_S, Recorder
 from actors.names import INTERNAL_TOPICS, METADATA_TOPIC
 from actors.protocol import (
@@ -131,7 +133,9 @@ class Controller:
         self._configuration = self._quorum.configuration
         self._skipped_reported = 0  # of the skipped metadata records, handed to the metric so far
         self._handles: dict[Replica, Any] = {}  # the open replicas' ReplicaRefs
-        self._hosts = BrokerHosts(namespace, self._config, self._on_host_death, clock)
+        self._hosts = BrokerHosts(namespace, self._config, self._on_host_death, clock, self._listener_plan)
+        # How hosts fetch from each other (Kafka's inter-broker listener), sent with LeaderAndIsr.
+        self._inter_broker = cluster_settings(self._config)
         self._lock: asyncio.Lock | None = None
         self._reassignments: dict[tuple[str, int], asyncio.Task] = {}
         self._rebalancer: asyncio.Task | None = None
@@ -202,6 +206,7 @@ class Controller:
             for topic, p in self._replication.reassigning():
                 self._track_reassignment(topic, p)
             await self._remove_strays(list(self._cluster.brokers))
+            await self._ensure_listeners(list(self._cluster.brokers))
             loop = asyncio.get_running_loop()
             if self._rebalancer is None:
                 self._rebalancer = loop.create_task(self._rebalance_loop())
@@ -540,10 +545,40 @@ class Controller:
                 dirs[b] = (broker.node_id, broker.data_dir, hosted[b])
         await self._hosts.remove_strays(dirs)
 
+    async def _ensure_listeners(self, broker_ids: list[int]) -> None:
+        """Start (or attach to) the host serving each running broker's Kafka listener, on its
+        node (a broker holding no replica has one all the same); it registers its addresses
+        itself once it listens. A broker whose node is down is left without one."""
+        alive = launch.alive_nodes()
+        usable = [b for b in broker_ids if self._cluster.usable(b, alive)]
+        if not usable or not self._hosts.serves_listeners:
+            return
+        await asyncio.gather(*(self._hosts.ensure_listener(b, self._cluster.brokers[b].node_id) for b in usable))
+
+    def _listener_plan(self, broker_id: int) -> list[BrokerListener] | None:
+        """Broker ``broker_id``'s listeners on its node (``listeners`` and ``advertised.listeners``
+        resolved with every broker's node address: brokers sharing a node take consecutive
+        ports); None without listeners."""
+        if not self._config["listeners"]:
+            return None
+        ips = launch.node_addresses(alive_only=False)
+        brokers = [(b, ips.get(broker.node_id) or "127.0.0.1") for b, broker in self._cluster.brokers.items()]
+        plan = broker_endpoints(
+            self._config["listeners"],
+            self._config["advertised.listeners"],
+            brokers,
+            self._config["listener.security.protocol.map"],
+        )
+        return plan.get(broker_id)
+
     async def _on_host_death(self, host: HostId, actor: Any) -> None:
         """A host actor died: its partitions elect without its replicas, all in one step; then
-        its replicas are reopened (as followers)."""
+        its replicas are reopened (as followers). When it served its broker's Kafka listener,
+        the broker is listed no more (Metadata names it again once a new host has registered
+        its listener), as Kafka fences a broker whose process is gone."""
         async with self._mutex():
+            if self._hosts.is_listener_host(host):
+                self._quorum.commit(self._cluster.register_listener(host.broker_id, "", -1))
             dead = self._hosts.hosted_by(self._handles, actor)
             for key in dead:
                 self._handles.pop(key, None)
@@ -558,6 +593,12 @@ class Controller:
         again after a backoff."""
         async with self._mutex():
             b = host.broker_id
+            if self._hosts.is_listener_host(host):
+                try:
+                    await self._ensure_listeners([b])
+                except Exception:  # the next pass tries again
+                    logger.exception("starting the listener host %s again failed", host)
+                    return False
             on = [(t, p) for t, p in self._replication.partitions_on(b) if self._hosts.host_id(t, p, b) == host]
             missing = [(t, p, b) for t, p in on if (t, p, b) not in self._handles]
             if not missing:
@@ -627,7 +668,10 @@ class Controller:
             await self._hosts.leader_and_isr(
                 entries,
                 ray.get_runtime_context().current_actor,
-                {k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+                {
+                    **{k: self._config[k] for k in (*DEFAULT_REPLICATION, *ICEBERG_BROKER_KEYS)},
+                    SETTINGS_KEY: self._inter_broker,
+                },
                 self._config["log.retention.check.interval.ms"],
             )
 
@@ -668,6 +712,7 @@ class Controller:
             await self._attach_or_start([(t, p, broker_id) for t, p in on])
             await self._elect(on, bump=False)
             await self._remove_strays([broker_id])
+            await self._ensure_listeners([broker_id])
         logger.info("broker %d started", broker_id)
 
     async def add_broker(self, node_id: str, broker_id: int | None = None, principal: str | None = None) -> int:
@@ -677,7 +722,9 @@ class Controller:
         await self._auth.check_cluster(Caller(principal, "AddBroker"), Op.ALTER)
         async with self._mutex():
             alive = node_id in launch.alive_nodes()
-            return self._quorum.commit(self._cluster.add_broker(node_id, broker_id, alive))
+            added = self._quorum.commit(self._cluster.add_broker(node_id, broker_id, alive))
+            await self._ensure_listeners([added])
+            return added
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> dict[TopicPartition, str | None]:
         """Preferred leader election (Kafka's ElectLeaders): move leadership to each

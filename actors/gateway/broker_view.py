@@ -33,11 +33,15 @@ from typing import Any
 
 import ray
 
+from actors import launch
 from actors.auth_helper import ClientPrincipal
 from actors.clock import SYSTEM, Clock
+from actors.gateway.hosts import Hosts
+from actors.names import GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.protocol import MetadataRequest
 from actors.types import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from storage.errors import (
+    CoordinatorNotAvailableError,
     FencedLeaderEpochError,
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
@@ -133,6 +137,30 @@ class InternalHandles:
     group_coordinator: Any = None
 
 
+class _Internal:
+    """A BrokerView's plain handles (as InternalHandles), the coordinators found when asked for."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
+
+    @property
+    def controller(self) -> Any:
+        """The controller's handle."""
+        return self._view._controller
+
+    @property
+    def transaction_coordinator(self) -> Any:
+        """The transaction coordinator's handle."""
+        return self._view._coordinator(TRANSACTION_COORDINATOR_NAME)
+
+    @property
+    def group_coordinator(self) -> Any:
+        """The group coordinator's handle."""
+        return self._view._coordinator(GROUP_COORDINATOR_NAME)
+
+
 # -- the broker's view ----------------------------------------------------------------------
 
 
@@ -148,15 +176,23 @@ class BrokerView:
         transaction_coordinator: Any = None,
         group_coordinator: Any = None,
         clock: Clock = SYSTEM,
+        hosts: Hosts | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # The hosts holding the partitions: this process's own by direct calls, others by Ray.
+        self.hosts = hosts if hosts is not None else Hosts()
         self.clock = clock  # the metadata cache's ages
         self.namespace = namespace
         self.config = config
-        self.internal = InternalHandles(controller, transaction_coordinator, group_coordinator)
+        self._controller = controller
         self.controller = ListenerHandle(controller)
-        self.transaction_coordinator = ListenerHandle(transaction_coordinator)
-        self.group_coordinator = ListenerHandle(group_coordinator)
+        # The coordinators, found by name in ``namespace`` when first needed when not given
+        # (a listener may start before them: its broker's host starts with the cluster).
+        self._coordinators: dict[str, Any] = {
+            TRANSACTION_COORDINATOR_NAME: transaction_coordinator,
+            GROUP_COORDINATOR_NAME: group_coordinator,
+        }
+        self._listener_handles: dict[str, ListenerHandle] = {}
         self.cluster_id = ""
         self.read_ahead_hits = 0  # Fetch answers taken from a read-ahead (fetch.py)
         # The gateway's copy of the ACLs (actors.gateway.authorization.AclView); None: no checks.
@@ -167,6 +203,35 @@ class BrokerView:
         self._refreshing: dict[str, asyncio.Future] = {}
         # The gateway's cache of SCRAM credentials (actors.gateway.credentials), when it has one.
         self.scram_credentials: Any = None
+
+    def _coordinator(self, name: str) -> Any:
+        handle = self._coordinators[name]
+        if handle is None:
+            handle = self._coordinators[name] = launch.find_actor(name, self.namespace)
+            if handle is None:
+                raise CoordinatorNotAvailableError(f"the {name.replace('_', ' ')} is not running yet")
+        return handle
+
+    @property
+    def internal(self) -> _Internal:
+        """The plain handles, for the listener's own calls."""
+        return _Internal(self)
+
+    @property
+    def transaction_coordinator(self) -> ListenerHandle:
+        """The transaction coordinator, for calls carrying the client's principal."""
+        return self._listener_handle(TRANSACTION_COORDINATOR_NAME)
+
+    @property
+    def group_coordinator(self) -> ListenerHandle:
+        """The group coordinator, for calls carrying the client's principal."""
+        return self._listener_handle(GROUP_COORDINATOR_NAME)
+
+    def _listener_handle(self, name: str) -> ListenerHandle:
+        handle = self._listener_handles.get(name)
+        if handle is None:
+            handle = self._listener_handles[name] = ListenerHandle(self._coordinator(name))
+        return handle
 
     async def register(self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()) -> None:
         """Tell the controller where this broker's gateway is reached: its primary address

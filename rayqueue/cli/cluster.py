@@ -84,7 +84,7 @@ def start(
         str | None,
         typer.Option(
             "--listeners",
-            help=f"Kafka protocol listeners of the brokers' gateways (default: the config's, else {DEFAULT_LISTENERS};"
+            help=f"Kafka protocol listeners of the brokers (default: the config's, else {DEFAULT_LISTENERS};"
             " consecutive ports per broker; port 0: free ports; '' for none).",
         ),
     ] = None,
@@ -440,6 +440,8 @@ def status(
     out.print(f"Partitions:        {info['partitions']}")
     out.print(f"Replicas open:     {info['replicas_open']} in {info['host_actors']} host actors")
     out.print(f"Placement:         {info['placement']} (rayqueue.broker.placement)")
+    if info.get("listener_hosts"):
+        out.print(f"Kafka listeners:   {info['listener_hosts']}, each in one of its broker's host actors")
     out.print(f"Under-replicated:  {'[yellow]' if under else ''}{under}{'[/]' if under else ''}")
     out.print(f"Offline:           {'[red]' if offline else ''}{offline}{'[/]' if offline else ''}")
     if unhealthy:

@@ -11,9 +11,11 @@ FetchCollector)::
         -> PartitionReplica.fetch -> Log.read -> FetchResponse -> FetchCursor.complete()
         -> CompletedFetch -> decoded chunk -> records handed out, position moved
 
-Each partition keeps one fetch in flight to its leader (a long-poll actor call), so fetches
-of several partitions proceed in parallel and the next fetch is already under way while the
-application works through the previous one. Fetched batches are decoded on the client (the
+Fetches go to the leaders' hosts as Kafka's fetcher sends them to brokers: every partition
+that wants a fetch in a round goes in one ``fetch_messages`` call to its leader's host (one
+long poll for all of them), and a partition reading a backlog keeps more than one fetch under
+way (pipelined calls, the later ones at predicted offsets), so the next answers are already
+coming while the application works through the previous one. Fetched batches are decoded on the client (the
 broker hands out the stored bytes as they are) into columns; the records themselves are
 built one at a time, in C, as the application takes them (``_Chunk``). A Ray Data read
 decodes into Arrow tables instead (its own ``decode``).
@@ -45,6 +47,7 @@ import ray
 
 from actors.fetch import CompletedFetch, FetchCursor
 from actors.protocol import IsolationLevel, ListOffsetsRequest
+from actors.protocol_broker import FetchMessagesRequest, FetchPartition
 from actors.types import OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer.subscription_state import SubscriptionState, TopicPartitionState
 from rayqueue.errors import as_kafka_error
@@ -76,9 +79,9 @@ class ConsumerRecord(NamedTuple):
 
 
 # Fetches per partition, answers buffered plus under way (bounds the client's memory), and
-# how many of them may be under way at once by default (the second at a predicted offset).
-_MAX_FETCHES = 3
-_MAX_IN_FLIGHT = 2
+# how many of them may be under way at once by default (the later ones at predicted offsets).
+_MAX_FETCHES = 4
+_MAX_IN_FLIGHT = 3
 
 # Building more records than this into one list pauses the cyclic GC (see _Chunk.take).
 _GC_PAUSE_MIN = 1000
@@ -208,6 +211,38 @@ with an ``end_offset`` attribute (the position once it is handed out); raises
 CorruptRecordError when a batch cannot be read."""
 
 
+class _Call:
+    """One ``fetch_messages`` call to a leader host: its ObjectRef, how many partitions still
+    wait on it, and its answers once read (one per partition, in order)."""
+
+    __slots__ = ("ref", "waiting", "_answers")
+
+    def __init__(self, ref: Any, partitions: int) -> None:
+        self.ref = ref
+        self.waiting = partitions
+        self._answers: list[Any] | BaseException | None = None
+
+    def answer(self, index: int) -> Any:
+        """Partition ``index``'s answer (a FetchResponse or its error); the call's own error
+        (its host died, ...) is every partition's."""
+        if self._answers is None:
+            try:
+                answers = ray.get(self.ref)
+                if type(answers) is not list:
+                    raise KafkaError(f"a fetch_messages call answered {answers!r:.80}")
+                self._answers = answers
+            except Exception as exc:  # noqa: BLE001 - every partition's error
+                self._answers = exc
+        if isinstance(self._answers, BaseException):
+            return self._answers
+        return self._answers[index]
+
+    def release(self) -> bool:
+        """One partition is done with this call; True when none waits on it any more."""
+        self.waiting -= 1
+        return self.waiting <= 0
+
+
 @dataclass
 class _PartitionFetch:
     """The Fetcher's side of one assigned partition, for one seek generation of it."""
@@ -217,7 +252,7 @@ class _PartitionFetch:
     cursor: FetchCursor
     buffer: collections.deque = field(default_factory=collections.deque)  # chunks not handed out yet
     active: _Chunk | None = None  # the chunk an iteration is handing out
-    # Fetches under way, oldest first: (ObjectRef, requested offset, monotonic time sent).
+    # Fetches under way, oldest first: (call, index in it, requested offset, monotonic time sent).
     in_flight: collections.deque = field(default_factory=collections.deque)
     stride: int = 0  # offsets a full answer spanned last time (0: the last answer was not full)
     readable_end: int = -1  # the HW (read_committed: the LSO) the last answer reported
@@ -264,6 +299,8 @@ class Fetcher:
         self._fetches: dict[TopicPartition, _PartitionFetch] = {}
         self._abandoned: list[Any] = []  # refs of dropped fetches, read once they finish
         self._max_bytes = config["max.partition.fetch.bytes"]
+        self._fetch_max_bytes = config["fetch.max.bytes"]
+        self._rotation = 0  # where the next round's partition order starts (see send_fetches)
         self._max_wait_ms = config["fetch.max.wait.ms"]
         self._min_bytes = config["fetch.min.bytes"]
         self._isolation = (
@@ -340,9 +377,10 @@ class Fetcher:
         long-poll often ends in one (NotLeader after a topic is deleted, the cancellation).
         """
         while fetch.in_flight:
-            ref = fetch.in_flight.popleft()[0]
-            ray.cancel(ref)
-            self._abandoned.append(ref)
+            call = fetch.in_flight.popleft()[0]
+            if call.release():  # no other partition waits on it
+                ray.cancel(call.ref)
+                self._abandoned.append(call.ref)
 
     def _reap_abandoned(self, wait_s: float = 0.0) -> None:
         if not self._abandoned:
@@ -434,53 +472,107 @@ class Fetcher:
     # -- fetching -------------------------------------------------------------------------
 
     def send_fetches(self) -> None:
-        """Start the next fetch of every partition that wants one."""
+        """Start the next fetch of every partition that wants one: one call per leader host."""
         now = time.monotonic()
+        wanted = []
         for tp, _, fetch in self._fetchable():
-            self._send_fetch(tp, fetch, now)
+            start = self._next_start(tp, fetch, now)
+            if start is not None:
+                wanted.append((tp, fetch, start))
+        if len(wanted) > 1:
+            # Rotated each round, as Kafka's fetcher does: when fetch.max.bytes cannot hold
+            # every partition's answer, the ones left out come first next time.
+            self._rotation = (self._rotation + 1) % len(wanted)
+            wanted = wanted[self._rotation :] + wanted[: self._rotation]
+        self._send(wanted, now)
 
     def _send_fetch(self, tp: TopicPartition, fetch: _PartitionFetch, now: float) -> None:
-        """Start the partition's next fetch unless it is paused, backing off or done, or enough
-        records are fetched or on their way (_MAX_FETCHES answers, buffered or in flight).
+        """Start the partition's next fetch, if it wants one (see _next_start)."""
+        start = self._next_start(tp, fetch, now)
+        if start is not None:
+            self._send([(tp, fetch, start)], now)
 
-        With a fetch under way, a second one is sent only when the next offset can be
+    def _next_start(self, tp: TopicPartition, fetch: _PartitionFetch, now: float) -> int | None:
+        """Where the partition's next fetch starts, or None when it wants none: it is paused,
+        backing off or done, or enough records are fetched or on their way (_MAX_FETCHES
+        answers, buffered or in flight).
+
+        With fetches under way, another one is sent only when the next offset can be
         predicted: the last answer was full (the leader holds a backlog) and spanned
-        ``stride`` offsets, so the one under way should end ``stride`` offsets after its
+        ``stride`` offsets, so each one under way should end ``stride`` offsets after its
         start; and only while that stays below the readable end the leader reported, so
         the guess never long-polls or runs past the log. A wrong guess costs bytes, never
         records: an overlap is cut off on arrival, a gap drops the guess (see _take_answers).
         """
         if fetch.state.paused or fetch.retry_at > now or fetch.corrupt is not None or fetch.error is not None:
-            return
+            return None
         cursor, in_flight = fetch.cursor, fetch.in_flight
         if cursor.done or len(fetch.buffer) + len(in_flight) >= _MAX_FETCHES:
-            return
+            return None
         if not in_flight:
-            start = cursor.position
-        else:
-            if len(in_flight) >= self._max_in_flight or fetch.stride <= 0:
-                return
-            start = in_flight[-1][1] + fetch.stride
-            end = self._end_offsets.get(tp)
-            if start + fetch.stride > fetch.readable_end or (end is not None and start >= end):
-                return
-        try:
-            leader = self._metadata.leader(tp)
-            cursor.leader_epoch = leader.leader_epoch
-            ref = leader.leader_handle.fetch.remote(cursor.request(start))
-        except Exception as exc:  # noqa: BLE001
-            # Never raised from here: this runs after records were taken (or before an
-            # answer is buffered), which an exception would lose. As in Kafka's fetcher,
-            # the error waits for a poll that has no records to hand out.
-            self._on_fetch_error(tp, fetch, as_kafka_error(exc))
-            return
-        in_flight.append((ref, start, now))
+            return cursor.position
+        if len(in_flight) >= self._max_in_flight or fetch.stride <= 0:
+            return None
+        start = in_flight[-1][2] + fetch.stride
+        end = self._end_offsets.get(tp)
+        if start + fetch.stride > fetch.readable_end or (end is not None and start >= end):
+            return None
+        return start
+
+    def _send(self, wanted: list[tuple[TopicPartition, _PartitionFetch, int]], now: float) -> None:
+        """Send the fetches ``wanted`` (partition, its state, start offset): every partition
+        whose leader is on one host in one ``fetch_messages`` call to it."""
+        by_host: dict[Any, tuple[Any, list[tuple[TopicPartition, _PartitionFetch, int, Any]]]] = {}
+        for tp, fetch, start in wanted:
+            try:
+                leader = self._metadata.leader(tp)
+                fetch.cursor.leader_epoch = leader.leader_epoch
+                request = fetch.cursor.request(start)
+            except Exception as exc:  # noqa: BLE001
+                # Never raised from here: this runs after records were taken (or before an
+                # answer is buffered), which an exception would lose. As in Kafka's fetcher,
+                # the error waits for a poll that has no records to hand out.
+                self._on_fetch_error(tp, fetch, as_kafka_error(exc))
+                continue
+            ref = leader.leader_handle
+            by_host.setdefault(ref.host_key, (ref.host, []))[1].append((tp, fetch, start, request))
+        for host, group in by_host.values():
+            requests = [request for _, _, _, request in group]
+            asked = FetchMessagesRequest(
+                tuple(
+                    FetchPartition(
+                        tp.topic, tp.partition, r.fetch_offset, r.partition_max_bytes, r.current_leader_epoch
+                    )
+                    for (tp, _, _, _), r in zip(group, requests, strict=True)
+                ),
+                # One wait for the call: a partition with data (or a guess below the readable
+                # end) answers it at once.
+                min(r.max_wait_ms for r in requests),
+                min(r.min_bytes for r in requests),
+                # fetch.max.bytes over the call, never below one partition's own limit.
+                max(self._fetch_max_bytes, *(r.partition_max_bytes for r in requests)),
+                self._isolation,
+                principal=self.principal,
+            )
+            try:
+                call = _Call(host.fetch_messages.remote(asked), len(group))
+            except Exception as exc:  # noqa: BLE001 - as a failed call: each partition's error
+                for tp, fetch, _, _ in group:
+                    self._on_fetch_error(tp, fetch, as_kafka_error(exc))
+                continue
+            for i, (_, fetch, start, _) in enumerate(group):
+                fetch.in_flight.append((call, i, start, now))
 
     def wait_for_fetches(self, timeout: float) -> None:
         """Wait up to ``timeout`` for an answer, and take every answer that is in."""
         self._reap_abandoned()
-        # Answers are taken in the order their fetches were sent: wait on the oldest of each.
-        pending = {f.in_flight[0][0]: (tp, f) for tp, _, f in self._fetchable() if f.in_flight}
+        # Answers are taken in the order their fetches were sent: wait on the oldest of each
+        # partition (a call carrying several partitions is waited on once).
+        pending: dict[Any, list[tuple[TopicPartition, _PartitionFetch, _Call]]] = {}
+        for tp, _, f in self._fetchable():
+            if f.in_flight:
+                call = f.in_flight[0][0]
+                pending.setdefault(call.ref, []).append((tp, f, call))
         if not pending:
             # Nothing to wait on (all paused or backing off): sleep out the shorter of the two.
             time.sleep(min(timeout, self._backoff))
@@ -488,18 +580,20 @@ class Fetcher:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
         ready += ray.wait([r for r in pending if r not in ready], num_returns=len(pending) - len(ready), timeout=0)[0]
         for ref in ready:
-            tp, fetch = pending[ref]
-            if self._fetches.get(tp) is fetch:
-                self._take_answers(tp, fetch, ref)
+            for tp, fetch, call in pending[ref]:
+                if self._fetches.get(tp) is fetch:
+                    self._take_answers(tp, fetch, call)
 
-    def _take_answers(self, tp: TopicPartition, fetch: _PartitionFetch, ref: Any) -> None:
-        """Take the partition's oldest answer (``ref``), and the next ones already in."""
-        while fetch.in_flight and fetch.in_flight[0][0] is ref:
-            _, start, sent = fetch.in_flight.popleft()
-            try:
-                response = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001
-                response, error = None, as_kafka_error(exc)
+    def _take_answers(self, tp: TopicPartition, fetch: _PartitionFetch, call: _Call) -> None:
+        """Take the partition's oldest answer (in ``call``), and the next ones already in."""
+        while fetch.in_flight and fetch.in_flight[0][0] is call:
+            _, index, start, sent = fetch.in_flight.popleft()
+            call.release()
+            answer = call.answer(index)
+            if isinstance(answer, BaseException):
+                response, error = None, as_kafka_error(answer)
+            else:
+                response = answer
             if self._fetches.get(tp) is not fetch:
                 return  # a seek or a reassignment while this fetch was under way
             if start > fetch.cursor.position:
@@ -515,8 +609,8 @@ class Fetcher:
             self._on_fetch(tp, fetch, response, sent)
             if not fetch.in_flight:
                 return
-            ref = fetch.in_flight[0][0]
-            if not ray.wait([ref], timeout=0)[0]:
+            call = fetch.in_flight[0][0]
+            if not ray.wait([call.ref], timeout=0)[0]:
                 return
 
     def _on_fetch(self, tp: TopicPartition, fetch: _PartitionFetch, response: Any, sent: float) -> None:

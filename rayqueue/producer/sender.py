@@ -1,10 +1,11 @@
 """The Sender (Kafka's name): the producer's background thread that ships batches to leaders.
 
-Each turn it drains the accumulator's ready batches and sends each partition's as one
-``ProduceRequest`` (``actors/protocol.py``) to the partition's leader replica (its ReplicaRef),
-several batches per call up to ``max.request.size`` since an actor call costs about a
-millisecond. Answers come back through Ray futures and are handled on this thread: a
-success completes the batches' futures; a retriable error refreshes metadata and puts
+Each turn it drains the accumulator's ready batches, makes each partition's one
+``ProduceRequest`` (``actors/protocol.py``; several batches up to ``max.request.size``), and
+sends every partition a host leads in one call to that host (``append_records``: Kafka's
+sender makes one ProduceRequest per broker per drain), since an actor call costs about a
+millisecond whatever it carries. Answers come back through Ray futures, one answer per
+partition, and are handled on this thread: a success completes the batches' futures; a retriable error refreshes metadata and puts
 the batches back with a ``retry_at`` of ``retry.backoff.ms`` on, as long as
 ``can_retry()`` (``retries`` and ``delivery.timeout.ms``), else they fail. The thread
 sleeps until told, or until the next linger, retry or expiry time: nothing else wakes it.
@@ -38,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.protocol import AddPartitionsToTxnRequest, AppendOrigin, ProduceOrder, ProduceRequest, ProduceTurns
+from actors.protocol_broker import PartitionRequests
 from actors.types import TopicPartition
 from rayqueue.errors import as_kafka_error
 from rayqueue.metadata import MetadataCache
@@ -62,8 +64,8 @@ _NEVER = float("inf")
 
 
 class InFlightRequest:
-    """One produce call in flight: its batches, and when the sender stops waiting for it
-    (its oldest batch's delivery.timeout.ms)."""
+    """One partition's request in flight (in its host's call): its batches, and when the
+    sender stops waiting for it (its oldest batch's delivery.timeout.ms)."""
 
     __slots__ = ("batches", "weight", "order", "deadline", "answered", "sent")
 
@@ -189,8 +191,8 @@ class Sender:
                 self._add_partitions_to_txn(retry_partitions)
             if new_partitions:
                 self._add_partitions_to_txn(new_partitions)
-            for tp, batches, weight, order in requests:
-                self._send(tp, batches, weight, order)
+            if requests:
+                self._send(requests)
 
     def _has_work(self) -> bool:
         if self._completions:
@@ -347,51 +349,81 @@ class Sender:
 
     # -- produce calls --------------------------------------------------------------------
 
-    def _send(self, tp: TopicPartition, batches: list[ProducerBatch], weight: int, order: ProduceOrder | None) -> None:
+    def _send(self, requests: list[tuple[TopicPartition, list[ProducerBatch], int, ProduceOrder | None]]) -> None:
+        """Send the drained partitions' requests: one call per leader host, carrying every
+        partition it leads."""
         txn = self._txn
-        for batch in batches:
-            batch.attempts += 1
-            batch.close(txn.producer_id, txn.epoch, self._transactional)
-        request = InFlightRequest(batches, weight, order, min(b.created for b in batches) + self._delivery_timeout)
-        self._metrics.batches_sent(batches, request.sent)  # once per call and batch, never per record
+        by_host: dict[Any, tuple[Any, list[InFlightRequest], list[tuple[str, int, ProduceRequest]]]] = {}
+        for tp, batches, weight, order in requests:
+            for batch in batches:
+                batch.attempts += 1
+                batch.close(txn.producer_id, txn.epoch, self._transactional)
+            request = InFlightRequest(batches, weight, order, min(b.created for b in batches) + self._delivery_timeout)
+            self._metrics.batches_sent(batches, request.sent)  # once per call and batch, never per record
+            try:
+                leader = self._metadata.leader(tp)
+                data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
+                produce = self.produce_request(leader.leader_epoch, data, order)
+            except Exception as exc:  # metadata errors: treat like a failed call
+                self._push_completion(request, exc)
+                continue
+            ref = leader.leader_handle
+            host = by_host.setdefault(ref.host_key, (ref.host, [], []))
+            host[1].append(request)
+            host[2].append((tp.topic, tp.partition, produce))
+        for handle, in_flight, entries in by_host.values():
+            self._send_to_host(handle, in_flight, PartitionRequests(tuple(entries)))
+
+    def _send_to_host(self, host: Any, in_flight: list[InFlightRequest], request: PartitionRequests) -> None:
         try:
-            leader = self._metadata.leader(tp)
-            data = batches[0].data if len(batches) == 1 else b"".join(b.data for b in batches)
-            ref = self.produce(leader, data, order)
-        except Exception as exc:  # metadata errors: treat like a failed call
-            self._push_completion(request, exc)
+            ref = self.append_records(host, request)
+        except Exception as exc:  # noqa: BLE001 - a call that could not be made: every partition's error
+            for partition_request in in_flight:
+                self._push_completion(partition_request, exc)
             return
         with self._lock:
-            self._awaiting.add(request)
+            for partition_request in in_flight:
+                self._awaiting.add(partition_request)
+                if partition_request.deadline < self._next_deadline:
+                    self._next_deadline = partition_request.deadline
             self._unresolved += 1
-            if request.deadline < self._next_deadline:
-                self._next_deadline = request.deadline
-        ref.future().add_done_callback(lambda fut, r=request: self._on_resolved(r, fut))
+        ref.future().add_done_callback(lambda fut, r=in_flight: self._on_resolved(r, fut))
 
-    def produce(self, leader: Any, data: bytes, order: ProduceOrder | None = None) -> Any:
-        """One ProduceRequest to a partition leader (an ObjectRef); tests replace it to lose answers."""
-        return leader.leader_handle.produce.remote(
-            ProduceRequest(
-                data,
-                self._acks,
-                self._request_timeout_ms,
-                leader.leader_epoch,
-                AppendOrigin.CLIENT,
-                order,
-                self.principal,
-                # The leader verifies a transaction's first batch with the coordinator (KIP-890).
-                self._txn.transactional_id if self._transactional else None,
-            )
+    def produce_request(self, leader_epoch: int, data: bytes, order: ProduceOrder | None = None) -> ProduceRequest:
+        """One partition's ProduceRequest of ``data`` (its batches) for a leader of ``leader_epoch``."""
+        return ProduceRequest(
+            data,
+            self._acks,
+            self._request_timeout_ms,
+            leader_epoch,
+            AppendOrigin.CLIENT,
+            order,
+            self.principal,
+            # The leader verifies a transaction's first batch with the coordinator (KIP-890).
+            self._txn.transactional_id if self._transactional else None,
         )
 
-    def _on_resolved(self, request: InFlightRequest, future: Any) -> None:
+    def append_records(self, host: Any, request: PartitionRequests) -> Any:
+        """One call to a leader host carrying its partitions' requests (an ObjectRef of one
+        answer per partition); tests replace it to lose answers."""
+        return host.append_records.remote(request)
+
+    def _on_resolved(self, requests: list[InFlightRequest], future: Any) -> None:
+        """A host's call ended: each partition's answer (or the call's error) to its request."""
         now = time.monotonic()
-        self._metrics.request_answered(now - request.sent, now)
+        self._metrics.request_answered(now - requests[0].sent, now)
+        try:
+            answers = future.result()
+            if type(answers) is not list or len(answers) != len(requests):
+                raise KafkaError(f"a host answered {len(requests)} partitions with {answers!r:.80}")
+        except BaseException as exc:  # noqa: BLE001 - every partition's outcome (sorted in _complete)
+            answers = [exc] * len(requests)
         with self._lock:
             self._unresolved -= 1
             if not self._unresolved:
                 self._wakeup.notify_all()  # an epoch bump or an abort may wait for this
-        self._push_completion(request, future)
+        for request, answer in zip(requests, answers, strict=True):
+            self._push_completion(request, answer)
 
     def _push_completion(self, request: InFlightRequest, outcome: Any) -> None:
         with self._lock:
@@ -418,15 +450,13 @@ class Sender:
         self._next_deadline = next_deadline
 
     def _complete(self, batches: list[ProducerBatch], weight: int, order: ProduceOrder | None, outcome: Any) -> None:
+        """A partition's request ended with ``outcome``: its ProduceResponse, or an error."""
         tp = batches[0].tp
         error: BaseException | None
         if isinstance(outcome, BaseException):
             error, result = outcome, None
         else:
-            try:
-                result, error = outcome.result(), None
-            except BaseException as exc:  # noqa: BLE001 - Ray errors are re-raised below
-                result, error = None, exc
+            result, error = outcome, None
         with self._lock:
             self._acc.request_done(tp, weight)
             self._requests_in_flight -= 1

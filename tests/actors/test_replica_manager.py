@@ -3,7 +3,9 @@ three brokers' hosts in one process on one manual clock, calling each other dire
 links are the objects themselves). ISR expiry and rejoining on the broker-wide tick, fetches
 with one wait for many partitions, transaction markers for many partitions, the answers' byte
 budgets, one LeaderAndIsr for many partitions, checkpoints and retention on the tick, and the
-placement hash."""
+placement hash. Every test runs with each replication transport: followers fetching over
+Kafka's protocol from the leader host's inter-broker listener (a real TCP listener in this
+process) and followers calling the leader host's ``fetch_messages`` directly."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.broker.inter_broker import SETTINGS_KEY, TRANSPORTS, InterBrokerSettings
 from actors.broker.placement import HostId, HostPlacement, Placement, fetcher_id
 from actors.broker.replica_manager import ReplicaManager
 from actors.broker.replica_ref import ReplicaRef
@@ -54,6 +57,18 @@ FAST = {
     "replica.fetch.wait.max.ms": 50,
     "transaction.partition.verification.enable": False,
 }
+
+
+# The replication transport of the test running (the ``transport`` fixture sets it).
+TRANSPORT = {"name": "kafka"}
+
+
+@pytest.fixture(autouse=True, params=TRANSPORTS)
+def transport(request):
+    """Each test once per replication transport."""
+    TRANSPORT["name"] = request.param
+    yield request.param
+    TRANSPORT["name"] = "kafka"
 
 
 class _Controller:
@@ -120,8 +135,9 @@ class Cluster:
             for b in replicas:
                 if b < len(self.hosts):
                     per_host.setdefault(b, []).append((topic, partition, state))
+        settings = {**FAST, SETTINGS_KEY: InterBrokerSettings(TRANSPORT["name"])}
         return [
-            await self.hosts[b].leader_and_isr(LeaderAndIsrRequest(tuple(entries), self.controller, FAST))
+            await self.hosts[b].leader_and_isr(LeaderAndIsrRequest(tuple(entries), self.controller, settings))
             for b, entries in sorted(per_host.items())
         ]
 
@@ -190,7 +206,7 @@ def test_a_follower_leaves_the_isr_on_the_hosts_tick_and_rejoins_once_caught_up(
     run(scenario)
 
 
-def test_one_leader_and_isr_carries_every_partition_and_followers_fetch_per_leader_host(tmp_path) -> None:
+def test_one_leader_and_isr_carries_every_partition_and_followers_fetch_per_leader_host(tmp_path, transport) -> None:
     """Three hosts: one LeaderAndIsr per host carries all of its partitions (leaders of some,
     followers of others); each host fetches what it follows from one leader host in one call
     per round; a partition the host does not hold is answered with its error in its place."""
@@ -221,6 +237,11 @@ def test_one_leader_and_isr_carries_every_partition_and_followers_fetch_per_lead
                 (1, [("t", 1), ("t", 3)]),
             ]
             assert (await c.hosts[0].describe_host())["most_partitions_per_fetch"] == 2
+            # Over Kafka's protocol: one connection per source host, the leaders' listeners serving.
+            described = [await host.describe_host() for host in c.hosts]
+            kafka = TRANSPORT["name"] == "kafka"
+            assert described[2]["inter_broker_connects"] == (2 if kafka else 0)
+            assert (described[0]["inter_broker_fetches_served"] > 0) is kafka
             # A produce to a follower, or to a partition not held, answers that one's error only.
             mixed = await c.hosts[1].append_records(
                 PartitionRequests(

@@ -657,8 +657,8 @@ def test_the_high_watermark_reaches_its_checkpoint_while_the_replica_runs(admin,
 
 def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic):
     """Kafka's replica fetcher threads: a broker fetches every partition it follows from one
-    leader broker in one call per round, so the calls between brokers grow with the brokers,
-    not with the partitions."""
+    leader broker in one request per round, on one connection per leader broker, so the
+    requests between brokers grow with the brokers, not with the partitions."""
     topic = new_topic(6, 3)
     producer = cluster.producer(acks="all")
     try:
@@ -688,5 +688,9 @@ def test_followers_of_one_source_broker_fetch_together(admin, cluster, new_topic
         }
         wait_for(lambda b=b, wanted=wanted: grouped(b, wanted), 30, what=f"broker {b}'s fetchers")
     for b, broker in brokers.items():
-        # Each leader broker served fetches carrying several partitions at once.
-        assert ray.get(broker.describe_host.remote())["most_partitions_per_fetch"] >= 2, b
+        # Each leader broker served fetches carrying several partitions at once, over its
+        # inter-broker listener (Kafka's Fetch, the default transport), and fetched from each
+        # other broker on a connection of its own.
+        described = ray.get(broker.describe_host.remote())
+        assert described["most_partitions_per_fetch"] >= 2, b
+        assert described["inter_broker_fetches_served"] > 0 and described["inter_broker_connects"] >= 2, b

@@ -30,7 +30,7 @@ from kio.serial._introspect import (
 from kio.static.primitive import Records
 
 from actors.gateway import codec
-from actors.gateway.actor import FAMILIES
+from actors.gateway.listener import FAMILIES
 from actors.gateway.versions import served_apis
 from tests.gateway.wire import encode
 

@@ -20,7 +20,7 @@ import ray
 
 from actors import launch as actor_launch
 from actors.gateway.broker_view import topic_uuid
-from actors.names import CONTROLLER_NAME, gateway_actor_name
+from actors.names import CONTROLLER_NAME, broker_actor_name
 from rayqueue import TopicPartition
 from rayqueue.acl import (
     ANY_ACL,
@@ -60,13 +60,13 @@ def settle(cluster) -> None:
     """Wait until the gateway authorizes with the controller's ACLs (its watch is a long poll:
     this takes one round trip)."""
     controller = actor_launch.find_actor(CONTROLLER_NAME, NAMESPACE)
-    gateway = actor_launch.find_actor(gateway_actor_name(0), NAMESPACE)
+    host = actor_launch.find_actor(broker_actor_name(0), NAMESPACE)  # serves broker 0's listener
     # Retried: just after a restart this process's handle answers "the actor was restarted" once.
     wanted = wait_for(
         lambda: ray.get(controller.watch_acls.remote(None, 0.0), timeout=30), timeout=60, what="the controller's ACLs"
     ).version
     wait_for(
-        lambda: tuple(ray.get(gateway.stats.remote(), timeout=30)["acl_version"] or ()) == tuple(wanted),
+        lambda: tuple(ray.get(host.listener_stats.remote(), timeout=30)["acl_version"] or ()) == tuple(wanted),
         timeout=30,
         what="the gateway's copy of the ACLs",
     )

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from actors.gateway.actor import FAMILIES
 from actors.gateway.broker_view import topic_uuid
+from actors.gateway.listener import FAMILIES
 from actors.gateway.versions import served_apis
 from actors.types import TopicPartition
 from storage.records.builder import RecordBatchBuilder

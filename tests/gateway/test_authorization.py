@@ -16,6 +16,7 @@ from actors.acl_view import AclView
 from actors.authorizer import STANDARD_AUTHORIZER
 from actors.gateway import authorization as authz
 from actors.gateway.handlers import acls, groups, produce, transactions
+from actors.gateway.hosts import Hosts
 from actors.gateway.server import RequestContext
 from actors.metrics import current_request
 from actors.types import PartitionMetadata
@@ -71,6 +72,7 @@ class _View:
         self.controller = _Coordinator(self.calls, [None])
         self.group_coordinator = _Coordinator(self.calls)
         self.transaction_coordinator = _Coordinator(self.calls, SimpleNamespace(producer_id=7, epoch=0))
+        self.hosts = Hosts()  # no host in this process: every leader is called through its handle
 
     async def leader(self, topic: str, partition: int) -> PartitionMetadata:
         return PartitionMetadata(topic, partition, 0, 0, (0,), (0,), leader_handle=_Replica(self.calls))

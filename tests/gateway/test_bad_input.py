@@ -8,16 +8,13 @@ from __future__ import annotations
 import datetime
 import struct
 
-import ray
-
-from actors.names import gateway_actor_name
 from actors.types import TopicPartition
 from tests.gateway.wire import Wire, build_request, leader_address, request_frame
-from tests.helpers import consume_all
+from tests.helpers import consume_all, listener_stats
 
 
 def _stats(cluster, broker_id: int) -> dict:
-    return ray.get(ray.get_actor(gateway_actor_name(broker_id), namespace=cluster.namespace).stats.remote())
+    return listener_stats(cluster, broker_id)
 
 
 def _produce_request(topic: str, records: bytes):

@@ -12,7 +12,6 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9.response import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from kio.serial import entity_reader
 
-from actors.gateway.actor import FAMILIES
 from actors.gateway.codec import (
     RequestDecodeError,
     api_versions_unsupported,
@@ -22,6 +21,7 @@ from actors.gateway.codec import (
     peek,
     schema,
 )
+from actors.gateway.listener import FAMILIES
 from actors.gateway.versions import served_apis
 from actors.listeners import broker_listeners, parse_listener
 from storage.errors import InvalidConfigError

@@ -14,12 +14,10 @@ import threading
 
 import psutil
 import pytest
-import ray
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from actors.names import gateway_actor_name
 from tests.gateway.hostile import (
     WIDTH,
     filled,
@@ -31,7 +29,7 @@ from tests.gateway.hostile import (
     served_versions,
 )
 from tests.gateway.wire import Wire, build_request, gateway_address, request_frame
-from tests.helpers import wait_for
+from tests.helpers import listener_stats, wait_for
 
 MB = 1024 * 1024
 BROKER = 0
@@ -39,8 +37,7 @@ LYING_COUNT_FRAME = bytes.fromhex("000000150003000c00000001000570726f626500fffff
 
 
 def _stats(cluster) -> dict:
-    handle = ray.get_actor(gateway_actor_name(BROKER), namespace=cluster.namespace)
-    return ray.get(handle.stats.remote())
+    return listener_stats(cluster, BROKER)
 
 
 def _rss(pid: int) -> int:

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import rayqueue
-from actors.names import broker_actor_name, gateway_actor_name
+from actors.names import broker_actor_name
 from rayqueue.cli import app
 from tests.gateway.test_fetch import FETCH, fetch_request, partitions_of
 from tests.gateway.wire import Wire, gateway_address, request_frame
@@ -61,7 +61,8 @@ def broker_stats() -> dict:
 
 
 def gateway_stats() -> dict:
-    return ray.get(ray.get_actor(gateway_actor_name(0), namespace=NAMESPACE).stats.remote(), timeout=60)
+    """Broker 0's listener figures (its one host serves the listener)."""
+    return ray.get(ray.get_actor(broker_actor_name(0), namespace=NAMESPACE).listener_stats.remote(), timeout=60)
 
 
 def nothing_parked() -> bool:

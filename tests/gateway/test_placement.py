@@ -17,7 +17,7 @@ from actors.broker.placement import HostId, HostPlacement, Placement, fetcher_id
 from actors.types import TopicPartition
 from rayqueue.cli import app
 from tests.gateway.test_transactions import _producer
-from tests.helpers import wait_for
+from tests.helpers import listener_stats, wait_for
 
 
 def _host_names(namespace: str) -> set[str]:
@@ -37,6 +37,8 @@ def test_ray_lists_the_host_actors_the_placement_says(failover_cluster, failover
         for b in p.replicas
     }
     assert any(topic in name for name in expected) == (info["placement"] == "replica")
+    # And each broker's listener host: its one host, or (replica) one that holds no replica.
+    expected |= {setting.listener_host(b).name for b in range(3)}
     wait_for(lambda: _host_names(failover_cluster.namespace) == expected, 60, what="the host actors")
     assert info["host_actors"] == len(expected)
     # Every replica is in the host the setting names.
@@ -122,6 +124,32 @@ def hosts_cluster(ray_session):
     yield handle
     handle.shutdown(delete_data=True)
     shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_listener_calls_its_own_hosts_partitions_directly_and_reads_ahead_from_the_other(hosts_cluster):
+    """With two hosts per broker, broker 0's listener runs in its first host: a partition that
+    host holds is read by direct calls (no read-ahead: there is no call to overlap), one its
+    second host holds by Ray calls, read ahead as a backlog is walked; every answer is the
+    log's bytes either way."""
+    from tests.gateway.test_fetch import walk_the_log
+
+    admin = hosts_cluster.admin()
+    names = {k: next(f"walk-{k}-{i}" for i in range(100) if fetcher_id(f"walk-{k}-{i}", 0, 2) == k) for k in (0, 1)}
+    for name in names.values():
+        admin.create_topic(name, replica_assignment=[[0]])
+    try:
+        before = listener_stats(hosts_cluster, 0)
+        walk_the_log(hosts_cluster, names[0], 0)
+        local = listener_stats(hosts_cluster, 0)
+        assert local["local_calls"] > before["local_calls"] + 20
+        assert local["remote_calls"] == before["remote_calls"] and local["read_ahead_hits"] == before["read_ahead_hits"]
+        walk_the_log(hosts_cluster, names[1], 0)
+        remote = listener_stats(hosts_cluster, 0)
+        assert remote["remote_calls"] > local["remote_calls"] + 20
+        assert remote["read_ahead_hits"] > local["read_ahead_hits"]
+    finally:
+        for name in names.values():
+            admin.delete_topic(name)
 
 
 def test_two_hosts_per_broker_split_its_partitions_and_one_dying_fails_over_only_its_own(hosts_cluster):

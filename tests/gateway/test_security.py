@@ -21,7 +21,7 @@ import ray
 
 import rayqueue
 from actors import launch
-from actors.names import gateway_actor_name
+from actors.names import broker_actor_name
 from tests.helpers import SMALL_INTERNAL_TOPICS, wait_for
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
@@ -110,8 +110,9 @@ def new_topic(state, request) -> str:
     return name
 
 
-def gateway_stats() -> dict:
-    return ray.get(launch.find_actor(gateway_actor_name(0), NAMESPACE).stats.remote(), timeout=30)
+def listener_stats() -> dict:
+    """Broker 0's listener figures (its host serves the listener: the default placement)."""
+    return ray.get(launch.find_actor(broker_actor_name(0), NAMESPACE).listener_stats.remote(), timeout=30)
 
 
 def confluent_round_trip(conf: dict, topic: str, n: int = 5) -> list[bytes]:
@@ -130,9 +131,9 @@ def confluent_round_trip(conf: dict, topic: str, n: int = 5) -> list[bytes]:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 values.append(message.value())
-        # While the consumer is connected, the gateway sees it as its principal.
+        # While the consumer is connected, the listener sees it as its principal.
         listener = "EXTERNAL" if conf["security.protocol"] == "SASL_SSL" else "MTLS"
-        assert "User:alice" in gateway_stats()["principals"][listener]
+        assert "User:alice" in listener_stats()["principals"][listener]
     finally:
         consumer.close()
     return values

@@ -167,6 +167,6 @@ def test_smallest_quick_workload_on_both_systems(kafka, cluster):
     json.dumps(report)  # the JSON line can carry it
     # Rayqueue's processes are found (Ray's own and the cluster's actors), Kafka's JVM is not among them.
     roles = sides[1].pids()
-    assert "raylet" in roles and "gcs_server" in roles and "ray::Gateway" in roles
+    assert "raylet" in roles and "gcs_server" in roles and "ray::BrokerHost" in roles
     assert not set(kafka.pids()) & {pid for pids in roles.values() for pid in pids}
     assert bvk.pss_mb(kafka.pids()) > 50

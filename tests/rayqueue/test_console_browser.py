@@ -21,7 +21,7 @@ import pytest
 
 from rayqueue import TopicPartition
 from rayqueue.console.app import ConsoleServer
-from tests.helpers import authorizer_cluster, consume_all
+from tests.helpers import authorizer_cluster, consume_all, wait_for
 
 CHROMIUM = os.environ.get("RAYQUEUE_CHROMIUM", "/usr/bin/chromium")
 
@@ -162,12 +162,21 @@ def test_every_page_in_a_real_browser(cluster, server, page, data, tmp_path):
     expect(page.locator("#broker-count")).to_have_text(str(len(info["brokers"])))
     expect(page.locator("#urp-count")).to_have_text("0")
     expect(page.locator("#offline-count")).to_have_text("0")
-    rows = _cell_texts(page, "brokers-table")
-    leaders = {b.broker_id: 0 for b in info["brokers"]}
-    for t in meta.topics.values():
-        for p in t.partitions:
-            leaders[p.leader] += 1
-    assert {int(r[0]): int(r[5]) for r in rows} == leaders
+
+    def agree():
+        # Other tests of the session cluster may create a topic between the page's read and the
+        # metadata's: the page is read again until both agree.
+        shown = {int(r[0]): int(r[5]) for r in _cell_texts(page, "brokers-table")}
+        held = {b.broker_id: 0 for b in info["brokers"]}
+        for t in cluster.metadata().topics.values():
+            for p in t.partitions:
+                held[p.leader] += 1
+        if shown != held:
+            page.reload()
+            page.locator("#brokers-table tbody tr").first.wait_for()
+        return shown == held
+
+    wait_for(agree, timeout=60, interval=1.0, what="the brokers table's leader counts match the metadata")
     page.locator("#chart svg path").first.wait_for(state="attached")  # the throughput chart has a line
     # The background traffic (about 100 records/s in, committed as read) shows as rates.
     page.wait_for_function("Number(document.getElementById('messages-in').textContent) > 0")

@@ -28,6 +28,7 @@ from actors.protocol import (
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
+from actors.protocol_broker import FetchMessagesRequest
 from actors.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from rayqueue.consumer import Consumer
 from rayqueue.metadata import MetadataCache
@@ -110,17 +111,40 @@ class Log:
 
 
 class FakeLeader:
-    """Stands in for a partition leader actor: ``fetch.remote`` answers from a Log via ray.put."""
+    """Stands in for a partition leader's ReplicaRef and its host: ``fetch.remote`` answers
+    from a Log via ray.put, and the host's ``fetch_messages.remote`` answers each partition
+    it names through ``fetch.remote`` (which a test may wrap to watch every fetch)."""
+
+    host_key = "the fake leader's host"
 
     def __init__(self, log: Log) -> None:
         self.log = log
         self.isolation_levels: set[IsolationLevel] = set()
+        self.host = self
         self.fetch = self._Method(self._fetch)
+        self.fetch_messages = self._Method(self._fetch_messages)
         self.list_offsets = self._Method(lambda request: OffsetAndTimestamp(0, -1, 0))
 
     class _Method:
         def __init__(self, fn) -> None:
             self.remote = lambda request: ray.put(fn(request))
+
+    def _fetch_messages(self, request: FetchMessagesRequest) -> list:
+        answers: list = []
+        for p in request.partitions:
+            one = FetchRequest(
+                p.fetch_offset,
+                p.partition_max_bytes,
+                request.max_wait_ms,
+                request.min_bytes,
+                request.isolation_level,
+                p.current_leader_epoch,
+            )
+            try:
+                answers.append(ray.get(self.fetch.remote(one)))
+            except Exception as exc:  # noqa: BLE001 - the partition's error, in its answer
+                answers.append(exc)
+        return answers
 
     def _fetch(self, request: FetchRequest) -> FetchResponse:
         self.isolation_levels.add(request.isolation_level)

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 import ray
 
+from actors.broker.replica_ref import ReplicaRef
 from rayqueue import data
 from rayqueue.errors import InvalidConfigError
 from storage.records.columns import HEADERS_TYPE
@@ -229,6 +230,9 @@ def test_read_retries_a_stale_or_dead_leader(cluster, new_topic):
         def fetch(self, *args) -> None:
             return None
 
+        def fetch_messages(self, *args) -> None:
+            return None
+
     gone = Gone.remote()
     ray.get(gone.fetch.remote())
     ray.kill(gone)
@@ -241,7 +245,7 @@ def test_read_retries_a_stale_or_dead_leader(cluster, new_topic):
             return True
 
     wait_for(dead, timeout=30, what="the killed actor to be gone")
-    tables = list(data.read_range(cluster.controller, r, leader=(gone, 0)))
+    tables = list(data.read_range(cluster.controller, r, leader=(ReplicaRef(gone, r.topic, r.partition, 0), 0)))
     got = pa.concat_tables(tables).to_pydict()
     assert [(k, v) for k, v in zip(got["key"], got["value"], strict=True)] == [
         expected[(0, i)][:2] for i in range(1000)

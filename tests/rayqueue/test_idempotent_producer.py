@@ -130,24 +130,24 @@ def test_lost_answers_are_retried_without_duplicates_or_reordering(cluster, new_
     exactly once, in the order sent, and each future has the record's real offset."""
     topic = new_topic()
     producer = cluster.producer(batch_size=300, linger_ms=1)
-    real = producer._sender.produce
+    real = producer._sender.append_records
     rng = random.Random(7)
     lost = []
 
-    def lossy(leader, data, *order):
-        ref = real(leader, data, *order)
+    def lossy(host, request):
+        ref = real(host, request)
         if rng.random() < 0.33:
             ray.get(ref, timeout=30)  # appended at the leader ...
-            lost.append(len(data))
+            lost.append(len(request.entries))
             raise NetworkError("injected: the answer of this produce call was lost")  # ... answer gone
         return ref
 
-    producer._sender.produce = lossy
+    producer._sender.append_records = lossy
     values = [b"r%05d" % i for i in range(3000)]
     if bulk:
         results = []
-        for start in range(0, len(values), 250):
-            results.append(producer.send_many(topic, values[start : start + 250], partition=0))
+        for start in range(0, len(values), 50):
+            results.append(producer.send_many(topic, values[start : start + 50], partition=0))
         producer.flush(120)
         offsets = [o for r in results for _, base, n in r.get(10) for o in range(base, base + n)]
     else:
@@ -169,17 +169,17 @@ def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
     producer = cluster.producer(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=1500)
     producer.send(topic, b"warm", partition=0).get(30)  # the leader knows this producer
     epoch = producer._txn.epoch
-    real = producer._sender.produce
+    real = producer._sender.append_records
     stalled = LostCall()
     late: list = []
 
-    def first_call_stalls(leader, data, *order):
+    def first_call_stalls(host, request):
         if late:
-            return real(leader, data, *order)
-        late.append((leader, data, order))
+            return real(host, request)
+        late.append((host, request))
         return stalled
 
-    producer._sender.produce = first_call_stalls
+    producer._sender.append_records = first_call_stalls
     expired = producer.send(topic, b"late", partition=0)
     with pytest.raises(KafkaTimeoutError, match="since batch creation"):
         expired.get(30)
@@ -189,8 +189,8 @@ def test_sequences_restart_only_after_an_expired_call_ends(cluster, new_topic):
     with pytest.raises(KafkaTimeoutError, match="since batch creation"):
         queued.get(30)
     assert producer._txn.epoch == epoch
-    leader, data, order = late[0]
-    answer = ray.get(real(leader, data, *order), timeout=30)  # the leader appends it now ...
+    host, request = late[0]
+    answer = ray.get(real(host, request), timeout=30)  # the leader appends it now ...
     stalled.answer(answer)  # ... and answers, too late for the expired future
     assert producer.send(topic, b"after", partition=0).get(30).offset == 2
     assert producer._txn.epoch == epoch + 1
@@ -211,21 +211,21 @@ def test_out_of_order_answer_behind_a_retried_batch_is_retried(cluster, new_topi
     producer = cluster.producer(linger_ms=0)
     # The leader knows the producer (for an unknown one it accepts any sequence, as Kafka).
     producer.send(topic, b"warm", partition=0).get(30)
-    real = producer._sender.produce
+    real = producer._sender.append_records
     calls: list = []
     first = LostCall()
 
-    def scripted(leader, data, *order):
-        calls.append(len(data))
+    def scripted(host, request):
+        calls.append(len(request.entries))
         if len(calls) == 1:
             return first  # lost on the way: the leader never sees batch 1 ...
-        ref = real(leader, data, *order)
+        ref = real(host, request)
         if len(calls) == 2:
             # ... and the loss shows only after batch 2 has been answered.
             ref.future().add_done_callback(lambda _: first.fail(NetworkError("injected: request lost")))
         return ref
 
-    producer._sender.produce = scripted
+    producer._sender.append_records = scripted
     one = producer.send_many(topic, [b"a0", b"a1", b"a2"], partition=0)
     wait_for(lambda: calls, timeout=30, what="the first produce call")
     two = producer.send_many(topic, [b"b0", b"b1"], partition=0)
@@ -242,16 +242,16 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
     epoch and restarts at sequence 0, so later batches are accepted."""
     topic = new_topic()
     producer = cluster.producer(linger_ms=0)
-    real = producer._sender.produce
+    real = producer._sender.append_records
     calls = []
 
-    def failing(leader, data, *order):
-        calls.append(len(data))
+    def failing(host, request):
+        calls.append(len(request.entries))
         if len(calls) == 2:
             raise InvalidRecordError("injected: rejected for good")
-        return real(leader, data, *order)
+        return real(host, request)
 
-    producer._sender.produce = failing
+    producer._sender.append_records = failing
     assert producer.send(topic, b"first", partition=0).get(30).offset == 0
     with pytest.raises(InvalidRecordError):
         producer.send(topic, b"rejected", partition=0).get(30)
@@ -266,12 +266,12 @@ def test_a_failed_batch_restarts_sequences_under_a_new_epoch(cluster, new_topic)
 def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_topic):
     topic = new_topic(partitions=2)
     producer = cluster.producer(batch_size=500, linger_ms=1)
-    real = producer._sender.produce
+    real = producer._sender.append_records
     rng = random.Random(3)
     lock = threading.Lock()
 
-    def lossy(leader, data, *order):
-        ref = real(leader, data, *order)
+    def lossy(host, request):
+        ref = real(host, request)
         with lock:
             lose = rng.random() < 0.2
         if lose:
@@ -279,7 +279,7 @@ def test_idempotent_producer_from_threads_keeps_per_thread_order(cluster, new_to
             raise NetworkError("injected: lost answer")
         return ref
 
-    producer._sender.produce = lossy
+    producer._sender.append_records = lossy
 
     def work(t: int) -> None:
         for i in range(500):

@@ -21,13 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import rayqueue
-from actors.names import gateway_actor_name
 from actors.protocol import ProduceRequest
 from rayqueue import TopicPartition
 from rayqueue.cli import app
 from rayqueue.errors import NotLeaderOrFollowerError
 from storage.records.builder import RecordBatchBuilder
-from tests.helpers import SMALL_INTERNAL_TOPICS, consume_all, wait_for
+from tests.helpers import SMALL_INTERNAL_TOPICS, consume_all, listener_host, wait_for
 
 NAMESPACE = "rayqueue-metrics-test"
 DASHBOARD = Path(__file__).resolve().parents[2] / "configs" / "grafana" / "rayqueue.json"
@@ -323,14 +322,14 @@ def test_health_is_ok_then_fails_on_an_offline_partition(metrics_cluster):
 
 
 def test_health_and_the_listener_gauge_name_a_broker_whose_listener_is_down(metrics_cluster):
-    """A gateway that does not listen while Metadata still names its broker (as after a
+    """A listener that does not listen while Metadata still names its broker (as after a
     restart whose start failed) makes ``rayqueue health`` fail naming the broker and its
     address, and its listener-up gauge read 0; listening again clears both."""
     runner = CliRunner()
-    gateway = ray.get_actor(gateway_actor_name(1), namespace=NAMESPACE)
+    host = listener_host(metrics_cluster, 1)
     wait_metric("ray_rayqueue_broker_listener_up", lambda v: v == 1, "broker 1's listener up", broker="1")
     broker = next(b for b in metrics_cluster.metadata([]).brokers if b.broker_id == 1)
-    ray.get(gateway.stop.remote(), timeout=30)
+    ray.get(host.stop_listener.remote(), timeout=30)
     try:
         named = next(b for b in metrics_cluster.metadata([]).brokers if b.broker_id == 1)
         assert (named.host, named.port) == (broker.host, broker.port)  # still in Metadata
@@ -340,7 +339,7 @@ def test_health_and_the_listener_gauge_name_a_broker_whose_listener_is_down(metr
         assert "broker 0's" not in bad.output and "broker 2's" not in bad.output
         wait_metric("ray_rayqueue_broker_listener_up", lambda v: v == 0, "broker 1's listener down", broker="1")
     finally:
-        ray.get(gateway.start.remote(), timeout=60)
+        ray.get(host.start_listener.remote(), timeout=60)
     ok = runner.invoke(app, ["health", "--name", NAMESPACE])
     assert ok.exit_code == 0, ok.output
     wait_metric("ray_rayqueue_broker_listener_up", lambda v: v == 1, "broker 1's listener up again", broker="1")

@@ -174,13 +174,13 @@ def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
         acks=1, linger_ms=0, max_in_flight_requests_per_connection=1, request_timeout_ms=1000, delivery_timeout_ms=1500
     )
     hung: list[LostCall] = []
-    real = producer._sender.produce
+    real = producer._sender.append_records
 
-    def every_call_hangs(leader, data, *order):
+    def every_call_hangs(host, request):
         hung.append(LostCall())
         return hung[-1]
 
-    producer._sender.produce = every_call_hangs
+    producer._sender.append_records = every_call_hangs
     first = producer.send(topic, b"first")
     wait_for(lambda: hung, timeout=30, what="the first produce call")
     second = producer.send(topic, b"second")  # waits for the first (one call in flight)
@@ -190,7 +190,7 @@ def test_batches_older_than_delivery_timeout_fail(cluster, new_topic):
     assert len(hung) <= 2  # each batch went out once at most
     for call in hung:
         call.fail(NetworkError("injected: the answer came too late"))  # dropped
-    producer._sender.produce = real
+    producer._sender.append_records = real
     assert producer.send(topic, b"third").get(30).offset == 0  # nothing was appended; the producer goes on
     producer.close()
 

@@ -9,7 +9,9 @@ import threading
 import time
 
 import pytest
+import ray
 
+from actors.protocol_broker import PartitionRequests
 from actors.types import TopicPartition
 from rayqueue.config import producer_config
 from rayqueue.errors import KafkaTimeoutError, NotLeaderOrFollowerError
@@ -23,19 +25,29 @@ pytestmark = pytest.mark.usefixtures("twin")
 
 
 def replica_failing_first(real, failures: int, calls: list):
-    """A fake leader in front of the real one: the first ``failures`` produce calls of each
-    partition answer NotLeaderOrFollower (retriable), later ones reach the real leader.
-    Records (partition, monotonic time) of every call."""
+    """A fake leader host in front of the real one: the first ``failures`` requests of each
+    partition answer NotLeaderOrFollower (retriable), later ones reach the real leader (in
+    one call for those of the host's call). Records (partition, monotonic time) of every
+    partition's request."""
 
-    def produce(leader, data, *order):
-        calls.append((leader.partition, time.monotonic()))
-        if sum(1 for p, _ in calls if p == leader.partition) > failures:
-            return real(leader, data, *order)
+    def append_records(host, request):
+        passing, answers = [], []
+        for entry in request.entries:
+            partition = entry[1]
+            calls.append((partition, time.monotonic()))
+            if sum(1 for p, _ in calls if p == partition) > failures:
+                passing.append(entry)
+                answers.append(None)
+            else:
+                answers.append(NotLeaderOrFollowerError(f"injected: broker is not the leader of partition {partition}"))
+        if passing:
+            real_answers = iter(ray.get(real(host, PartitionRequests(tuple(passing))), timeout=60))
+            answers = [next(real_answers) if a is None else a for a in answers]
         answer = LostCall()
-        answer.fail(NotLeaderOrFollowerError(f"injected: broker is not the leader of partition {leader.partition}"))
+        answer.answer(answers)
         return answer
 
-    return produce
+    return append_records
 
 
 def test_a_failed_batch_goes_again_after_retry_backoff_and_no_thread_is_started(cluster, new_topic):
@@ -48,7 +60,7 @@ def test_a_failed_batch_goes_again_after_retry_backoff_and_no_thread_is_started(
         producer.send(topic, b"warm", partition=p).get(30)
     baseline = threading.active_count()
     calls: list = []
-    producer._sender.produce = replica_failing_first(producer._sender.produce, 4, calls)
+    producer._sender.append_records = replica_failing_first(producer._sender.append_records, 4, calls)
     futures = [producer.send(topic, b"p%d" % p, partition=p) for p in range(8)]
     threads: list[int] = []
     timers: list[str] = []
@@ -76,7 +88,7 @@ def test_retries_end_with_kafkas_errors(cluster, new_topic):
     topic = new_topic()
     producer = cluster.producer(acks=1, linger_ms=0, retries=2, retry_backoff_ms=20)
     calls: list = []
-    producer._sender.produce = replica_failing_first(producer._sender.produce, 10**9, calls)
+    producer._sender.append_records = replica_failing_first(producer._sender.append_records, 10**9, calls)
     with pytest.raises(NotLeaderOrFollowerError, match="injected"):
         producer.send(topic, b"x").get(30)
     assert len(calls) == 3
@@ -86,7 +98,7 @@ def test_retries_end_with_kafkas_errors(cluster, new_topic):
         acks=1, linger_ms=0, request_timeout_ms=500, delivery_timeout_ms=1000, retry_backoff_ms=50
     )
     calls.clear()
-    producer._sender.produce = replica_failing_first(producer._sender.produce, 10**9, calls)
+    producer._sender.append_records = replica_failing_first(producer._sender.append_records, 10**9, calls)
     sent = time.monotonic()
     with pytest.raises(KafkaTimeoutError, match=r"Expiring 1 record\(s\) for .*since batch creation"):
         producer.send(topic, b"y").get(30)

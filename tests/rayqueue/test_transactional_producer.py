@@ -252,16 +252,16 @@ def test_a_failed_send_makes_commit_raise_until_aborted(cluster, new_topic, txn_
     topic = new_topic()
     producer = txn_producer(linger_ms=0)
     producer.init_transactions()
-    real = producer._sender.produce
+    real = producer._sender.append_records
     calls = []
 
-    def failing(leader, data, *order):
-        calls.append(len(data))
+    def failing(host, request):
+        calls.append(len(request.entries))
         if len(calls) == 2:
             raise InvalidRecordError("injected: rejected for good")
-        return real(leader, data, *order)
+        return real(host, request)
 
-    producer._sender.produce = failing
+    producer._sender.append_records = failing
     producer.begin_transaction()
     producer.send(topic, b"ok").get(30)
     bad = producer.send(topic, b"bad")

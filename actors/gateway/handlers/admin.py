@@ -35,6 +35,7 @@ from actors.gateway.broker_view import (
 from actors.gateway.codec import ZERO_MS, build, error_code, has_field, make, nested
 from actors.gateway.errors import CONTROLLER_UNAVAILABLE, NONE, error_code_of, error_message_of
 from actors.gateway.handlers.offsets import per_partition, per_topic
+from actors.gateway.hosts import ReplicaCalls
 from actors.gateway.server import Api, RequestContext
 from actors.names import INTERNAL_TOPICS
 from actors.protocol import (
@@ -105,8 +106,8 @@ async def _elect_leaders(controller: Any, request: ElectLeadersRequest) -> dict[
     return await controller.elect_leaders.remote(request)
 
 
-async def _delete_records(replica: Any, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
-    return await replica.delete_records.remote(request)
+async def _delete_records(replica: ReplicaCalls, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    return await replica.delete_records(request)
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -7,14 +7,15 @@ several is one call per host that leads some of them (``fetch_messages``: one wi
 default placement, one host per broker): it reads them all and, with fewer than
 ``min_bytes``, parks as one operation until enough bytes are readable or ``max_wait_ms``
 passed, as Kafka's DelayedFetch (however many partitions a request names, it holds one of
-the host's calls). The gateway's event loop never blocks on any of it, so one
-client's long poll holds up no other.
+the host's calls). The listener's own host is called directly, in this process, and its
+appends wake the parked fetch; other hosts by Ray (``actors.gateway.hosts``). The event
+loop never blocks on any of it, so one client's long poll holds up no other.
 
 Bounds: ``max_wait_ms`` is cut to ``rayqueue.fetch.wait.max.ms`` (Kafka's clients give up
 on a request after ``request.timeout.ms``, 30 s by default, so no client waits longer). When
-the connection closes, its fetch's broker call is cancelled with it (``ray.cancel``: Ray
-stops an async actor call's coroutine only when told; cancelling the await alone leaves it
-parked in the broker).
+the connection closes, its fetch is cancelled with it: the local wait, or the remote host's
+call (``ray.cancel``: Ray stops an async actor call's coroutine only when told; cancelling
+the await alone leaves it parked in the host).
 
 Byte limits as Kafka's: ``partition_max_bytes`` per partition, ``max_bytes`` (capped by the
 broker's ``fetch.max.bytes``) for the response, counted in request order and cut at batch
@@ -23,9 +24,10 @@ boundaries; the first batch is returned even when larger (KIP-74). Fetch session
 which the protocol allows.
 
 Read-ahead: a consumer reading a backlog sends its next Fetch for the offset where the
-last answer ended. When the partition already had more readable data than was returned,
-the gateway asks the replica for that next range as soon as it answers, so the replica
-call overlaps the client's own work; the next request takes the answer if it asks for
+last answer ended. When a partition of another host already had more readable data than
+was returned, the listener asks that replica for the next range as soon as it answers, so
+the Ray call overlaps the client's own work (a partition of the listener's own host is read
+directly when asked: there is no call to overlap); the next request takes the answer if it asks for
 exactly that (same offset, size, isolation, epoch), else it is dropped. An empty read-ahead
 is never returned: the request then long-polls as usual. A connection holds at most
 ``READ_AHEAD_BYTES`` of read-ahead.
@@ -39,15 +41,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
-
-import ray
 
 from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
+from actors.gateway.hosts import Hosts
 from actors.gateway.server import Api, RequestContext
 from actors.protocol import FetchRequest, FetchResponse, IsolationLevel
 from actors.protocol_broker import FetchMessagesRequest, FetchPartition
@@ -61,38 +63,17 @@ READ_AHEAD_DEPTH = 3  # ranges per partition
 READ_AHEAD_CALLS = 64  # read-ahead calls one connection has under way, however small
 
 
-# -- actor calls (one function each) --------------------------------------------------------
+# -- cancelling -----------------------------------------------------------------------------
 
 
-def _fetch(replica: Any, request: FetchRequest) -> Any:
-    """The replica's fetch call; returns its ObjectRef (awaitable, cancellable)."""
-    return replica.fetch.remote(request)
-
-
-def _fetch_many(host: Any, request: FetchMessagesRequest) -> Any:
-    """A host's fetch_messages call for many partitions; returns its ObjectRef."""
-    return host.fetch_messages.remote(request)
-
-
-async def _answer(ref: Any) -> Any:
-    """The answer of an actor call; when this wait is cancelled (the connection closed), the
-    call is cancelled in the actor as well."""
+async def _answer(future: asyncio.Future) -> Any:
+    """A read-ahead's answer; when this wait is cancelled (the connection closed), the
+    read-ahead is cancelled as well."""
     try:
-        return await ref
+        return await future
     except asyncio.CancelledError:
-        _cancel(ref)
+        future.cancel()
         raise
-
-
-def _cancel(ref: Any) -> None:
-    """Cancel a call that is no longer needed (a long poll would end at its max wait anyway)."""
-    if isinstance(ref, asyncio.Future):  # a read-ahead's future: its call ends by itself
-        ref.cancel()
-        return
-    try:
-        ray.cancel(ref)
-    except Exception:  # noqa: BLE001 - already finished, or not cancellable: harmless
-        pass
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -118,9 +99,9 @@ class _Partition:
         """This partition's FetchRequest."""
         return FetchRequest(self.offset, self.max_bytes, max_wait_ms, min_bytes, isolation, self.leader_epoch)
 
-    def call(self, max_wait_ms: int, min_bytes: int, isolation: int) -> Any:
-        """This partition's fetch from its leader replica (an ObjectRef)."""
-        return _fetch(self.handle, self.request(isolation, max_wait_ms, min_bytes))
+    def call(self, hosts: Hosts, max_wait_ms: int, min_bytes: int, isolation: int) -> Awaitable[FetchResponse]:
+        """This partition's fetch from its leader replica."""
+        return hosts.replica(self.handle).fetch(self.request(isolation, max_wait_ms, min_bytes))
 
     def asked(self) -> FetchPartition:
         """This partition in its host's fetch_messages."""
@@ -218,7 +199,7 @@ async def _take_ahead(view: BrokerView, parts: list[_Partition]) -> bool:
 async def _read_one(view: BrokerView, part: _Partition, max_wait_ms: int, min_bytes: int, isolation: int) -> None:
     """One partition: its replica's fetch, long-polling in the replica."""
     try:
-        result = await _answer(part.call(max_wait_ms, min_bytes, isolation))
+        result = await part.call(view.hosts, max_wait_ms, min_bytes, isolation)
     except Exception as exc:  # noqa: BLE001 - the partition's error code
         result = exc
     _settle(view, part, result)
@@ -246,17 +227,20 @@ async def _read_many(view: BrokerView, parts: list[_Partition], wait: tuple[int,
     if not groups:
         return
     calls = [
-        _answer(
-            _fetch_many(
-                group[0].handle.host,
-                FetchMessagesRequest(
-                    tuple(p.asked() for p in group), max_wait_ms, max(0, min_bytes - got), max_bytes, isolation
-                ),
+        view.hosts.host(group[0].handle).fetch_messages(
+            FetchMessagesRequest(
+                tuple(p.asked() for p in group), max_wait_ms, max(0, min_bytes - got), max_bytes, isolation
             )
         )
         for group in groups
     ]
-    answers = await asyncio.gather(*calls, return_exceptions=True)
+    if len(calls) == 1:
+        try:
+            answers = [await calls[0]]
+        except Exception as exc:  # noqa: BLE001 - every partition's error
+            answers = [exc]
+    else:
+        answers = await asyncio.gather(*calls, return_exceptions=True)
     for group, answer in zip(groups, answers, strict=True):
         for i, part in enumerate(group):
             _settle(view, part, answer if isinstance(answer, BaseException) else answer[i])
@@ -277,7 +261,8 @@ class _Chain:
 class _ReadAheads:
     """One connection's read-aheads, by partition (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hosts: Hosts) -> None:
+        self._hosts = hosts
         self._chains: dict[tuple[str | None, int], _Chain] = {}
         self._held = 0  # ranges held or under way, over every chain
 
@@ -305,7 +290,7 @@ class _ReadAheads:
         for part in parts:
             result = part.result
             tp = (part.topic, part.partition)
-            if result is None or part.next_offset < 0 or tp in self._chains:
+            if result is None or part.next_offset < 0 or tp in self._chains or self._hosts.is_local(part.handle):
                 continue
             readable = result.last_stable_offset if isolation == READ_COMMITTED else result.high_watermark
             if readable > part.next_offset:
@@ -320,7 +305,9 @@ class _ReadAheads:
             or (self._held + 1) * max_bytes > READ_AHEAD_BYTES
         ):
             return
-        future = asyncio.ensure_future(_fetch(replica, FetchRequest(offset, max_bytes, 0, 1, isolation, epoch)))
+        future = asyncio.ensure_future(
+            self._hosts.replica(replica).fetch(FetchRequest(offset, max_bytes, 0, 1, isolation, epoch))
+        )
         chain.ranges.append((offset, future))
         self._held += 1
         future.add_done_callback(lambda _: self._extend(tp, chain))
@@ -357,7 +344,7 @@ class _ReadAheads:
 def _read_aheads(ctx: RequestContext) -> _ReadAheads:
     aheads = ctx.connection.handler_state.get("fetch")
     if aheads is None:
-        aheads = ctx.connection.handler_state["fetch"] = _ReadAheads()
+        aheads = ctx.connection.handler_state["fetch"] = _ReadAheads(ctx.state.hosts)
         ctx.connection.on_close.append(aheads.close)
     return aheads
 

@@ -16,6 +16,7 @@ from actors.gateway import authorization as authz
 from actors.gateway.broker_view import BrokerView
 from actors.gateway.codec import ZERO_MS, error_code, make, nested
 from actors.gateway.errors import NONE, error_code_of
+from actors.gateway.hosts import ReplicaCalls
 from actors.gateway.server import PACE, Api, RequestContext
 from actors.protocol import EpochEndOffset, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from actors.types import OffsetAndTimestamp
@@ -25,27 +26,28 @@ OFFSET_FOR_LEADER_EPOCH_KEY = 23
 PARTITION_CALLS = 256  # replica calls of one request in flight at once
 
 
-# -- actor calls (one function each) --------------------------------------------------------
+# -- replica calls (one function each) ------------------------------------------------------
 
 
-async def _list_offsets(replica: Any, request: ListOffsetsRequest) -> OffsetAndTimestamp:
-    return await replica.list_offsets.remote(request)
+async def _list_offsets(replica: ReplicaCalls, request: ListOffsetsRequest) -> OffsetAndTimestamp:
+    return await replica.list_offsets(request)
 
 
-async def _offset_for_leader_epoch(replica: Any, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
-    return await replica.offset_for_leader_epoch.remote(request)
+async def _offset_for_leader_epoch(replica: ReplicaCalls, request: OffsetForLeaderEpochRequest) -> EpochEndOffset:
+    return await replica.offset_for_leader_epoch(request)
 
 
 # -- shared: one call per partition -----------------------------------------------------------
 
 
 async def per_partition(
-    view: BrokerView, topic: str, partition: int, call: Callable[[Any], Awaitable[Any]]
+    view: BrokerView, topic: str, partition: int, call: Callable[[ReplicaCalls], Awaitable[Any]]
 ) -> tuple[int, Any]:
-    """(error code, result) of ``call(leader replica)`` for one partition led here."""
+    """(error code, result) of ``call(leader replica's calls)`` for one partition led here
+    (a direct call when this process holds it, else a Ray call)."""
     try:
         leader = await view.leader(topic, partition)
-        return NONE, await call(leader.leader_handle)
+        return NONE, await call(view.hosts.replica(leader.leader_handle))
     except Exception as exc:  # noqa: BLE001 - every failure becomes the partition's error code
         code = error_code_of(exc)
         view.on_partition_error(topic, code)

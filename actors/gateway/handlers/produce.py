@@ -2,7 +2,8 @@
 
 A request's partitions are sent to their leaders' hosts together: one ``append_records`` call
 per host, carrying every partition of the request that host leads (Kafka's ReplicaManager
-takes a request's partitions at once, ``appendRecords``); each replica validates its batches
+takes a request's partitions at once, ``appendRecords``): a direct call on the listener's
+own host, a Ray call on another (``actors.gateway.hosts``); each replica validates its batches
 (headers, CRCs, producer sequences) and appends them unchanged, and each partition is
 answered on its own. acks=0 gets no response (an error closes the connection, as Kafka does,
 so the client notices and refreshes its metadata); acks=1 answers after the leaders'
@@ -13,8 +14,9 @@ they came, the request's acks, timeout and transactional id), the same request r
 producer sends. The leader verifies a transaction's first batch with the transaction
 coordinator (KIP-890, ``actors.txn_verification``).
 
-Order: Kafka appends a connection's produce requests in the order they came. Ray may start
-an async actor's calls in any order, so each partition's request carries a ``ProduceOrder``:
+Order: Kafka appends a connection's produce requests in the order they came. The listener
+processes one request per connection at a time by default; with more in flight, or across
+Ray (which may start an async actor's calls in any order), each partition's request carries a ``ProduceOrder``:
 this connection's number for the call on that partition and the oldest one still
 unanswered, and the replica appends them in number order (PartitionReplica.produce).
 """
@@ -38,13 +40,6 @@ from storage.batch_header import ATTRIBUTES_OFFSET, CURRENT_MAGIC, MAGIC_OFFSET,
 from storage.errors import InvalidRecordError
 
 PRODUCE_KEY = 0
-
-
-# -- actor calls (one function each) --------------------------------------------------------
-
-
-async def _append(host: Any, request: PartitionRequests[ProduceRequest]) -> list[Any]:
-    return await host.append_records.remote(request)
 
 
 # -- per-connection call order --------------------------------------------------------------
@@ -170,16 +165,19 @@ async def _produce(view: BrokerView, parts: list[_Partition]) -> None:
         except Exception as exc:  # noqa: BLE001 - every failure becomes the partition's error code
             part.fail(view, exc)
 
-    await asyncio.gather(*(route(part) for part in parts))
+    if len(parts) == 1:
+        await route(parts[0])
+    else:
+        await asyncio.gather(*(route(part) for part in parts))
     by_host: dict[Any, tuple[Any, list[_Partition]]] = {}
     for part in parts:
         if part.leader is not None:
-            by_host.setdefault(part.leader.host_key, (part.leader.host, []))[1].append(part)
+            by_host.setdefault(part.leader.host_key, (part.leader, []))[1].append(part)
 
-    async def send(host: Any, group: list[_Partition]) -> None:
+    async def send(leader: Any, group: list[_Partition]) -> None:
         request = PartitionRequests(tuple((p.topic, p.index, p.request) for p in group))
         try:
-            answers = await _append(host, request)
+            answers = await view.hosts.host(leader).append_records(request)
         except Exception as exc:  # noqa: BLE001 - the host died or failed: every partition's error
             answers = [exc] * len(group)
         for part, answer in zip(group, answers, strict=True):
@@ -188,7 +186,10 @@ async def _produce(view: BrokerView, parts: list[_Partition]) -> None:
             else:
                 part.result = answer
 
-    await asyncio.gather(*(send(host, group) for host, group in by_host.values()))
+    if len(by_host) == 1:
+        await send(*next(iter(by_host.values())))
+    else:
+        await asyncio.gather(*(send(leader, group) for leader, group in by_host.values()))
 
 
 def _partition_response(

@@ -1,14 +1,18 @@
-"""The Gateway actor: one per broker, on the broker's node, serving Kafka's protocol.
+"""A broker's Kafka listener: its servers on the broker's listeners, run in a broker host's process.
 
-It owns a ``KafkaServer`` on each of the broker's listeners (``listeners``, each with its
-security protocol: ``security``) and one ``BrokerView``; every request is
-translated by the handler modules into calls to the replicas and coordinators. Named
-``gateway|<broker id>`` in the cluster's namespace, detached, restarted by Ray if its
-process dies (it then listens and registers again by itself: its constructor starts the
-listener as a task of the actor's own event loop, retried with backoff until it listens;
-not as a remote call to itself, which Ray fails with ACTOR_UNAVAILABLE when it is submitted
-while the restarted actor is still being created). ``start_gateways`` / ``stop_gateways``
-are what the cluster launch and shutdown call.
+A Kafka broker is one process: its SocketServer, its request handlers (KafkaApis) and its
+ReplicaManager share memory. So does a rayqueue broker: :class:`KafkaListener` owns a
+``KafkaServer`` on each of the broker's listeners (``listeners``, each with its security
+protocol: ``security``) and one ``BrokerView``, and it runs on the event loop of one of the
+broker's host actors (``actors.broker.actor.BrokerHost`` composes it with the host's
+ReplicaManager). Every request is translated by the handler modules into calls to the
+replicas and coordinators: the replicas of its own process directly, other hosts, the
+coordinators and the controller by Ray (``actors.gateway.hosts``).
+
+The host starts it (:meth:`KafkaListener.keep_started`: retried with backoff until it
+listens and has registered its addresses with the controller, so a host started again by
+the controller after a death listens again by itself) and stops it before it closes its
+replicas. No Ray actor here: this module is the listener's plain code.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ import logging
 import os
 import socket
 from typing import Any
-
-import ray
 
 from actors import launch
 from actors.acl_view import AclView
@@ -40,21 +42,22 @@ from actors.gateway.handlers import (
     scram,
     transactions,
 )
-from actors.gateway.security import check_listener_security, listener_security
+from actors.gateway.hosts import Hosts
+from actors.gateway.security import listener_security
 from actors.gateway.server import KafkaServer, Limits
 from actors.gateway.versions import served_apis
-from actors.listeners import BrokerListener, broker_endpoints, listener_protocols, primary_listener
+from actors.listeners import BrokerListener, primary_listener
 from actors.metrics import TICK_S, GatewayMetrics
-from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME, gateway_actor_name
+from actors.names import CONTROLLER_NAME, GROUP_COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME
 from actors.types import ClusterMetadata
 
 logger = logging.getLogger(__name__)
 
-STOP_TIMEOUT_S = 10.0
 # A start that failed (the port still held by the dead predecessor's socket, the controller
 # restarting) is tried again after this, doubling up to the maximum.
 START_BACKOFF_S = 0.5
 START_BACKOFF_MAX_S = 10.0
+
 # The API families served.
 FAMILIES = (
     metadata.APIS,
@@ -99,52 +102,65 @@ def _by_address(overrides: dict[str, int]) -> dict[str, int]:
     return out
 
 
-class Gateway:
-    """A broker's Kafka protocol endpoint (see the module docstring)."""
+class KafkaListener:
+    """Broker ``listeners[0].broker_id``'s Kafka listeners in this process (see the module
+    docstring); ``hosts`` reaches the replicas (this process's own directly)."""
 
     def __init__(
-        self, namespace: str, config: dict[str, Any], listeners: BrokerListener | list[BrokerListener]
+        self,
+        namespace: str,
+        config: dict[str, Any],
+        listeners: BrokerListener | list[BrokerListener],
+        hosts: Hosts | None = None,
     ) -> None:
         self._namespace = namespace
         self._config = dict(config)
         self._listeners = [listeners] if isinstance(listeners, BrokerListener) else list(listeners)
         self._listener = self._listeners[0]  # the broker id is every listener's
+        self._hosts = hosts if hosts is not None else Hosts()
         self._servers: list[KafkaServer] = []
         self._address: tuple[str, int] | None = None
         self._starting: asyncio.Lock | None = None
         self._metrics_task: asyncio.Task | None = None
         self._keeper: asyncio.Task | None = None
-        if ray.get_runtime_context().get_actor_id() is not None:
-            # Listen without waiting to be asked: after a restart by Ray nobody asks (the
-            # launch's own call finds it started, or starting). An async actor's constructor
-            # runs in the actor's event loop, so the start is a task of that loop; a remote
-            # call to itself from here would be failed by Ray (ACTOR_UNAVAILABLE, no retries)
-            # whenever Ray tells this new process that the actor is still RESTARTING.
+        self._stopped = False
+
+    @property
+    def broker_id(self) -> int:
+        """The broker whose listeners these are."""
+        return self._listener.broker_id
+
+    def keep_listening(self) -> None:
+        """Start :meth:`keep_started` as a task of the running event loop (the host's)."""
+        if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.get_running_loop().create_task(self.keep_started())
 
     async def start(self) -> tuple[str, int]:
         """Listen and register the advertised address with the controller (idempotent);
         returns that address."""
         if self._starting is None:
-            self._starting = asyncio.Lock()  # created in the actor's event loop
+            self._starting = asyncio.Lock()  # created in the host's event loop
         async with self._starting:
+            self._stopped = False
             if self._address is None:
                 self._address = await self._start()
             return self._address
 
     async def keep_started(self) -> None:
-        """``start``, retried with backoff until it succeeds (a restarted gateway whose port
+        """``start``, retried with backoff until it succeeds (a host started again whose port
         is still held by its predecessor's socket, or whose controller is restarting, tries
         again); ``stop`` ends it."""
         backoff = START_BACKOFF_S
-        while True:
+        while not self._stopped:
             try:
                 await self.start()
                 return
             except Exception as exc:  # noqa: BLE001 - logged, then retried
+                if self._stopped:
+                    return
                 logger.warning(
-                    "gateway of broker %d could not start (%s: %s); retrying in %.1f s",
-                    self._listener.broker_id,
+                    "the listener of broker %d could not start (%s: %s); retrying in %.1f s",
+                    self.broker_id,
                     type(exc).__name__,
                     exc,
                     backoff,
@@ -153,7 +169,7 @@ class Gateway:
                 backoff = min(backoff * 2, START_BACKOFF_MAX_S)
 
     async def _start(self) -> tuple[str, int]:
-        broker_id = self._listener.broker_id
+        broker_id = self.broker_id
         view = BrokerView(
             broker_id,
             self._namespace,
@@ -161,6 +177,7 @@ class Gateway:
             launch.find_actor(CONTROLLER_NAME, self._namespace),
             launch.find_actor(TRANSACTION_COORDINATOR_NAME, self._namespace),
             launch.find_actor(GROUP_COORDINATOR_NAME, self._namespace),
+            hosts=self._hosts,
         )
         # The ACLs are loaded before the listener opens: no request is answered without them.
         acls = AclView(self._config, view.internal.controller)
@@ -186,7 +203,7 @@ class Gateway:
                     on_sasl_result=_recorder(metrics, listener.name),
                     on_tls_result=_tls_recorder(metrics, listener.name),
                 )
-                name = f"gateway-{broker_id}" if len(self._listeners) == 1 else f"gateway-{broker_id}-{listener.name}"
+                name = f"listener-{broker_id}" if len(self._listeners) == 1 else f"listener-{broker_id}-{listener.name}"
                 server = KafkaServer(apis, view, limits_of(self._config), name=name, metrics=metrics, security=security)
                 servers.append(server)
                 _, port = await server.start(listener.bind_host, listener.bind_port)
@@ -217,14 +234,19 @@ class Gateway:
             if servers and servers[0].metrics is not None:
                 try:
                     servers[0].metrics.tick(sum(len(server.connections) for server in servers))
-                except Exception:  # noqa: BLE001 - metrics must never stop the gateway
-                    logger.exception("recording gateway metrics failed")
+                except Exception:  # noqa: BLE001 - metrics must never stop the listener
+                    logger.exception("recording listener metrics failed")
 
     async def stop(self) -> None:
-        """Stop listening and close every connection (a start still being retried ends)."""
+        """Stop listening and close every connection (a start still being retried ends; it
+        listens again only when ``start`` is called)."""
+        self._stopped = True
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done() and keeper is not asyncio.current_task():
             keeper.cancel()
+        metrics_task, self._metrics_task = self._metrics_task, None
+        if metrics_task is not None:
+            metrics_task.cancel()
         servers, self._servers = self._servers, []
         if servers:
             acls = getattr(servers[0].state, "acls", None)  # one view (and its ACLs) for every listener
@@ -234,15 +256,16 @@ class Gateway:
             await server.close()
         self._address = None
 
-    async def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """Process, address, open connections, requests served (and by API key and
-        version) and being worked on, connections closed for bad input, request memory in use."""
+        version) and being worked on, connections closed for bad input, request memory in
+        use, and the replica calls made in this process and by Ray."""
         servers = self._servers
         served: collections.Counter[tuple[int, int]] = collections.Counter()
         for server in servers:
             served.update(server.served)
         return {
-            "broker_id": self._listener.broker_id,
+            "broker_id": self.broker_id,
             "pid": os.getpid(),
             "address": self._address,
             "listening": bool(servers),
@@ -267,65 +290,14 @@ class Gateway:
             # The copy of the ACLs it authorizes with: the controller's version, and how many.
             "acl_version": acls.version if (acls := servers[0].state.acls if servers else None) else None,
             "acls": len(acls.authorizer) if acls else 0,
+            # Calls to the replicas: this process's own (direct) and other hosts' (Ray).
+            "local_calls": self._hosts.local_calls,
+            "remote_calls": self._hosts.remote_calls,
         }
-
-    async def ping(self) -> int:
-        """Liveness probe; returns the broker id."""
-        return self._listener.broker_id
-
-
-def start_gateways(namespace: str, config: dict[str, Any], meta: ClusterMetadata, timeout_s: float) -> str:
-    """Start one gateway per broker on the broker's node when ``listeners`` is set; returns
-    the bootstrap servers (``host:port,...``), empty without listeners."""
-    node_ips = launch.node_addresses()
-    brokers = {b.broker_id: b for b in meta.brokers}
-    plan = broker_endpoints(
-        config["listeners"],
-        config["advertised.listeners"],
-        [(b.broker_id, node_ips.get(b.node_id) or "127.0.0.1") for b in brokers.values()],
-        config["listener.security.protocol.map"],
-    )
-    if not plan:
-        return ""
-    # A key file that cannot be read or a SASL setting no client could use fails the launch
-    # here, with its reason, rather than every gateway's start over and over.
-    check_listener_security(config, listener_protocols(config["listeners"], config["listener.security.protocol.map"]))
-    handles = []
-    for broker_id, listeners in plan.items():
-        listener = listeners[0]
-        name = gateway_actor_name(broker_id)
-        stale = launch.find_actor(name, namespace)
-        if stale is not None:  # left by a cluster that died without shutting down
-            launch.kill(stale)
-            launch.wait_name_free(name, namespace)
-        node_id = brokers[listener.broker_id].node_id
-        handles.append(
-            launch.launch(Gateway, launch.GATEWAY, name, namespace, node_id, namespace, dict(config), listeners)
-        )
-    try:
-        addresses = ray.get([h.start.remote() for h in handles], timeout=timeout_s)
-    except Exception:
-        for handle in handles:
-            launch.kill(handle)
-        raise
-    return ",".join(f"{host}:{port}" for host, port in addresses)
-
-
-def stop_gateways(namespace: str, broker_ids: list[int]) -> None:
-    """Stop and remove the gateways of ``broker_ids`` (those that run)."""
-    handles = [h for h in (launch.find_actor(gateway_actor_name(b), namespace) for b in broker_ids) if h is not None]
-    if not handles:
-        return
-    try:
-        ray.get([h.stop.remote() for h in handles], timeout=STOP_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - killed below all the same
-        logger.warning("a gateway did not stop cleanly", exc_info=True)
-    for handle in handles:
-        launch.kill(handle)
 
 
 def bootstrap_servers(meta: ClusterMetadata, listener: str | None = None) -> str:
-    """``host:port,...`` of the brokers' gateways, for Kafka clients' bootstrap.servers: of
+    """``host:port,...`` of the brokers' listeners, for Kafka clients' bootstrap.servers: of
     listener ``listener``, or (None) of each broker's primary listener (its first PLAINTEXT
     one, else SASL_PLAINTEXT, else its first)."""
     return ",".join(f"{b.host}:{b.port}" for b in listed_brokers(meta.brokers, listener))
