@@ -16,6 +16,7 @@ from actors.authorizer import authorizer_enabled
 from actors.consumer_group_config import CONSUMER_GROUP_KEYS, check_consumer_group_config
 from actors.iceberg_keys import BROKER_KEYS as ICEBERG_KEYS
 from actors.iceberg_keys import ICEBERG_BROKER_KEYS as ICEBERG_BROKER_KEYS  # what the leaders are handed
+from actors.iceberg_keys import check_iceberg_config
 from actors.listeners import broker_endpoints, parse_listeners
 from actors.registry_keys import REGISTRY_KEYS
 from storage.config import LOG_CONFIG, LONG_MAX, Config, ConfigDef, ConfigKey
@@ -504,6 +505,7 @@ def broker_config(values: Mapping[str, Any] | None = None, **kwargs: Any) -> Con
                 raise InvalidConfigError(f"{key}: there is no listener of that name in listeners")
     authorizer_enabled(config["authorizer.class.name"])  # an unknown authorizer fails the launch
     check_consumer_group_config(config)
+    check_iceberg_config(config)
     return config
 
 

@@ -244,6 +244,12 @@ class BrokerMetrics:
             description="Records an Iceberg topic's leaders put in its table",
             tag_keys=("cluster", "topic", "broker"),
         )
+        self.iceberg_errors = Counter(
+            "rayqueue_iceberg_translation_errors_total",
+            description="Translation steps of an Iceberg topic that failed (catalog or warehouse unreachable, ...) "
+            "and are tried again",
+            tag_keys=("cluster", "topic", "broker"),
+        )
         self.iceberg_invalid = Counter(
             "rayqueue_iceberg_invalid_records_total",
             description="Records an Iceberg topic's mode could not type (action: dlq_table or drop)",

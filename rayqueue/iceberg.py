@@ -137,7 +137,8 @@ class PartitionTranslation:
     lag_seconds: float
     translated_records: int
     invalid_records: int
-    error: str | None
+    error: str | None  # the last failed step's error (the catalog unreachable, ...), until a step succeeds
+    failed_steps: int = 0  # steps of this leader's that failed and were tried again
 
 
 def translation(
@@ -175,6 +176,7 @@ def translation(
                 stats["translated_records"],
                 stats["invalid_records"],
                 stats["error"],
+                stats.get("failed_steps", 0),
             )
         )
     return out

@@ -206,14 +206,67 @@ def read_table(spark: Any, topic: str, *, cluster: Any = None, dead_letters: boo
     not type). The session needs ``session(iceberg=True)``. For Spark SQL, register it:
     ``read_table(spark, "orders").createOrReplaceTempView("orders")``.
 
-    The snapshot is found through the cluster's catalog here (pyiceberg) and Spark reads its
-    metadata file, so Spark holds no connection to the catalog (a reader holding SQLite open
-    would see an old snapshot, and could hold up the brokers' commits)."""
+    On the SQL catalog the snapshot is found through the cluster's catalog here (pyiceberg) and
+    Spark reads its metadata file, so Spark holds no connection to the catalog (a reader
+    holding SQLite open would see an old snapshot, and could hold up the brokers' commits). On
+    a REST catalog Spark reads the table through the catalog itself (``iceberg_catalog``)."""
     from rayqueue import iceberg
 
     cluster = data._cluster_or_connect(cluster)
     table = iceberg.dead_letter_table(topic, cluster) if dead_letters else iceberg.table(topic, cluster)
+    if iceberg.settings(cluster).catalog_type == "rest":
+        namespace, name = table.name()[-2:]
+        return spark.table(f"{iceberg_catalog(spark, cluster)}.`{namespace}`.`{name}`")
     return spark.read.format("iceberg").load(table.metadata_location)
+
+
+def iceberg_catalog(spark: Any, cluster: Any = None) -> str:
+    """Make the cluster's Iceberg REST catalog a catalog of the session (Iceberg's
+    ``SparkCatalog`` with ``type=rest``: its URI, credential or token, and for an S3-compatible
+    warehouse Iceberg's ``S3FileIO`` with the ``rayqueue.iceberg.s3.*`` settings) and return its
+    name: Spark then reads Iceberg topics' tables through the catalog itself, e.g.
+    ``spark.table(f"{name}.rayqueue.orders")`` or ``SELECT ... FROM rayqueue.rayqueue.orders``
+    (catalog, namespace, table). The catalog caches no table, so each read sees the latest
+    snapshot. The session needs ``session(iceberg=True)`` (an S3 warehouse: Iceberg's AWS
+    bundle with it, as ``make jvm`` resolves the ``spark-iceberg`` set). Only a REST catalog is
+    served to Spark this way (ValueError for the SQL catalog: ``read_table`` reads its tables)."""
+    from rayqueue import iceberg
+
+    settings = iceberg.settings(data._cluster_or_connect(cluster))
+    if settings.catalog_type != "rest":
+        raise ValueError(
+            f"the cluster's Iceberg catalog is {settings.catalog_type!r}: Spark reads its tables with read_table"
+        )
+    prefix = f"spark.sql.catalog.{settings.catalog_name}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "rest",
+        f"{prefix}.uri": settings.catalog_uri,
+        f"{prefix}.cache-enabled": "false",
+    }
+    for key, value in (
+        ("credential", settings.credential),
+        ("token", settings.token),
+        ("oauth2-server-uri", settings.oauth2_server_uri),
+        ("warehouse", settings.warehouse),
+    ):
+        if value:
+            conf[f"{prefix}.{key}"] = value
+    if settings.s3_endpoint or settings.warehouse.startswith(("s3://", "s3a://")):
+        conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        conf[f"{prefix}.client.region"] = settings.s3_region
+        for key, value in (
+            ("s3.endpoint", settings.s3_endpoint),
+            ("s3.access-key-id", settings.s3_access_key_id),
+            ("s3.secret-access-key", settings.s3_secret_access_key),
+        ):
+            if value:
+                conf[f"{prefix}.{key}"] = value
+        if settings.s3_endpoint:  # an S3-compatible server (MinIO, Ceph, moto): bucket in the path, as pyiceberg's
+            conf[f"{prefix}.s3.path-style-access"] = "true"
+    for key, value in conf.items():  # Spark loads a catalog from these at its first use
+        spark.conf.set(key, value)
+    return settings.catalog_name
 
 
 def _spark_home() -> str:

@@ -71,7 +71,7 @@ class HostIceberg:
         self._sources: dict[tuple[str, int], ReplicaSource] = {}
         self._broker = str(broker_id)
         self._recorder = recorder
-        self._counted: dict[tuple[str, int], tuple[int, int, int]] = {}
+        self._counted: dict[tuple[str, int], tuple[int, int, int, int]] = {}
 
     def tick(self, replicas: Iterable[Any], replication: Mapping[str, Any]) -> None:
         """Follow the hosted replicas and start a due translation step (``replication``: the
@@ -103,14 +103,15 @@ class HostIceberg:
             tags = rec.tags(topic=topic, partition=partition, broker=self._broker)
             lags.append((tags, stats.lag_records))
             ages.append((tags, stats.lag_seconds))
-            before = self._counted.get((topic, partition), (0, 0, 0))
-            now = (stats.translated_records, stats.dlq_records, stats.dropped_records)
+            before = self._counted.get((topic, partition), (0, 0, 0, 0))
+            now = (stats.translated_records, stats.dlq_records, stats.dropped_records, stats.failed_steps)
             if any(n < b for n, b in zip(now, before, strict=True)):  # a new translator counts from 0
-                before = (0, 0, 0)
+                before = (0, 0, 0, 0)
             topic_tags = (("topic", topic), ("broker", self._broker))
             rec.add(m.iceberg_translated, now[0] - before[0], topic_tags)
             rec.add(m.iceberg_invalid, now[1] - before[1], (*topic_tags, ("action", "dlq_table")))
             rec.add(m.iceberg_invalid, now[2] - before[2], (*topic_tags, ("action", "drop")))
+            rec.add(m.iceberg_errors, now[3] - before[3], topic_tags)
             self._counted[(topic, partition)] = now
         rec.set_all(m.iceberg_lag_records, lags)
         rec.set_all(m.iceberg_lag_seconds, ages)

@@ -7,10 +7,11 @@ Topic keys (``storage.config.LOG_CONFIG`` defines them with the other topic conf
 drop) and ``rayqueue.iceberg.partition.spec`` (``(hour(rayqueue.timestamp))``).
 
 Broker keys (``actors.iceberg_keys``, in ``actors.config``'s table): the catalog (pyiceberg's SQL
-catalog; by default SQLite under ``<log.dirs>/iceberg/``), the warehouse (a directory under
-``<log.dirs>/iceberg/`` by default, or ``s3://bucket/prefix`` with the ``s3.*`` keys), the
-namespace the tables live in, and how much a translation takes at most per commit. The
-controller hands them to the leaders with the replication settings.
+catalog, by default SQLite under ``<log.dirs>/iceberg/``; or an Iceberg REST catalog server,
+with its credential or token), the warehouse (a directory under ``<log.dirs>/iceberg/`` by
+default, or ``s3://bucket/prefix`` with the ``s3.*`` keys; for a REST catalog the server's
+unless named), the namespace the tables live in, and how much a translation takes at most per
+commit. The controller hands them to the leaders with the replication settings.
 
 Nothing here imports pyiceberg: the controller checks topic configs with this module.
 """
@@ -24,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from actors.iceberg_keys import (
+    CATALOG_CREDENTIAL,
     CATALOG_NAME,
+    CATALOG_OAUTH2_SERVER_URI,
+    CATALOG_REQUEST_TIMEOUT,
+    CATALOG_TOKEN,
+    CATALOG_TYPE,
     CATALOG_URI,
     FLUSH_BYTES,
     NAMESPACE,
@@ -55,10 +61,16 @@ DEFAULT_PARTITION_SPEC = "(hour(rayqueue.timestamp))"
 # Kafka's topic names are [a-zA-Z0-9._-]; "~" never is, so "<topic>~dlq" names no topic's table.
 DLQ_SUFFIX = "~dlq"
 
+SQL = "sql"
+REST = "rest"
+
 
 @dataclass(frozen=True, slots=True)
 class IcebergSettings:
-    """Where Iceberg topics' tables live: the catalog, the warehouse and the namespace."""
+    """Where Iceberg topics' tables live: the catalog, the warehouse and the namespace.
+    ``catalog_type`` is ``sql`` (pyiceberg's SQL catalog at the SQLAlchemy URL ``catalog_uri``)
+    or ``rest`` (an Iceberg REST catalog server at the base URL ``catalog_uri``, with an OAuth2
+    ``credential`` or a bearer ``token``; ``warehouse`` empty: the server's)."""
 
     catalog_name: str
     catalog_uri: str
@@ -69,13 +81,28 @@ class IcebergSettings:
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     flush_bytes: int = 64 * 1024 * 1024
+    catalog_type: str = SQL
+    credential: str = ""
+    token: str = ""
+    oauth2_server_uri: str = ""
+    request_timeout_ms: int = 30000
 
     def catalog_properties(self) -> dict[str, str]:
-        """pyiceberg's properties for ``SqlCatalog(name, **properties)`` (and ``load_catalog``)."""
-        props = {"type": "sql", "uri": self.catalog_uri, "warehouse": self.warehouse}
+        """pyiceberg's properties for its catalog (``SqlCatalog(name, **properties)``,
+        ``RestCatalog(name, **properties)``, ``load_catalog(name, **properties)``)."""
+        props = {"type": self.catalog_type, "uri": self.catalog_uri}
+        if self.warehouse:
+            props["warehouse"] = self.warehouse
+        if self.catalog_type == REST:
+            if self.credential:
+                props["credential"] = self.credential
+            if self.token:
+                props["token"] = self.token
+            if self.oauth2_server_uri:
+                props["oauth2-server-uri"] = self.oauth2_server_uri
         if self.s3_endpoint:
             props["s3.endpoint"] = self.s3_endpoint
-        if self.warehouse.startswith(("s3://", "s3a://")):
+        if self.warehouse.startswith(("s3://", "s3a://")) or (self.catalog_type == REST and self.s3_endpoint):
             props["s3.region"] = self.s3_region
             if self.s3_access_key_id:
                 props["s3.access-key-id"] = self.s3_access_key_id
@@ -87,10 +114,17 @@ def iceberg_settings(config: Mapping[str, Any]) -> IcebergSettings:
     """The settings a broker configuration (or the part of it the controller hands the
     leaders) names, defaults resolved under ``log.dirs``."""
     root = Path(str(config.get("log.dirs") or "/tmp/rayqueue-logs")).absolute() / "iceberg"
-    uri = str(config.get(CATALOG_URI) or "") or f"sqlite:///{root / 'catalog.db'}"
-    warehouse = str(config.get(WAREHOUSE) or "") or (root / "warehouse").as_uri()
-    if "://" not in warehouse:
-        warehouse = Path(warehouse).absolute().as_uri()
+    catalog_type = str(config.get(CATALOG_TYPE) or SQL)
+    warehouse = str(config.get(WAREHOUSE) or "")
+    if catalog_type == REST:
+        # The server names the tables' locations; a warehouse, if given, is what it is asked
+        # for (a location or, for some servers, a name): passed on as written.
+        uri = str(config.get(CATALOG_URI) or "")
+    else:
+        uri = str(config.get(CATALOG_URI) or "") or f"sqlite:///{root / 'catalog.db'}"
+        warehouse = warehouse or (root / "warehouse").as_uri()
+        if "://" not in warehouse:
+            warehouse = Path(warehouse).absolute().as_uri()
     return IcebergSettings(
         catalog_name=str(config.get(CATALOG_NAME) or "rayqueue"),
         catalog_uri=uri,
@@ -101,6 +135,11 @@ def iceberg_settings(config: Mapping[str, Any]) -> IcebergSettings:
         s3_access_key_id=str(config.get(S3_ACCESS_KEY_ID) or ""),
         s3_secret_access_key=str(config.get(S3_SECRET_ACCESS_KEY) or ""),
         flush_bytes=int(config.get(FLUSH_BYTES) or 64 * 1024 * 1024),
+        catalog_type=catalog_type,
+        credential=str(config.get(CATALOG_CREDENTIAL) or ""),
+        token=str(config.get(CATALOG_TOKEN) or ""),
+        oauth2_server_uri=str(config.get(CATALOG_OAUTH2_SERVER_URI) or ""),
+        request_timeout_ms=int(config.get(CATALOG_REQUEST_TIMEOUT) or 30000),
     )
 
 

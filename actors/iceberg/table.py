@@ -11,7 +11,8 @@ compaction's, are walked past) says where every partition's translation stands.
 
 A commit is optimistic (Iceberg's): written against the table's current snapshot, it fails
 if another commit came first (the SQL catalog swaps the metadata location only if it is still
-the one read). On that conflict it reads the table again and tries again, provided its
+the one read; a REST catalog server checks the commit's requirement that the table's current
+snapshot is still the one read, and answers 409 if not). On that conflict it reads the table again and tries again, provided its
 partition's state is still the one its translation started from; if it moved (another
 leader of the partition committed meanwhile), its files are deleted and the translator starts
 again from the table's state. pyiceberg's own retry is turned off for these tables
@@ -33,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from actors.iceberg.config import IcebergSettings, PartitionTerm
+from actors.iceberg.config import REST, IcebergSettings, PartitionTerm
 from storage.errors import InvalidConfigError
 
 logger = logging.getLogger(__name__)
@@ -84,8 +85,9 @@ def _retriable(exc: BaseException) -> bool:
 
 
 class IcebergCatalog:
-    """The catalog an Iceberg topic's tables live in (pyiceberg's SQL catalog, made on first
-    use and kept), with the namespace of ``settings``. Used from one thread at a time."""
+    """The catalog an Iceberg topic's tables live in (pyiceberg's SQL catalog, or its REST
+    catalog client; made on first use and kept), with the namespace of ``settings``. Used from
+    one thread at a time."""
 
     def __init__(self, settings: IcebergSettings) -> None:
         self.settings = settings
@@ -94,7 +96,7 @@ class IcebergCatalog:
 
     @property
     def catalog(self) -> Any:
-        """The pyiceberg catalog (its SQL tables made if absent)."""
+        """The pyiceberg catalog (a SQL catalog's tables made if absent)."""
         with self._lock:
             if self._catalog is None:
                 self._catalog = _retrying(lambda: open_catalog(self.settings), "open the catalog")
@@ -147,7 +149,12 @@ class IcebergCatalog:
 
 
 def open_catalog(settings: IcebergSettings) -> Any:
-    """pyiceberg's SQL catalog for ``settings``."""
+    """pyiceberg's catalog for ``settings``: its SQL catalog, or its REST client
+    (``actors.iceberg.rest``: bounded requests, errors that name the catalog)."""
+    if settings.catalog_type == REST:
+        from actors.iceberg.rest import open_rest_catalog
+
+        return open_rest_catalog(settings)
     from pyiceberg.catalog.sql import SqlCatalog
 
     if settings.catalog_uri.startswith("sqlite:///"):

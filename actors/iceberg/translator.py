@@ -97,7 +97,8 @@ class TranslationStats:
     commits: int = 0
     conflicts: int = 0  # commits that lost to another leader of this partition and were dropped
     last_commit_wall_ms: int | None = None
-    error: str | None = None
+    failed_steps: int = 0  # steps that failed (catalog or storage unreachable, ...) and were tried again
+    error: str | None = None  # the last failed step's error, until a step succeeds
 
     def as_dict(self) -> dict[str, Any]:
         """The stats as a plain dict."""
@@ -148,6 +149,11 @@ class PartitionTranslator:
 
     # -- the loop side: cheap, every tick ---------------------------------------------------
 
+    @property
+    def first_step(self) -> bool:
+        """Whether the next step is the first, which reads the table's state."""
+        return self.stats.next_offset is None
+
     def waiting_since(self) -> float | None:
         """When (monotonic) the oldest untranslated committed record was seen; None: nothing waits."""
         return self._pending_since
@@ -167,6 +173,14 @@ class PartitionTranslator:
         if self.stopped:
             return False
         if self.stats.next_offset is None:
+            # Until the table's state is read (the catalog unreachable, ...) how far the table
+            # is behind is not known: the lag counts from the log start, an upper bound that
+            # grows with what is produced meanwhile.
+            self.stats.lag_records = max(0, hw - offsets.log_start_offset)
+            if hw > offsets.log_start_offset:
+                if self._pending_since is None:
+                    self._pending_since = now
+                self.stats.lag_seconds = now - self._pending_since
             return now >= self._retry_at  # the first step reads the table's state
         nxt = max(self.stats.next_offset, offsets.log_start_offset)
         self.stats.lag_records = max(0, hw - self.stats.next_offset)
@@ -211,6 +225,7 @@ class PartitionTranslator:
             logger.info("Iceberg %s-%d: %s; this translator stops", self.topic, self.partition, exc)
             return
         self._failures += 1
+        self.stats.failed_steps += 1
         delay = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self._failures - 1))
         self._retry_at = self._clock.monotonic() + delay
         self.stats.error = f"{type(exc).__name__}: {exc}"[:500]
@@ -274,7 +289,8 @@ class PartitionTranslator:
         else:
             start = self._table_state.next_offset
         self.stats.next_offset = start
-        self._pending_since = None
+        # _pending_since stays: records not in the table have waited since then (``observe``
+        # clears it when none has).
 
     def _main_table(self, catalog: Any, conf: Mapping[str, Any], schema: Any = None) -> Any:
         """The topic's table (made if absent) with columns for ``schema`` (default: the mode's own)."""

@@ -5,7 +5,8 @@ The host's background tick calls :meth:`Translators.tick` with the replicas it h
 makes a new one, which reads the table's state afresh) and forgotten when it stops leading or
 its topic's mode is turned off. One step runs at a time per host, in a worker thread (the
 catalog and the Parquet writer block), so translation takes at most one core of the host's and
-never holds its event loop; among the partitions due, the one waiting longest goes first.
+never holds its event loop; among the partitions due, a new leader's first step (reading the
+table's state) goes first, then the one waiting longest.
 Nothing here imports Ray: the broker's shell hands in the replicas, the catalog settings (the
 controller's broker keys) and the schema registry's lookups.
 """
@@ -80,13 +81,17 @@ class Translators:
         for key, translator in live.items():
             try:
                 if translator.observe():
-                    due.append((translator.waiting_since(), key))
+                    due.append((not translator.first_step, translator.waiting_since(), key))
             except Exception:  # noqa: BLE001 - one partition's trouble must not stop the others'
                 logger.exception("Iceberg %s-%d: cannot read the partition's offsets", *key)
         if not due:
             return
-        due.sort(key=lambda entry: (entry[0] is None, entry[0] or 0.0))
-        key = due[0][1]
+        # A new leader's first step reads the table's state: a short step, and until it runs
+        # the partition's lag is not even known. It goes first, or a partition that always has
+        # records waiting would keep the host's one step to itself. Then the longest waiting
+        # (a step skipping past the log start, with nothing waiting, is short: before those).
+        due.sort(key=lambda entry: (entry[0], entry[1] is not None, entry[1] or 0.0))
+        key = due[0][2]
         self._running_key = key
         self._running = asyncio.get_running_loop().create_task(live[key].step())
         # The next step (this partition's rest, or another's) starts when this one ends, not

@@ -409,6 +409,33 @@ def test_steps_run_one_at_a_time_per_host(root: Path) -> None:
     assert len(rows(t, "one")) == 3
 
 
+def test_a_new_leaders_first_step_goes_before_a_busy_partitions(root: Path) -> None:
+    # Partition 0 always has records waiting (its leader is behind); partition 1's leader is
+    # new and has not read the table's state: it must not wait behind partition 0's steps.
+    clock = ManualClock()
+    t = translators(root, clock)
+    busy = LogSource(new_log(root, "fair-0"), "fair", 0, **KV)
+    append(busy.log, [b"a"])
+    run(settle(t, [busy], clock))
+    append(busy.log, [b"b"])
+    last = t._running
+    t.tick([busy])  # partition 0 sees a record waiting ...
+    assert t._running is last  # (no step yet: it has not waited half its target lag)
+    clock.advance(120_000)  # ... past its target lag: it is due
+    fresh_log = new_log(root, "fair-1")
+    append(fresh_log, [b"c"])
+    sources = [busy, LogSource(fresh_log, "fair", 1, **KV)]
+
+    async def go() -> None:
+        t.tick(sources)
+        assert t._running_key == ("fair", 1)
+        await t._running
+
+    run(go())
+    run(settle(t, sources, clock))
+    assert [r["value"] for r in rows(t, "fair")] == [b"a", b"b", b"c"]
+
+
 def test_a_commit_that_loses_the_race_is_retried_and_sets_nothing_back(root: Path, monkeypatch) -> None:
     """Partition 0's commit is overtaken by partition 1's between reading the table and
     swapping its metadata: the catalog refuses it (optimistic concurrency), it reads the table

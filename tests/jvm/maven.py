@@ -41,22 +41,30 @@ def versions() -> dict[str, str]:
     return dict(pins()["versions"])
 
 
-def artifacts(set_name: str) -> list[tuple[str, str, str]]:
-    """(group, artifact, version) of one set, versions filled in from ``[versions]``."""
+def artifacts(set_name: str) -> list[tuple[str, str, str, str]]:
+    """(group, artifact, version, classifier) of one set, versions filled in from
+    ``[versions]``; a coordinate is ``group:artifact:version`` or, for a jar Maven Central
+    publishes beside the main one (``tests``, ``test-fixtures``), ``group:artifact:version:classifier``
+    (classifier empty for the main jar)."""
     data = pins()
     if set_name not in data["sets"]:
         raise KeyError(f"no set {set_name!r} in {PINS} (sets: {', '.join(data['sets'])})")
     out = []
     for coordinate in data["sets"][set_name]["artifacts"]:
-        group, artifact, version = coordinate.format_map(data["versions"]).split(":")
-        out.append((group, artifact, version))
+        parts = coordinate.format_map(data["versions"]).split(":")
+        if len(parts) not in (3, 4):
+            raise ValueError(f"{coordinate!r} in set {set_name!r}: group:artifact:version[:classifier]")
+        group, artifact, version = parts[:3]
+        out.append((group, artifact, version, parts[3] if len(parts) == 4 else ""))
     return out
 
 
 def _pom(set_name: str) -> str:
     deps = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
-        for g, a, v in artifacts(set_name)
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+        + (f"<classifier>{c}</classifier>" if c else "")
+        + "</dependency>"
+        for g, a, v, c in artifacts(set_name)
     )
     return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

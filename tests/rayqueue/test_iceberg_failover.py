@@ -61,13 +61,11 @@ def committed(cluster, topic: str, partitions: int) -> list[tuple[int, int, byte
     return sorted((r.partition, r.offset, r.value) for r in out)
 
 
-def test_the_table_equals_the_topic_after_leaders_are_killed_mid_translation(s3_cluster, s3):
-    cluster, (_, client) = s3_cluster, s3
+def produce_while_killing_leaders(cluster, topic: str, partitions: int, kills: int = 3, seed: int = 44) -> int:
+    """Produce to ``topic`` from a thread while, ``kills`` times, a partition's leader is killed
+    once its translation is under way (commits landed, records waiting) and a new one is
+    elected; returns how many records were sent (every one acknowledged)."""
     admin = cluster.admin()
-    topic = "orders"
-    admin.create_topic(
-        topic, 3, 3, configs={"rayqueue.iceberg.mode": "key_value", "rayqueue.iceberg.target.lag.ms": 200}
-    )
     stop, sent, errors = threading.Event(), [0], []
 
     def produce() -> None:
@@ -82,27 +80,29 @@ def test_the_table_equals_the_topic_after_leaders_are_killed_mid_translation(s3_
                     sent[0] = i
             producer.flush(120)
             sent[0] = i
-        except Exception as exc:  # noqa: BLE001 - reported by the test
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
         finally:
             producer.close(30)
 
     producing = threading.Thread(target=produce)
     producing.start()
-    rng = random.Random(44)
+    rng = random.Random(seed)
     try:
-        for _ in range(3):
-            # Kill a partition's leader once its translation is under way (commits land,
-            # records wait): with 16 KB steps, a step is in flight most of the time.
-            partition = rng.randrange(3)
-            wait_for(
-                lambda p=partition: any(
-                    t.partition == p and t.translated_records > 0 and t.lag_records > 0
-                    for t in rqi.translation(topic, cluster)
-                ),
-                timeout=120,
-                what="a translation under way",
-            )
+        for _ in range(kills):
+            # Kill a partition's leader once its translation is under way: with small steps
+            # (translation.max.bytes), a step is in flight most of the time.
+            partition = rng.randrange(partitions)
+            seen: list = []
+
+            def under_way(p: int = partition, seen: list = seen) -> bool:
+                seen[:] = rqi.translation(topic, cluster)
+                return any(t.partition == p and t.translated_records > 0 and t.lag_records > 0 for t in seen)
+
+            try:
+                wait_for(under_way, timeout=120, what=f"partition {partition}'s translation under way")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; last report: {seen}") from None
             leader = admin.describe_topics([topic])[topic].partitions[partition]
             kill_broker(leader.leader_handle)
             wait_for(
@@ -116,20 +116,35 @@ def test_the_table_equals_the_topic_after_leaders_are_killed_mid_translation(s3_
     finally:
         stop.set()
         producing.join(180)
-    assert not errors and sent[0] > 0
-    want = committed(cluster, topic, 3)
-    rqi.wait_translated(topic, cluster, timeout_s=240)
+    assert not errors and sent[0] > 0, errors
+    return sent[0]
+
+
+def assert_table_equals_topic(cluster, topic: str, partitions: int, timeout_s: float = 240) -> None:
+    """Once translated, the table holds every committed record of ``topic`` once: the same
+    (partition, offset, value)s, no gap, no duplicate; and every partition's leader reports no lag."""
+    want = committed(cluster, topic, partitions)
+    rqi.wait_translated(topic, cluster, timeout_s=timeout_s)
     rows = rqi.to_arrow(topic, cluster).to_pylist()
     got = sorted((r["rayqueue"]["partition"], r["rayqueue"]["offset"], r["value"]) for r in rows)
     assert len(got) == len(set(got)), "a record is in the table twice"
     assert got == want  # every committed record, once; order within a partition is the offset's
+    report = rqi.translation(topic, cluster)
+    assert sorted(t.partition for t in report) == list(range(partitions)) and all(t.lag_records == 0 for t in report)
+
+
+def test_the_table_equals_the_topic_after_leaders_are_killed_mid_translation(s3_cluster, s3):
+    cluster, (_, client) = s3_cluster, s3
+    topic = "orders"
+    cluster.admin().create_topic(
+        topic, 3, 3, configs={"rayqueue.iceberg.mode": "key_value", "rayqueue.iceberg.target.lag.ms": 200}
+    )
+    produce_while_killing_leaders(cluster, topic, 3)
+    # New leaders resumed from the snapshot summary: the table equals the topic.
+    assert_table_equals_topic(cluster, topic, 3)
     # The data and metadata files are on S3.
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="tables/")["Contents"]]
     assert any(k.endswith(".parquet") for k in keys) and any(k.endswith(".metadata.json") for k in keys)
-    # New leaders resumed from the summary: the translators' counts add up to at least the
-    # table's rows (a restarted broker's translator starts its count from 0).
-    report = rqi.translation(topic, cluster)
-    assert sorted(t.partition for t in report) == [0, 1, 2] and all(t.lag_records == 0 for t in report)
 
 
 def test_avro_values_through_the_registry_with_hostile_records(s3_cluster):
