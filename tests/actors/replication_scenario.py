@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
@@ -25,20 +26,16 @@ import rayqueue
 from rayqueue import TopicPartition
 from storage import iter_batches
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout's tests/
+from tests.helpers import wait_for  # noqa: E402
+
 TOPIC = "replicated"
 PARTITIONS = 3
 
 
 def wait(predicate, timeout: float, what: str):
-    """Poll until truthy or fail with ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """Poll until truthy or fail with ``what`` (tests.helpers.wait_for)."""
+    return wait_for(predicate, timeout=timeout, what=what)
 
 
 def replica_values(handle) -> list[tuple[int, bytes]]:

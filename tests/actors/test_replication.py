@@ -132,8 +132,7 @@ def test_consumers_never_read_past_the_high_watermark(admin, new_topic):
         assert ray.get(leader.list_offsets.remote(ListOffsetsRequest(-1))).offset == 1
         # A long-poll at the HW wakes when replication moves the HW.
         pending = leader.fetch.remote(FetchRequest(1, 1 << 20, 30000, 1))
-        time.sleep(0.3)  # let the long-poll start waiting (the test checks it has not answered)
-        assert not ray.wait([pending], timeout=0)[0]
+        assert not ray.wait([pending], timeout=0.3)[0]  # it waits: nothing above the HW to answer
     finally:
         ray.get([f.pause_fetching.remote(False) for f in followers])
     result = ray.get(pending, timeout=30)
@@ -356,9 +355,8 @@ def test_leader_killed_ten_times_under_acks_all_loses_nothing(failover_admin, fa
     try:
         for _ in range(10):
             meta = wait_for(lambda: (m := partition_meta(admin, topic)).leader >= 0 and m, timeout=60, what="a leader")
-            goal = len(acked) + rng.randrange(1, 60)
+            goal = len(acked) + rng.randrange(1, 60)  # a random moment within the produce stream
             wait_for(lambda g=goal: len(acked) > g, timeout=60, what="progress")
-            time.sleep(rng.uniform(0, 0.3))  # a random moment within the produce stream
             kill_broker(meta.leader_handle)
         count = len(acked)
         wait_for(lambda: len(acked) > count + 100, timeout=60, what="progress after the last kill")

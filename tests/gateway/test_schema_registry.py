@@ -50,17 +50,11 @@ def registry(cluster):
 
 def registry_url(handle, timeout_s: float = DEADLINE_S) -> str:
     """The registry's URL once it serves (after a restart, on a new free port)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urls = ray.get(handle.urls.remote(), timeout=10)
-            if urls:
-                return urls[0]
-        except ray.exceptions.RayActorError:
-            pass  # restarting
-        if time.monotonic() > deadline:
-            raise AssertionError("the schema registry did not serve again in time")
-        time.sleep(0.2)
+    # A RayActorError while it restarts counts as "not yet".
+    urls = wait_for(
+        lambda: ray.get(handle.urls.remote(), timeout=10), timeout=timeout_s, interval=0.2, what="the schema registry"
+    )
+    return urls[0]
 
 
 def round_trip(cluster, topic: str, value: bytes) -> bytes:

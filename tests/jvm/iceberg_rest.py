@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers import wait_for
 from tests.jvm.service import JavaService
 
 MAIN = "org.apache.iceberg.rest.RESTCatalogServer"
@@ -98,13 +98,12 @@ class IcebergRestServer:
     def start(self, timeout: float = 120.0) -> IcebergRestServer:
         """Start the JVM and wait until the catalog answers ``GET /v1/config``."""
         self.service.start()
-        deadline = time.monotonic() + timeout
-        while not self.answers():
-            if not self.service.alive:
-                raise AssertionError(f"{MAIN} exited ({self.service.process.returncode}):\n{self.service.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{MAIN} did not answer within {timeout}s:\n{self.service.tail()}")
-            time.sleep(0.3)  # polling the server's start, bounded by the deadline above
+        try:
+            wait_for(lambda: self.answers() or not self.service.alive, timeout=timeout, interval=0.3)
+        except AssertionError:
+            raise AssertionError(f"{MAIN} did not answer within {timeout}s:\n{self.service.tail()}") from None
+        if not self.answers():
+            raise AssertionError(f"{MAIN} exited ({self.service.process.returncode}):\n{self.service.tail()}")
         return self
 
     def answers(self) -> bool:

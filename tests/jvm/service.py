@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.helpers import wait_for
 from tests.jvm.jvm import JVM_OPTIONS  # the same JVM settings as the short runs
 
 
@@ -76,16 +76,16 @@ class JavaService:
     def wait_for_log(self, text: str, timeout: float, count: int = 1) -> None:
         """Wait until ``text`` appears ``count`` times in the log; fail with the log's tail on
         the deadline or if the JVM exits first."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def seen() -> int:
             try:
-                seen = self.log.read_text(errors="replace").count(text)
+                return self.log.read_text(errors="replace").count(text)
             except FileNotFoundError:
-                seen = 0
-            if seen >= count:
-                return
-            if not self.alive:
-                raise AssertionError(f"{self.main} exited ({self.process.returncode}) before {text!r}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.main}: no {text!r} within {timeout}s:\n{self.tail()}")
-            time.sleep(0.5)
+                return 0
+
+        try:
+            wait_for(lambda: seen() >= count or not self.alive, timeout=timeout, interval=0.5)
+        except AssertionError:
+            raise AssertionError(f"{self.main}: no {text!r} within {timeout}s:\n{self.tail()}") from None
+        if seen() < count:
+            raise AssertionError(f"{self.main} exited ({self.process.returncode}) before {text!r}:\n{self.tail()}")

@@ -13,8 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -86,13 +87,12 @@ class Background:
 
     def wait_for(self, text: str, timeout: float) -> str:
         """Wait until the output contains ``text``; the output so far. Fails if the process ends."""
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"exited with {self.proc.returncode} before {text!r}:\n{self.output()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {text!r} within {timeout}s:\n{self.output()}")
-            time.sleep(0.2)
+        try:
+            wait_for(lambda: text in self.output() or self.proc.poll() is not None, timeout=timeout, interval=0.2)
+        except AssertionError:
+            raise AssertionError(f"no {text!r} within {timeout}s:\n{self.output()}") from None
+        if text not in self.output():
+            raise AssertionError(f"exited with {self.proc.returncode} before {text!r}:\n{self.output()}")
         return self.output()
 
     def stop(self, timeout: float = 120) -> int:

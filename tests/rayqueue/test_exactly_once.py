@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import random
-import time
 
 import pytest
 import ray
@@ -56,10 +55,9 @@ class PipelineWorker:
                 producer.begin_transaction()
                 for record in records:
                     producer.send(sink, b"t-" + record.value, key=record.key)
-                # The records are written; "processing" the batch takes a moment before the
-                # commit, as real work would (a window for a kill between write and commit).
+                # The records are written (acknowledged) before the offsets and the commit: a
+                # kill between write and commit lands in the calls that follow.
                 producer.flush()
-                time.sleep(0.05)
                 offsets = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in records.partitions()}
                 producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
                 producer.commit_transaction()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 
 import pytest
 
@@ -112,7 +111,9 @@ def produce_while_killing_leaders(cluster, topic: str, partitions: int, kills: i
                 timeout=60,
                 what="a new leader",
             )
-            time.sleep(rng.uniform(0.2, 1.0))  # produce and translate a while under the new leader
+            # Produce and translate a while under the new leader: a random number of batches more.
+            more = sent[0] + 200 * rng.randrange(1, 6)
+            wait_for(lambda n=more: sent[0] >= n or errors, timeout=120, what="records under the new leader")
     finally:
         stop.set()
         producing.join(180)
