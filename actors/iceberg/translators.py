@@ -96,10 +96,11 @@ class Translators:
         self._running = asyncio.get_running_loop().create_task(live[key].step())
         # The next step (this partition's rest, or another's) starts when this one ends, not
         # at the host's next tick.
-        self._running.add_done_callback(lambda _: self._tick_again(sources))
+        self._running.add_done_callback(lambda task: self._tick_again(task, sources))
 
-    def _tick_again(self, sources: list[PartitionSource]) -> None:
-        if self._translators:
+    def _tick_again(self, task: asyncio.Task, sources: list[PartitionSource]) -> None:
+        # A cancelled step means the loop is going away: start nothing more on it.
+        if self._translators and not task.cancelled():
             try:
                 self.tick(sources)
             except Exception:  # noqa: BLE001 - the host's next tick tries again

@@ -403,10 +403,33 @@ def test_steps_run_one_at_a_time_per_host(root: Path) -> None:
         t.tick(sources)
         assert t._running is first  # no second step while one runs
         await first
+        await settle(t, sources, clock)
 
-    asyncio.run(go())
-    run(settle(t, sources, clock))
+    run(go())
     assert len(rows(t, "one")) == 3
+
+
+def test_a_cancelled_step_starts_no_other(root: Path) -> None:
+    # The host's loop going away cancels the running step: no further step is started on it
+    # (it would be left pending on a closed loop).
+    clock = ManualClock()
+    t = translators(root, clock)
+    sources = []
+    for p in range(2):
+        log = new_log(root, f"cancel-{p}")
+        append(log, [b"x"])
+        sources.append(LogSource(log, "cancel", p, **KV))
+
+    async def go() -> None:
+        t.tick(sources)
+        first = t._running
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await asyncio.sleep(0)
+        assert t._running is first and first.cancelled()
+
+    run(go())
 
 
 def test_a_new_leaders_first_step_goes_before_a_busy_partitions(root: Path) -> None:
