@@ -127,6 +127,7 @@ class GroupCoordinator(Coordinator):
         # The consumer groups' topic image: when it was last learnt, and the refresh under way.
         self._image_at = float("-inf")
         self._image_refresh: asyncio.Task | None = None
+        self._image_started = float("-inf")  # when the last refresh_image call to the controller started
 
     def _partition_for(self, group_id: str) -> int:
         return offsets_partition_for(group_id, self._topic.num_partitions)
@@ -174,11 +175,14 @@ class GroupCoordinator(Coordinator):
         keeps it).
         """
         require(request, JoinGroupRequest)
+        asked_at = self._clock.monotonic()
         await self._auth.check(request, Op.READ, GROUP, request.group_id)
         self._check_loaded()
         groups = self.state.groups
         groups.validate_join(request)
-        if groups.needs_metadata(request) or self.state.consumer.get(request.group_id) is not None:
+        if groups.needs_metadata(request):
+            await self.refresh_image(IMAGE_MIN_AGE_S, asked_at)
+        elif self.state.consumer.get(request.group_id) is not None:
             await self.refresh_image(IMAGE_MIN_AGE_S)
         return await self._run(self.state.join_group(request))
 
@@ -285,13 +289,14 @@ class GroupCoordinator(Coordinator):
         member that will be back); answered once the group's records are durable. Errors are
         Kafka's (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, ...)."""
         require(request, ConsumerGroupHeartbeatRequest)
+        asked_at = self._clock.monotonic()
         await self._auth.check(request, Op.READ, GROUP, request.group_id)
         names = request.subscribed_topic_names
         if request.principal is not None and names:
             await self._auth.check_all(request, Op.DESCRIBE, TOPIC, list(names))
         self._check_loaded()
         if self._image_is_missing(request):
-            await self.refresh_image(IMAGE_MIN_AGE_S)
+            await self.refresh_image(IMAGE_MIN_AGE_S, asked_at)
         return await self._run(self.state.consumer_group_heartbeat(request))
 
     async def consumer_group_describe(self, request: ConsumerGroupDescribeRequest) -> list[ConsumerGroupDescription]:
@@ -322,16 +327,36 @@ class GroupCoordinator(Coordinator):
         group = consumer.get(request.group_id)
         return bool(regex) and (group is None or regex not in group.resolved_regexes)
 
-    async def refresh_image(self, min_age_s: float = 0.0) -> None:
-        """Learn the topics from the controller (one call at a time; none when the image is
-        younger than ``min_age_s``), and let the consumer groups react to what changed."""
-        if self._image_refresh is not None and not self._image_refresh.done():
+    async def refresh_image(self, min_age_s: float = 0.0, asked_at: float | None = None) -> None:
+        """Learn the topics from the controller and let the consumer groups react to what
+        changed. One call at a time. Without ``asked_at`` an image younger than ``min_age_s``
+        will do. With it (a request naming a topic the image lacks, perhaps one created just
+        before the request) the image must come from a call started at or after ``asked_at``:
+        this waits for the next one, and calls still start at most every ``min_age_s``."""
+        while True:
+            running = self._image_refresh
+            if running is not None and not running.done():
+                started = self._image_started
+                await asyncio.shield(running)
+                if asked_at is None or started >= asked_at:
+                    return
+                continue
+            now = self._clock.monotonic()
+            if asked_at is None:
+                if now - self._image_at < min_age_s:
+                    return
+            elif self._image_started >= asked_at:
+                return
+            else:
+                pause = self._image_started + min_age_s - now
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                    if self._image_refresh is not running:
+                        continue  # another request started a call meanwhile: it will do
+            self._image_started = self._clock.monotonic()
+            self._image_refresh = asyncio.get_running_loop().create_task(self._refresh_metadata())
             await asyncio.shield(self._image_refresh)
             return
-        if self._clock.monotonic() - self._image_at < min_age_s:
-            return
-        self._image_refresh = asyncio.get_running_loop().create_task(self._refresh_metadata())
-        await asyncio.shield(self._image_refresh)
 
     def _set_image(self, metadata: Any) -> None:
         """The controller's answer as the consumer groups' topic image."""

@@ -332,6 +332,8 @@ def test_a_heartbeat_flood_is_answered_in_order_and_writes_nothing(bootstrap, ne
     with Wire(bootstrap) as wire:
         joined = _join(wire, group, member, topic)
         epoch = joined.member_epoch
+        # The topic was created just before the join: the coordinator sees it at once.
+        assert [list(t.partitions) for t in joined.assignment.topic_partitions] == [[0, 1]]
         owned = [{"topic_id": t.topic_id, "partitions": list(t.partitions)} for t in joined.assignment.topic_partitions]
         _heartbeat(wire, group, member, epoch, topic_partitions=owned)
         before = _offsets_log_end(cluster, group)
