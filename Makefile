@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python scripts/bench_security.py
 	$(VENV)/bin/python scripts/bench_metrics.py
 	$(VENV)/bin/python scripts/bench_iceberg.py
+	$(VENV)/bin/python scripts/bench_iceberg_commits.py
 	$(VENV)/bin/python scripts/bench_vs_kafka.py
 	$(VENV)/bin/python scripts/bench_rebalance.py
 

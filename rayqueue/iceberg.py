@@ -139,6 +139,7 @@ class PartitionTranslation:
     invalid_records: int
     error: str | None  # the last failed step's error (the catalog unreachable, ...), until a step succeeds
     failed_steps: int = 0  # steps of this leader's that failed and were tried again
+    expired_snapshots: int = 0  # snapshots this leader's translator removed (history.expire.*)
 
 
 def translation(
@@ -177,6 +178,7 @@ def translation(
                 stats["invalid_records"],
                 stats["error"],
                 stats.get("failed_steps", 0),
+                stats.get("expired_snapshots", 0),
             )
         )
     return out
@@ -194,15 +196,20 @@ def wait_translated(topic: str, cluster: ClusterHandle | None = None, timeout_s:
     parts = [TopicPartition(topic, p.partition) for p in admin.describe_topics([topic])[topic].partitions]
     targets = {tp: log.high_watermark for tp, log in admin.describe_partition_logs(parts).items()}
     deadline = time.monotonic() + timeout_s
-    last: dict[int, int | None] = {}
     while True:
-        done = {t.partition: t.next_offset for t in translation(topic, cluster, admin)}
-        last = done
+        report = translation(topic, cluster, admin)
+        done = {t.partition: t.next_offset for t in report}
         if all(done.get(tp.partition) is not None and done[tp.partition] >= hw for tp, hw in targets.items()):
             return
         if time.monotonic() > deadline:
+            behind = [
+                f"{t.partition}: leader {t.leader}, failed steps {t.failed_steps}, last error {t.error!r}"
+                for t in report
+                if t.error or t.failed_steps
+            ]
             raise KafkaTimeoutError(
-                f"{topic}: translated offsets {last} did not reach the high watermarks "
+                f"{topic}: translated offsets {done} did not reach the high watermarks "
                 f"{ {tp.partition: hw for tp, hw in targets.items()} } within {timeout_s}s"
+                + (f" ({'; '.join(behind)})" if behind else "")
             )
         time.sleep(0.2)  # polling the leaders' reports, bounded by the deadline above

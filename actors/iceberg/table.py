@@ -46,6 +46,15 @@ COMMIT_ID = "rayqueue.commit-id"
 TRANSLATED_BY = "rayqueue.translated-by"
 # Table properties of the tables rayqueue makes: no retry inside pyiceberg (see above).
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
+# Iceberg's snapshot expiry properties (read by rayqueue's translators, and by Spark's
+# expire_snapshots procedure). The defaults are Iceberg's; rayqueue makes its tables with a max
+# age of an hour: every commit costs time in proportion to the snapshots the table holds
+# (pyiceberg copies the table's metadata), and a translated topic commits often.
+MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"
+ICEBERG_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
+CREATED_MAX_SNAPSHOT_AGE_MS = 3600 * 1000
+CREATE_PROPERTIES = {**TABLE_PROPERTIES, MAX_SNAPSHOT_AGE: str(CREATED_MAX_SNAPSHOT_AGE_MS)}
 
 # How often one commit tries against concurrent ones before its translation is tried again later.
 MAX_COMMIT_ATTEMPTS = 20
@@ -69,6 +78,7 @@ class CommitResult:
 
     committed: bool
     state: PartitionState | None
+    table: Any = None  # the table as the commit left it (when it committed)
 
 
 class StaleTranslationError(Exception):
@@ -134,7 +144,7 @@ class IcebergCatalog:
             try:
                 table = _retrying(
                     lambda: catalog.create_table(
-                        self.identifier(name), iceberg_schema, partition_spec=spec, properties=TABLE_PROPERTIES
+                        self.identifier(name), iceberg_schema, partition_spec=spec, properties=CREATE_PROPERTIES
                     ),
                     f"create {name}",
                 )
@@ -340,10 +350,10 @@ def commit(
     if table is None:
         raise RuntimeError(f"Iceberg table {name} disappeared")
     for attempt in range(MAX_COMMIT_ATTEMPTS):
-        if attempt and _has_commit(table, commit_id):
-            return CommitResult(True, new_state)  # an earlier attempt landed after all
         state = read_state(table, topic_id)
         current = state.get(partition)
+        if attempt and _landed(table, commit_id, current, new_state):
+            return CommitResult(True, new_state, table)  # an earlier attempt landed after all
         if current is not None and current.leader_epoch > new_state.leader_epoch:
             delete_files(table, files)
             raise StaleTranslationError(
@@ -361,7 +371,7 @@ def commit(
                 app.append_data_file(data_file)
         try:
             txn.commit_transaction()
-            return CommitResult(True, new_state)
+            return CommitResult(True, new_state, table)
         except Exception as exc:
             from pyiceberg.exceptions import CommitFailedException
 
@@ -370,8 +380,10 @@ def commit(
             # attempt looks for this commit's id before anything else.
             if not _retriable(exc) and not isinstance(exc, CommitFailedException):
                 table = catalog.load(name)
-                if table is not None and _has_commit(table, commit_id):
-                    return CommitResult(True, new_state)
+                if table is not None and _landed(
+                    table, commit_id, read_state(table, topic_id).get(partition), new_state
+                ):
+                    return CommitResult(True, new_state, table)
                 raise
             if attempt == MAX_COMMIT_ATTEMPTS - 1:
                 raise
@@ -380,6 +392,13 @@ def commit(
             if table is None:
                 raise RuntimeError(f"Iceberg table {name} disappeared") from None
     raise AssertionError("unreachable")
+
+
+def _landed(table: Any, commit_id: str, current: PartitionState | None, new_state: PartitionState) -> bool:
+    """Whether a commit whose outcome was not known landed: the partition's state in the table
+    is the one it set (no other translator sets the same offset at the same leader epoch), or
+    its snapshot is among the newest (it may since have been expired, or carried forward)."""
+    return current == new_state or _has_commit(table, commit_id)
 
 
 def _has_commit(table: Any, commit_id: str, depth: int = 100) -> bool:
@@ -392,3 +411,37 @@ def _has_commit(table: Any, commit_id: str, depth: int = 100) -> bool:
         snapshot = table.snapshot_by_id(parent) if parent is not None else None
         depth -= 1
     return False
+
+
+def expirable_snapshots(table: Any, now_ms: int | None = None) -> list[int]:
+    """The ids of the snapshots the table's ``history.expire.*`` properties let go (Iceberg's
+    rules): older than the max age, yet not among the newest ``min-snapshots-to-keep`` of the
+    current branch, not a branch's or tag's head, and never the newest snapshot rayqueue wrote
+    (its summary holds the translated offsets). None when a property is not a number."""
+    metadata, props = table.metadata, table.properties
+    try:
+        max_age = int(props.get(MAX_SNAPSHOT_AGE, ICEBERG_MAX_SNAPSHOT_AGE_MS))
+        keep = max(1, int(props.get(MIN_SNAPSHOTS_TO_KEEP, 1)))
+    except ValueError:
+        return []
+    # Snapshot timestamps are pyiceberg's wall clock.
+    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - max_age
+    protected = {ref.snapshot_id for ref in metadata.refs.values()}
+    snapshot, kept, ours = table.current_snapshot(), 0, False
+    while snapshot is not None and (kept < keep or not ours):
+        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if kept < keep or (not ours and TOPIC_ID in summary):
+            protected.add(snapshot.snapshot_id)
+        kept += 1
+        ours = ours or TOPIC_ID in summary
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return [s.snapshot_id for s in metadata.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in protected]
+
+
+def expire_snapshots(table: Any, snapshot_ids: Sequence[int]) -> None:
+    """Remove ``snapshot_ids`` from the table's metadata in one commit. A translated table only
+    grows, so their data files are all still the current snapshot's; their manifests are left
+    for an engine's orphan-file cleanup. A concurrent commit makes this fail (CommitFailedException):
+    the next try reads the table again."""
+    table.maintenance.expire_snapshots().by_ids(list(snapshot_ids)).commit()

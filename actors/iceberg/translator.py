@@ -26,6 +26,11 @@ So a leader killed mid-step leaves at most orphan files, and two leaders of one 
 (``value_schema_id_prefix`` mode) goes to the ``<topic>~dlq`` table, committed first and with
 its own offsets, or is counted and dropped (``rayqueue.iceberg.invalid.record.action``); it
 never stops the partition.
+
+Snapshot expiry: after a commit, a translator lets go of the snapshots the table's
+``history.expire.max-snapshot-age-ms`` and ``history.expire.min-snapshots-to-keep`` allow
+(``actors.iceberg.table.expirable_snapshots``), in a commit of its own, when a batch of them
+has gathered or a while has passed; every commit's cost grows with the snapshots the table holds.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ logger = logging.getLogger(__name__)
 # long, doubling to the maximum.
 RETRY_BACKOFF_S = 1.0
 RETRY_BACKOFF_MAX_S = 30.0
+# Expired snapshots are removed once this many have gathered, or this long after the last removal.
+EXPIRE_BATCH = 100
+EXPIRE_INTERVAL_S = 60.0
 # A step's first read size; later reads of the same step double it up to the step's budget.
 FIRST_READ_BYTES = 1024 * 1024
 # Until a translation has measured them, records are taken to be this big on disk.
@@ -95,6 +103,7 @@ class TranslationStats:
     dropped_records: int = 0
     skipped_offsets: int = 0  # offsets gone to retention before they were translated
     commits: int = 0
+    expired_snapshots: int = 0  # snapshots this translator removed from the table (history.expire.*)
     conflicts: int = 0  # commits that lost to another leader of this partition and were dropped
     last_commit_wall_ms: int | None = None
     failed_steps: int = 0  # steps that failed (catalog or storage unreachable, ...) and were tried again
@@ -142,6 +151,7 @@ class PartitionTranslator:
         self._pending_since: float | None = None  # monotonic time the oldest untranslated record was seen
         self._retry_at = 0.0
         self._failures = 0
+        self._expired_at = float("-inf")  # monotonic time of the last snapshot expiry
         self._record_bytes = float(ASSUMED_RECORD_BYTES)
         self._values: Any = None  # the value decoder (value_schema_id_prefix), made on first use
         self._table_state: Any = None  # the table's PartitionState for this partition, as last read or written
@@ -350,6 +360,26 @@ class PartitionTranslator:
         # Records committed after the read have waited at most since it (``observe`` clears
         # this when none has).
         self._pending_since = chunk.read_at
+        self._expire(result.table)
+
+    def _expire(self, table: Any) -> None:
+        """Remove the snapshots the table's expiry properties let go, when enough have gathered
+        (or a while has passed). Best effort: a conflict or error is tried again later."""
+        from actors.iceberg.table import expirable_snapshots, expire_snapshots
+
+        if table is None:
+            return
+        now = self._clock.monotonic()
+        try:
+            ids = expirable_snapshots(table)
+            if not ids or (len(ids) < EXPIRE_BATCH and now - self._expired_at < EXPIRE_INTERVAL_S):
+                return
+            self._expired_at = now
+            expire_snapshots(table, ids)
+        except Exception as exc:  # noqa: BLE001 - another commit came first: the next expiry reads again
+            logger.debug("Iceberg %s-%d: snapshot expiry not done (%s)", self.topic, self.partition, str(exc)[:200])
+            return
+        self.stats.expired_snapshots += len(ids)
 
     def _typed_rows(self, columns: Any) -> tuple[Any, list[tuple[int, str]]]:
         """value_schema_id_prefix: the typed rows and the (row, reason) of those that cannot be."""

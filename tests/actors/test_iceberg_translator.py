@@ -537,3 +537,110 @@ def test_a_commit_whose_answer_is_lost_is_found_not_redone(root: Path, monkeypat
     monkeypatch.undo()
     assert lost and t.describe("lost", 0)["commits"] == 2 and t.describe("lost", 0)["conflicts"] == 0
     assert [r["value"] for r in rows(t, "lost")] == [b"a", b"b", b"c"]  # every data file still there
+
+
+def test_a_lost_answer_is_found_by_the_partitions_state_when_its_snapshot_is_gone(root: Path, monkeypatch) -> None:
+    """As above, but the commit's snapshot can no longer be found by its id (expired meanwhile,
+    or past the newest hundred): the partition's state in the table is the one the commit set,
+    so it landed. Nothing is written twice, no file deleted."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy.exc import OperationalError
+
+    log = new_log(root, "gone-0")
+    append(log, [b"a"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "gone", **KV)
+    run(settle(t, [source], clock))
+    append(log, [b"b"])
+    real, lost = SqlCatalog.commit_table, []
+
+    def commit_then_lose_the_answer(self, table, requirements, updates):
+        answer = real(self, table, requirements, updates)
+        if not lost:
+            lost.append(answer.metadata_location)
+            raise OperationalError("COMMIT", {}, Exception("database is locked"))
+        return answer
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_lose_the_answer)
+    monkeypatch.setattr(iceberg_table, "_has_commit", lambda table, commit_id, depth=100: False)
+    run(settle(t, [source], clock))
+    monkeypatch.undo()
+    assert lost and t.describe("gone", 0)["commits"] == 2 and t.describe("gone", 0)["conflicts"] == 0
+    assert [r["value"] for r in rows(t, "gone")] == [b"a", b"b"]
+
+
+def _set_table_properties(t: Translators, name: str, props: dict[str, str]) -> None:
+    table = t.catalog().load(name)
+    with table.transaction() as txn:
+        txn.set_properties(props)
+
+
+def test_a_made_table_expires_snapshots_after_an_hour() -> None:
+    assert iceberg_table.CREATE_PROPERTIES[iceberg_table.MAX_SNAPSHOT_AGE] == str(3600 * 1000)
+
+
+def test_snapshots_the_table_lets_go_are_expired_and_every_record_stays(root: Path) -> None:
+    # history.expire.max-snapshot-age-ms=0 and min-snapshots-to-keep=2: after each commit
+    # every snapshot but the newest two goes; the table still holds every record once, and a
+    # new leader resumes from the state in the newest snapshot.
+    log = new_log(root, "exp-0")
+    append(log, [b"r0"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "exp", **KV)
+    run(settle(t, [source], clock))
+    _set_table_properties(
+        t, "exp", {"history.expire.max-snapshot-age-ms": "0", "history.expire.min-snapshots-to-keep": "2"}
+    )
+    for i in range(1, 8):
+        append(log, [b"r%d" % i])
+        run(settle(t, [source], clock))
+    table = t.catalog().load("exp")
+    assert len(table.metadata.snapshots) == 2
+    assert t.describe("exp", 0)["expired_snapshots"] >= 6
+    want = [b"r%d" % i for i in range(8)]
+    assert [r["value"] for r in rows(t, "exp")] == want
+    successor = translators(root, clock)
+    newer = LogSource(log, "exp", epoch=1, **KV)
+    append(log, [b"r8"])
+    run(settle(successor, [newer], clock))
+    assert [r["value"] for r in rows(successor, "exp")] == [*want, b"r8"]
+
+
+def test_expiry_keeps_the_newest_snapshot_rayqueue_wrote_under_anothers(root: Path) -> None:
+    # Another writer's snapshot (no translated offsets in its summary) is the newest: with
+    # min-snapshots-to-keep=1 Iceberg's rule alone would let rayqueue's go, and with it the
+    # translated offsets. It stays.
+    log = new_log(root, "other-0")
+    append(log, [b"a"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "other", **KV)
+    run(settle(t, [source], clock))
+    append(log, [b"b"])
+    run(settle(t, [source], clock))
+    table = t.catalog().load("other")
+    ours = table.current_snapshot().snapshot_id
+    table.append(table.scan().to_arrow().slice(0, 1))  # a foreign writer
+    table = t.catalog().load("other")
+    theirs = table.current_snapshot().snapshot_id
+    ids = iceberg_table.expirable_snapshots(table, now_ms=2**62)
+    assert ids and ours not in ids and theirs not in ids
+    iceberg_table.expire_snapshots(table, ids)
+    table = t.catalog().load("other")
+    assert {s.snapshot_id for s in table.metadata.snapshots} == {ours, theirs}
+    assert iceberg_table.read_state(table, "topic-id-1")[0].next_offset == 2
+
+
+def test_an_expiry_property_that_is_not_a_number_expires_nothing(root: Path) -> None:
+    log = new_log(root, "nan-0")
+    append(log, [b"a"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "nan", **KV)
+    run(settle(t, [source], clock))
+    append(log, [b"b"])
+    run(settle(t, [source], clock))
+    _set_table_properties(t, "nan", {"history.expire.max-snapshot-age-ms": "soon"})
+    assert iceberg_table.expirable_snapshots(t.catalog().load("nan"), now_ms=2**62) == []

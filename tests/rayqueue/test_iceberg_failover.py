@@ -12,6 +12,7 @@ import threading
 import pytest
 
 import rayqueue.iceberg as rqi
+from storage.errors import UnknownTopicOrPartitionError
 from tests.helpers import kill_broker, own_cluster, read_committed_to_end, wait_for
 
 moto_server = pytest.importorskip("moto.server")
@@ -140,12 +141,31 @@ def test_the_table_equals_the_topic_after_leaders_are_killed_mid_translation(s3_
     cluster.admin().create_topic(
         topic, 3, 3, configs={"rayqueue.iceberg.mode": "key_value", "rayqueue.iceberg.target.lag.ms": 200}
     )
+    # Snapshots older than two seconds expire (each commit's cost grows with the snapshots the
+    # table holds): the translators remove them as they go, between each other's commits.
+    set_table_properties(topic, cluster, {"history.expire.max-snapshot-age-ms": "2000"})
     produce_while_killing_leaders(cluster, topic, 3)
     # New leaders resumed from the snapshot summary: the table equals the topic.
     assert_table_equals_topic(cluster, topic, 3)
+    assert sum(t.expired_snapshots for t in rqi.translation(topic, cluster)) > 0
     # The data and metadata files are on S3.
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="tables/")["Contents"]]
     assert any(k.endswith(".parquet") for k in keys) and any(k.endswith(".metadata.json") for k in keys)
+
+
+def set_table_properties(topic: str, cluster, props: dict[str, str]) -> None:
+    """Set the table's properties, again when a translator's commit comes first."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    def done() -> bool:
+        try:
+            with rqi.table(topic, cluster).transaction() as txn:
+                txn.set_properties(props)
+            return True
+        except (CommitFailedException, UnknownTopicOrPartitionError):
+            return False
+
+    wait_for(done, timeout=60, what="the table's properties set")
 
 
 def test_avro_values_through_the_registry_with_hostile_records(s3_cluster):
