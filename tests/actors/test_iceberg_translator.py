@@ -509,20 +509,12 @@ def test_the_translation_imports_no_ray() -> None:
     assert json.loads(done.stdout) == ["ray"]
 
 
-def test_a_commit_whose_answer_is_lost_is_found_not_redone(root: Path, monkeypatch) -> None:
-    """The catalog takes the commit but the answer is an error (SQLite busy at COMMIT, a lost
-    reply): the outcome is unknown, so the translator looks for its commit's id before anything
-    else. It finds it: nothing is written twice and none of its files is deleted."""
+def lose_the_first_commit_answer(monkeypatch) -> list:
+    """The SQL catalog takes the next commit, then answers with an error (SQLite busy at
+    COMMIT): the list gets the metadata location it committed."""
     from pyiceberg.catalog.sql import SqlCatalog
     from sqlalchemy.exc import OperationalError
 
-    log = new_log(root, "lost-0")
-    append(log, [b"a", b"b"])
-    clock = ManualClock()
-    t = translators(root, clock)
-    source = LogSource(log, "lost", **KV)
-    run(settle(t, [source], clock))
-    append(log, [b"c"])
     real, lost = SqlCatalog.commit_table, []
 
     def commit_then_lose_the_answer(self, table, requirements, updates):
@@ -533,6 +525,33 @@ def test_a_commit_whose_answer_is_lost_is_found_not_redone(root: Path, monkeypat
         return answer
 
     monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_lose_the_answer)
+    return lost
+
+
+def translated(root: Path, topic: str, *batches: list[bytes]) -> tuple[Log, ManualClock, Translators, LogSource]:
+    """A partition's log, its translators and source, each batch appended and translated."""
+    log = new_log(root, f"{topic}-0")
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, topic, **KV)
+    for values in batches:
+        append(log, values)
+        run(settle(t, [source], clock))
+    return log, clock, t, source
+
+
+def test_a_commit_whose_answer_is_lost_is_found_not_redone(root: Path, monkeypatch) -> None:
+    """The catalog takes the commit but the answer is an error (SQLite busy at COMMIT, a lost
+    reply): the outcome is unknown, so the translator looks for its commit's id before anything
+    else. It finds it: nothing is written twice and none of its files is deleted."""
+    log = new_log(root, "lost-0")
+    append(log, [b"a", b"b"])
+    clock = ManualClock()
+    t = translators(root, clock)
+    source = LogSource(log, "lost", **KV)
+    run(settle(t, [source], clock))
+    append(log, [b"c"])
+    lost = lose_the_first_commit_answer(monkeypatch)
     run(settle(t, [source], clock))
     monkeypatch.undo()
     assert lost and t.describe("lost", 0)["commits"] == 2 and t.describe("lost", 0)["conflicts"] == 0
@@ -543,26 +562,9 @@ def test_a_lost_answer_is_found_by_the_partitions_state_when_its_snapshot_is_gon
     """As above, but the commit's snapshot can no longer be found by its id (expired meanwhile,
     or past the newest hundred): the partition's state in the table is the one the commit set,
     so it landed. Nothing is written twice, no file deleted."""
-    from pyiceberg.catalog.sql import SqlCatalog
-    from sqlalchemy.exc import OperationalError
-
-    log = new_log(root, "gone-0")
-    append(log, [b"a"])
-    clock = ManualClock()
-    t = translators(root, clock)
-    source = LogSource(log, "gone", **KV)
-    run(settle(t, [source], clock))
+    log, clock, t, source = translated(root, "gone", [b"a"])
     append(log, [b"b"])
-    real, lost = SqlCatalog.commit_table, []
-
-    def commit_then_lose_the_answer(self, table, requirements, updates):
-        answer = real(self, table, requirements, updates)
-        if not lost:
-            lost.append(answer.metadata_location)
-            raise OperationalError("COMMIT", {}, Exception("database is locked"))
-        return answer
-
-    monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_lose_the_answer)
+    lost = lose_the_first_commit_answer(monkeypatch)
     monkeypatch.setattr(iceberg_table, "_has_commit", lambda table, commit_id, depth=100: False)
     run(settle(t, [source], clock))
     monkeypatch.undo()
@@ -584,12 +586,7 @@ def test_snapshots_the_table_lets_go_are_expired_and_every_record_stays(root: Pa
     # history.expire.max-snapshot-age-ms=0 and min-snapshots-to-keep=2: after each commit
     # every snapshot but the newest two goes; the table still holds every record once, and a
     # new leader resumes from the state in the newest snapshot.
-    log = new_log(root, "exp-0")
-    append(log, [b"r0"])
-    clock = ManualClock()
-    t = translators(root, clock)
-    source = LogSource(log, "exp", **KV)
-    run(settle(t, [source], clock))
+    log, clock, t, source = translated(root, "exp", [b"r0"])
     _set_table_properties(
         t, "exp", {"history.expire.max-snapshot-age-ms": "0", "history.expire.min-snapshots-to-keep": "2"}
     )
@@ -612,14 +609,7 @@ def test_expiry_keeps_the_newest_snapshot_rayqueue_wrote_under_anothers(root: Pa
     # Another writer's snapshot (no translated offsets in its summary) is the newest: with
     # min-snapshots-to-keep=1 Iceberg's rule alone would let rayqueue's go, and with it the
     # translated offsets. It stays.
-    log = new_log(root, "other-0")
-    append(log, [b"a"])
-    clock = ManualClock()
-    t = translators(root, clock)
-    source = LogSource(log, "other", **KV)
-    run(settle(t, [source], clock))
-    append(log, [b"b"])
-    run(settle(t, [source], clock))
+    _, _, t, _ = translated(root, "other", [b"a"], [b"b"])
     table = t.catalog().load("other")
     ours = table.current_snapshot().snapshot_id
     table.append(table.scan().to_arrow().slice(0, 1))  # a foreign writer
@@ -634,13 +624,6 @@ def test_expiry_keeps_the_newest_snapshot_rayqueue_wrote_under_anothers(root: Pa
 
 
 def test_an_expiry_property_that_is_not_a_number_expires_nothing(root: Path) -> None:
-    log = new_log(root, "nan-0")
-    append(log, [b"a"])
-    clock = ManualClock()
-    t = translators(root, clock)
-    source = LogSource(log, "nan", **KV)
-    run(settle(t, [source], clock))
-    append(log, [b"b"])
-    run(settle(t, [source], clock))
+    _, _, t, _ = translated(root, "nan", [b"a"], [b"b"])
     _set_table_properties(t, "nan", {"history.expire.max-snapshot-age-ms": "soon"})
     assert iceberg_table.expirable_snapshots(t.catalog().load("nan"), now_ms=2**62) == []
