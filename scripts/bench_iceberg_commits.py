@@ -69,7 +69,7 @@ def main() -> int:
                 result = commit(catalog, name, write_data_files(table, rows), 0, state[name], new, "bench", 1)
                 state[name] = result.state
                 if name == "expired":
-                    ids = expirable_snapshots(result.table)
+                    ids = expirable_snapshots(result.table, int(time.time() * 1000))
                     if ids:
                         expire_snapshots(result.table, ids)
                 times[name].append(time.perf_counter() - began)

@@ -413,19 +413,19 @@ def _has_commit(table: Any, commit_id: str, depth: int = 100) -> bool:
     return False
 
 
-def expirable_snapshots(table: Any, now_ms: int | None = None) -> list[int]:
-    """The ids of the snapshots the table's ``history.expire.*`` properties let go (Iceberg's
-    rules): older than the max age, yet not among the newest ``min-snapshots-to-keep`` of the
-    current branch, not a branch's or tag's head, and never the newest snapshot rayqueue wrote
-    (its summary holds the translated offsets). None when a property is not a number."""
+def expirable_snapshots(table: Any, now_ms: int) -> list[int]:
+    """The ids of the snapshots the table's ``history.expire.*`` properties let go at wall time
+    ``now_ms`` (Iceberg's rules): older than the max age, yet not among the newest
+    ``min-snapshots-to-keep`` of the current branch, not a branch's or tag's head, and never the
+    newest snapshot rayqueue wrote (its summary holds the translated offsets). None when a
+    property is not a number."""
     metadata, props = table.metadata, table.properties
     try:
         max_age = int(props.get(MAX_SNAPSHOT_AGE, ICEBERG_MAX_SNAPSHOT_AGE_MS))
         keep = max(1, int(props.get(MIN_SNAPSHOTS_TO_KEEP, 1)))
     except ValueError:
         return []
-    # Snapshot timestamps are pyiceberg's wall clock.
-    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - max_age
+    cutoff = now_ms - max_age
     protected = {ref.snapshot_id for ref in metadata.refs.values()}
     snapshot, kept, ours = table.current_snapshot(), 0, False
     while snapshot is not None and (kept < keep or not ours):

@@ -371,7 +371,7 @@ class PartitionTranslator:
             return
         now = self._clock.monotonic()
         try:
-            ids = expirable_snapshots(table)
+            ids = expirable_snapshots(table, self._clock.wall_ms())  # snapshot times are wall clock
             if not ids or (len(ids) < EXPIRE_BATCH and now - self._expired_at < EXPIRE_INTERVAL_S):
                 return
             self._expired_at = now

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -529,9 +530,10 @@ def lose_the_first_commit_answer(monkeypatch) -> list:
 
 
 def translated(root: Path, topic: str, *batches: list[bytes]) -> tuple[Log, ManualClock, Translators, LogSource]:
-    """A partition's log, its translators and source, each batch appended and translated."""
+    """A partition's log, its translators and source, each batch appended and translated; the
+    clock's wall time starts at the real one (pyiceberg stamps snapshots with it)."""
     log = new_log(root, f"{topic}-0")
-    clock = ManualClock()
+    clock = ManualClock(wall_ms=int(time.time() * 1000))
     t = translators(root, clock)
     source = LogSource(log, topic, **KV)
     for values in batches:
