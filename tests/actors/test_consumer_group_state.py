@@ -635,6 +635,25 @@ def test_a_classic_group_that_cannot_be_read_is_not_upgraded():
     assert c.shard.groups.get(G) is not None  # unchanged
 
 
+def test_a_classic_group_whose_assignment_carries_user_data_is_not_upgraded():
+    # As Kafka's ConsumerGroup.fromClassicGroup: user data in a member's assignment (a custom
+    # assignor's, or librdkafka's cooperative-sticky, which copies its sticky data there once the
+    # group has rebalanced) would be lost: GROUP_ID_NOT_FOUND, the classic group unchanged.
+    c = Coordinator()
+    classic_join(c)
+    classic = c.shard.groups.get(G)
+    (member_id,) = classic.members
+    owned = (TopicPartition(T, 0), TopicPartition(T, 1))
+    plain = encode_assignment(owned, 1)
+    assert plain.endswith(b"\xff\xff\xff\xff")  # null user data
+    with_data = plain[:-4] + (6).to_bytes(4, "big") + b"sticky"
+    assert decode_assignment(with_data) == (owned, b"sticky")
+    c.take(c.shard.sync_group(SyncGroupRequest(G, member_id, None, classic.generation, {member_id: with_data}, {})))
+    with pytest.raises(GroupIdNotFoundError, match="is not a consumer group"):
+        c.join("m1")
+    assert c.consumer.get(G) is None and c.shard.groups.get(G) is classic
+
+
 def test_an_empty_group_changes_kind_either_way():
     c = Coordinator()
     c.join("m1")
