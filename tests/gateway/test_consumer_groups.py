@@ -64,7 +64,7 @@ class Member:
         self.events.append(("assigned", sorted((p.topic, p.partition) for p in partitions)))
 
     def _revoked(self, consumer, partitions) -> None:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         mine = [
             TopicPartition(p.topic, p.partition, self.next[(p.topic, p.partition)])
@@ -72,7 +72,14 @@ class Member:
             if (p.topic, p.partition) in self.next
         ]
         if mine:
-            consumer.commit(offsets=mine, asynchronous=False)
+            try:
+                consumer.commit(offsets=mine, asynchronous=False)
+            except KafkaException as exc:
+                # Closing after the member left (UNKNOWN_MEMBER_ID): recorded, not raised.
+                # confluent-kafka would re-raise it from close() as a bare KafkaError, which is
+                # no Exception and ends the whole pytest session. A commit lost this way shows
+                # as a record read twice, which the tests check.
+                self.events.append(("commit failed", [str(exc)]))
         self.events.append(("revoked", sorted((p.topic, p.partition) for p in partitions)))
 
     def _lost(self, consumer, partitions) -> None:
@@ -131,8 +138,14 @@ def test_a_group_of_three_joins_and_leaves_while_records_flow(bootstrap, new_top
     try:
         wait_for(lambda: produce() or _split(members, every), 60, 0, "two members split the partitions")
         members.append(Member(bootstrap, group, "m2", [topic]))
-        wait_for(lambda: produce() or _split(members, every), 60, 0, "a third member joined")
-        assert sorted(len(m.owned()) for m in members) == [2, 2, 2]
+        # Reconciliation is incremental: the partitions may be split 1/2/3 while one member
+        # has yet to release its third; the target is two each.
+        wait_for(
+            lambda: produce() or (_split(members, every) and sorted(len(m.owned()) for m in members) == [2, 2, 2]),
+            60,
+            0,
+            "a third member joined and the partitions balanced",
+        )
         described = _describe(bootstrap, group)
         assert str(described.type) == "ConsumerGroupType.CONSUMER" or "CONSUMER" in str(described.type)
         assert {m.client_id for m in described.members} == {"m0", "m1", "m2"}
