@@ -389,14 +389,20 @@ def test_decode_takes_the_columns_of_storage(root: Path) -> None:
     assert values == [(0, b"k", b"v")] and isinstance(np.int64(values[0][0]), np.integer)
 
 
+def one_record_partitions(root: Path, topic: str, partitions: int) -> list[LogSource]:
+    """``partitions`` partitions of ``topic``, one record each."""
+    sources = []
+    for p in range(partitions):
+        log = new_log(root, f"{topic}-{p}")
+        append(log, [b"x"])
+        sources.append(LogSource(log, topic, p, **KV))
+    return sources
+
+
 def test_steps_run_one_at_a_time_per_host(root: Path) -> None:
     clock = ManualClock()
     t = translators(root, clock)
-    sources = []
-    for p in range(3):
-        log = new_log(root, f"one-{p}")
-        append(log, [b"x"])
-        sources.append(LogSource(log, "one", p, **KV))
+    sources = one_record_partitions(root, "one", 3)
 
     async def go() -> None:
         t.tick(sources)
@@ -413,13 +419,8 @@ def test_steps_run_one_at_a_time_per_host(root: Path) -> None:
 def test_a_cancelled_step_starts_no_other(root: Path) -> None:
     # The host's loop going away cancels the running step: no further step is started on it
     # (it would be left pending on a closed loop).
-    clock = ManualClock()
-    t = translators(root, clock)
-    sources = []
-    for p in range(2):
-        log = new_log(root, f"cancel-{p}")
-        append(log, [b"x"])
-        sources.append(LogSource(log, "cancel", p, **KV))
+    t = translators(root, ManualClock())
+    sources = one_record_partitions(root, "cancel", 2)
 
     async def go() -> None:
         t.tick(sources)
@@ -580,8 +581,9 @@ def _set_table_properties(t: Translators, name: str, props: dict[str, str]) -> N
         txn.set_properties(props)
 
 
-def test_a_made_table_expires_snapshots_after_an_hour() -> None:
-    assert iceberg_table.CREATE_PROPERTIES[iceberg_table.MAX_SNAPSHOT_AGE] == str(3600 * 1000)
+def test_a_table_rayqueue_makes_expires_snapshots_after_an_hour(root: Path) -> None:
+    _, _, t, _ = translated(root, "made", [b"a"])
+    assert t.catalog().load("made").properties[iceberg_table.MAX_SNAPSHOT_AGE] == str(3600 * 1000)
 
 
 def test_snapshots_the_table_lets_go_are_expired_and_every_record_stays(root: Path) -> None:
